@@ -1,0 +1,183 @@
+"""The ``cuda`` backend: NVIDIA GPUs through torch.cuda, timed with CUDA events."""
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+
+from .base import Backend
+
+_SMI_GPU_FIELDS = (
+    "name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,temperature.gpu,power.draw,"
+    "utilization.gpu,clocks_throttle_reasons.active,pci.bus_id,uuid"
+)
+
+
+def _smi(args, timeout=10):
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return None
+    try:
+        out = subprocess.run([exe, *args], capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout if out.returncode == 0 else None
+
+
+class CudaBackend(Backend):
+    name = "cuda"
+    description = "NVIDIA GPU through torch.cuda; CUDA events around each sample"
+    priority = 10
+    timer_name = "cuda_event"
+    visible_devices_env = "CUDA_VISIBLE_DEVICES"
+    ir_kinds = ("ttir", "ttgir", "llir", "ptx", "cubin")
+    triton_target = "cuda"
+
+    def __init__(self, device_index: int = 0):
+        super().__init__(device_index)
+        self._cache = None
+
+    @classmethod
+    def is_available(cls) -> bool:
+        try:
+            import torch
+
+            return bool(torch.cuda.is_available()) and torch.version.hip is None
+        except Exception:
+            return False
+
+    @classmethod
+    def unavailable_reason(cls) -> str:
+        return "backend 'cuda' is not available: torch sees no CUDA GPU on this machine"
+
+    def setup(self) -> None:
+        import torch
+
+        if self.index >= torch.cuda.device_count():
+            from ..errors import UsageError
+
+            raise UsageError(
+                f"--device {self.index}: only {torch.cuda.device_count()} CUDA device(s) visible"
+            )
+        torch.cuda.set_device(self.index)
+
+    @property
+    def device(self) -> str:
+        return f"cuda:{self.index}"
+
+    @property
+    def torch_device_module(self):
+        import torch
+
+        return torch.cuda
+
+    def synchronize(self) -> None:
+        import torch
+
+        torch.cuda.synchronize(self.index)
+
+    def event(self):
+        import torch
+
+        return torch.cuda.Event(enable_timing=True)
+
+    def new_stream(self):
+        import torch
+
+        return torch.cuda.Stream(device=self.index)
+
+    def stream_context(self, stream):
+        import torch
+
+        return torch.cuda.stream(stream)
+
+    def current_stream(self):
+        import torch
+
+        return torch.cuda.current_stream(self.index)
+
+    def new_graph(self):
+        import torch
+
+        return torch.cuda.CUDAGraph()
+
+    def graph_capture(self, graph, stream=None):
+        import torch
+
+        return torch.cuda.graph(graph, stream=stream)
+
+    def flush_l2(self) -> None:
+        import torch
+
+        if self._cache is None:
+            # 256 MB: several times the H100/H200 L2 (50-60 MB), as triton.testing does.
+            self._cache = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int32, device=self.device)
+        self._cache.zero_()
+
+    def is_oom(self, exc: BaseException) -> bool:
+        import torch
+
+        return isinstance(exc, torch.cuda.OutOfMemoryError) or "out of memory" in str(exc).lower()
+
+    def free_memory(self) -> None:
+        import torch
+
+        torch.cuda.empty_cache()
+
+    def device_name(self) -> str:
+        import torch
+
+        return torch.cuda.get_device_name(self.index)
+
+    def _smi_index(self) -> str:
+        # nvidia-smi numbers physical GPUs; map through CUDA_VISIBLE_DEVICES when it is a list.
+        vis = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+        ids = [v.strip() for v in vis.split(",") if v.strip()]
+        if ids and self.index < len(ids):
+            return ids[self.index]
+        return str(self.index)
+
+    def fingerprint(self) -> dict:
+        import torch
+
+        info = super().fingerprint()
+        props = torch.cuda.get_device_properties(self.index)
+        info.update(
+            cuda_runtime=torch.version.cuda,
+            capability=f"{props.major}.{props.minor}",
+            sm_count=props.multi_processor_count,
+            total_memory_gib=round(props.total_memory / 2**30, 1),
+        )
+        info.update({k: v for k, v in self.device_state().items() if k in ("driver_version", "uuid", "pci.bus_id")})
+        return info
+
+    def device_state(self) -> dict:
+        out = _smi(["-i", self._smi_index(), f"--query-gpu={_SMI_GPU_FIELDS}", "--format=csv,noheader,nounits"])
+        state = {}
+        if out:
+            values = [v.strip() for v in out.strip().splitlines()[0].split(",")]
+            state = dict(zip(_SMI_GPU_FIELDS.split(","), values))
+        apps = _smi(["-i", self._smi_index(), "--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader"])
+        if apps is not None:
+            own = os.getpid()
+            others = []
+            for line in apps.strip().splitlines():
+                parts = [p.strip() for p in line.split(",")]
+                if parts and parts[0].isdigit() and int(parts[0]) != own:
+                    others.append(", ".join(parts))
+            state["other_processes"] = others
+        return state
+
+    def busy_warnings(self) -> list:
+        state = self.device_state()
+        warnings = []
+        if state.get("other_processes"):
+            warnings.append(
+                f"another process is using GPU {self._smi_index()}: " + "; ".join(state["other_processes"])
+            )
+        reasons = state.get("clocks_throttle_reasons.active", "")
+        # 0x0 = none, 0x1 = GPU idle; anything else (power cap, thermal ...) distorts timings.
+        if reasons and reasons not in ("0x0000000000000000", "0x0000000000000001", "[N/A]", "N/A"):
+            warnings.append(f"GPU clocks are throttled (reasons {reasons})")
+        return warnings

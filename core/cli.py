@@ -1,0 +1,223 @@
+"""The ``zlf`` command line.
+
+Parsing happens in two steps, as in pytest: ``--ext`` / ``--no-ext`` are read first so that
+disabled extensions are blocked before import; then the selected extensions add their options
+and sub-commands, and the full command line is parsed.
+
+Exit codes: 0 success, 1 a point failed (or a gate tripped), 2 bad input, 130 interrupted.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+
+from tabulate import tabulate
+
+from . import __version__
+from .console import Progress, paint, status_colour
+from .errors import UsageError
+
+EPILOG_RUN = """\
+examples:
+  zlf run                                  the built-in suite (add, softmax, matmul)
+  zlf run softmax --dtype float16          one op, one dtype
+  zlf run my_ops.py::relu                  an op from your own file (see docs/ops.md)
+  zlf run --ext cudagraph --ext ir_dump    exactly these extensions (plus core)
+  zlf run --no-ext seed                    every installed extension but one
+environment: ZLF_EXTENSIONS=a,b  ZLF_DISABLE=a,b  ZLF_BACKEND=cpu|cuda|...  NO_COLOR=1
+exit codes: 0 all points ok, 1 a point FAILED, 2 bad input, 130 interrupted
+"""
+
+#: sub-commands implemented in core modules: name -> (module, one-line help). Each module has
+#: ``configure_parser(parser)`` and ``main(args, session) -> int``; imported only when present.
+CORE_COMMANDS = {
+    "compare": ("zlf.compare", "pair two run directories point by point"),
+    "report": ("zlf.report", "render a markdown report (with a plot) of one run or a pair"),
+    "calibrate": ("zlf.calibrate", "measure this device's bandwidth and TFLOP/s ceilings"),
+    "ab": ("zlf.ab", "multi-round A/B campaign in independent processes, with verdicts"),
+}
+
+
+def _selection_args(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("extension selection")
+    g.add_argument("--ext", action="append", metavar="NAME",
+                   help="use exactly these extensions (repeatable; also ZLF_EXTENSIONS=a,b)")
+    g.add_argument("--no-ext", action="append", metavar="NAME",
+                   help="disable an extension before it is imported (repeatable; also ZLF_DISABLE=a,b); always wins")
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``zlf run`` that core owns (``zlf ab`` passes them through)."""
+    parser.add_argument("ops", nargs="*", metavar="OP",
+                        help="built-in op (add, softmax, matmul), FILE.py[::NAME], or a name an extension knows; default: the built-in suite")
+    parser.add_argument("--dtype", action="append", metavar="D",
+                        help="dtype(s) to run instead of each op's defaults (repeatable or comma-separated)")
+    parser.add_argument("--out", default="runs", metavar="PARENT", help="parent of the run directory (default: runs/)")
+    parser.add_argument("--name", metavar="LABEL", help="run directory label (default: the op, or 'suite')")
+    parser.add_argument("--backend", metavar="NAME", help="cpu, cuda, or an extension's backend (default: detected)")
+    parser.add_argument("--device", type=int, default=0, metavar="N", help="device index (default 0)")
+    t = parser.add_argument_group("timing (core's direct timer)")
+    t.add_argument("--timer", metavar="EXT", help="which extension's time_fn to use when several are active")
+    t.add_argument("--warmup-ms", type=float, metavar="MS", help="warm-up budget per point (default: backend's, 25 on GPU)")
+    t.add_argument("--rep-ms", type=float, metavar="MS", help="measurement budget per point (default: backend's, 100 on GPU)")
+    l2 = t.add_mutually_exclusive_group()
+    l2.add_argument("--flush-l2", dest="flush_l2", action="store_true", default=None,
+                    help="flush L2 before every sample (direct timer's default on GPUs)")
+    l2.add_argument("--no-flush-l2", dest="flush_l2", action="store_false", help="keep L2 warm between samples")
+    parser.add_argument("--json", action="store_true", help="print the records as JSON instead of the table")
+
+
+def build_parser(hooks=None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="zlf",
+        description="Did my compiler change make these GPU kernels faster or slower? "
+        "Benchmark, compare and A/B Triton kernels across compiler builds.",
+    )
+    parser.add_argument("--version", action="version", version=f"zlf {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    run = sub.add_parser("run", help="benchmark ops into a new run directory", epilog=EPILOG_RUN,
+                         formatter_class=argparse.RawDescriptionHelpFormatter,
+                         description="Check every point against its reference, time it, and write a run directory.")
+    add_run_arguments(run)
+    _selection_args(run)
+    if hooks is not None:
+        hooks.add_options(run)
+    run.set_defaults(handler=cmd_run)
+
+    plugins = sub.add_parser("plugins", help="list installed extensions (active, disabled, broken)")
+    plugins.add_argument("--json", action="store_true", help="machine-readable list")
+    _selection_args(plugins)
+    plugins.set_defaults(handler=cmd_plugins)
+
+    for name, (module, help_text) in CORE_COMMANDS.items():
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name == module:
+                continue
+            raise
+        p = sub.add_parser(name, help=help_text, description=(mod.__doc__ or help_text).strip().splitlines()[0],
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        mod.configure_parser(p)
+        if name == "ab" and hooks is not None:
+            hooks.add_options(p)  # campaign runs accept every run option of the active extensions
+        _selection_args(p)
+        p.set_defaults(handler=mod.main)
+    if hooks is not None:
+        hooks.add_commands(sub)
+    return parser
+
+
+def _preparse(argv) -> argparse.Namespace:
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--ext", action="append")
+    pre.add_argument("--no-ext", action="append")
+    pre.add_argument("--timer")
+    known, _ = pre.parse_known_args(argv)
+    return known
+
+
+def _split_dtypes(values) -> list:
+    return [d.strip() for v in values or () for d in v.split(",") if d.strip()]
+
+
+# ----------------------------------------------------------------------------- commands
+def cmd_plugins(args, session) -> int:
+    infos = session.hooks.infos
+    if args.json:
+        print(json.dumps([i.to_json() for i in infos], indent=2))
+        return 0
+    if not infos:
+        print("no extensions installed (entry-point group 'zlf')")
+        return 0
+    rows = []
+    for i in infos:
+        status = paint(i.status, {"active": "green", "broken": "red"}.get(i.status, "dim"))
+        detail = i.error if i.error else (", ".join(i.hooks) if i.hooks else "")
+        rows.append([i.name, f"{i.distribution} {i.version}", status, detail])
+    print(tabulate(rows, headers=["extension", "distribution", "status", "hooks / error"]))
+    return 0
+
+
+def _fmt(value, digits=4):
+    return "" if value is None else f"{value:.{digits}g}"
+
+
+def results_table(records, colour=True) -> str:
+    rows = []
+    for r in records:
+        status = paint(r.status, status_colour(r.status)) if colour else r.status
+        note = r.error or ("; ".join(m.split(" ")[0] for m in r.markers) if r.markers else "")
+        rows.append([r.point, status, r.timer or "", _fmt(r.median_ms), _fmt(r.gbps), _fmt(r.tflops), note[:80]])
+    return tabulate(rows, headers=["point", "status", "timer", "median ms", "GB/s", "TFLOP/s", "note"])
+
+
+def cmd_run(args, session) -> int:
+    from .records import STATUS_FAILED
+    from .run import Run, execute
+    from .rundir import RunDir
+
+    backend = session.choose_backend(args.backend, args.device)
+    ops = session.resolve_ops(args.ops)
+    plan = session.plan(ops, _split_dtypes(args.dtype))
+    if not plan:
+        raise UsageError("nothing to run: no shapes or dtypes left for the selected ops")
+    label = args.name or (ops[0].name if len(ops) == 1 else ("builtin" if not args.ops else "suite"))
+    rundir = RunDir.create(args.out, label)
+    shapes = {}
+    for p in plan:
+        shapes.setdefault(p.op.name, [])
+        if p.point.shape not in shapes[p.op.name]:
+            shapes[p.op.name].append(p.point.shape)
+    rundir.write_shapes(shapes)
+    run = Run(session, rundir, plan, argv=["zlf", *sys.argv[1:]])
+    if backend.host_timing:
+        run.log.info(f"backend {backend.name}: times are host wall-clock of interpreted kernels, not GPU kernel times")
+    progress = Progress(len(plan)) if not args.json else None
+    try:
+        records = execute(run, progress)
+    except KeyboardInterrupt:
+        print(f"\ninterrupted; {len(run.records)} finished points kept\nrun dir: {rundir.path}", file=sys.stderr)
+        return 130
+    failed = sum(1 for r in records if r.status == STATUS_FAILED)
+    if args.json:
+        print(json.dumps({"run_dir": str(rundir.path), "records": [r.to_json() for r in records]}, indent=2))
+        return 1 if failed else 0
+    print(results_table(records))
+    if backend.host_timing:
+        print(paint("note: cpu backend: times are host wall-clock of interpreted kernels, not GPU kernel times", "dim"))
+    if failed:
+        print(paint(f"{failed} of {len(records)} points FAILED", "red"))
+    print(f"run dir: {rundir.path}")
+    return 1 if failed else 0
+
+
+def main(argv=None, extra_plugins=()) -> int:
+    """Entry point of the ``zlf`` console script; returns the exit code."""
+    from .session import Session
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    pre = _preparse(argv)
+    tolerant = bool(argv) and argv[0] == "plugins"
+    try:
+        session = Session.create(pre, extra_plugins=extra_plugins, tolerant=tolerant)
+        parser = build_parser(session.hooks)
+        args = parser.parse_args(argv)
+        if not getattr(args, "handler", None):
+            parser.print_help()
+            return 2
+        session.options = args
+        return int(args.handler(args, session) or 0)
+    except UsageError as exc:
+        print(f"zlf: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\nzlf: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,184 @@
+"""The zlf hook specifications: every extension point of the host.
+
+The docstrings below are the API. Hooks are called with keyword arguments only; an
+implementation may accept any subset of a hook's arguments (pluggy opt-in arguments), so
+hooks grow by adding arguments, never by renaming or reordering them.
+
+Extensions implement hooks with ``from zlf import hookimpl`` and are found through the
+``zlf`` entry-point group. Core's own defaults are registered ``trylast``.
+"""
+from __future__ import annotations
+
+import pluggy
+
+NAME = "zlf"
+
+_spec = pluggy.HookspecMarker(NAME)
+
+
+# --------------------------------------------------------------------------- command line
+@_spec
+def add_options(parser):
+    """Add command-line options to ``zlf run`` (and to every command that starts runs).
+
+    Called once per invocation, after extension selection and before the final parse, so an
+    option exists only while its extension is active.
+
+    :param parser: the :class:`argparse.ArgumentParser` of the ``run`` command; add an
+        argument group named after the extension.
+    :return: nothing.
+    """
+
+
+@_spec
+def add_commands(subparsers):
+    """Add whole sub-commands to the ``zlf`` command line (e.g. ``zlf ir``, ``zlf task``).
+
+    :param subparsers: the object returned by ``ArgumentParser.add_subparsers``. Add a parser
+        and give it ``set_defaults(handler=callable)``; the callable receives
+        ``(args, session)`` and returns the process exit code.
+    :return: nothing.
+    """
+
+
+# --------------------------------------------------------------------------- backends and ops
+@_spec
+def register_backends():
+    """Declare the backends (device platforms) this extension provides.
+
+    Called once per invocation before a backend is chosen; a backend must not import its
+    vendor stack at registration time.
+
+    :return: a list of :class:`zlf.backends.Backend` subclasses (not instances).
+    """
+
+
+@_spec(firstresult=True)
+def resolve_ops(spec, session):
+    """Turn one OP argument of ``zlf run`` into ops.
+
+    Called for every positional OP of ``zlf run`` after the backend is chosen (so kernels may be
+    decorated safely). First non-None result wins; core's default (``trylast``) knows the
+    built-in ops and ``path/to/file.py::name``.
+
+    :param spec: the OP string as typed by the user.
+    :param session: the :class:`zlf.session.Session` (options, backend).
+    :return: a list of :class:`zlf.ops.Op`, or None when this extension does not know ``spec``.
+    """
+
+
+@_spec(firstresult=True)
+def op_shapes(op, shapes, session):
+    """Override the shapes of one op before the run is planned.
+
+    Called once per op, before the run directory exists: raise :class:`zlf.UsageError` for bad
+    input and nothing is left on disk. First non-None result wins.
+
+    :param op: the :class:`zlf.ops.Op`.
+    :param shapes: the shapes core would use (a list of int tuples).
+    :param session: the :class:`zlf.session.Session`.
+    :return: a list of shapes (tuples of ints) to use instead, or None to keep ``shapes``.
+    """
+
+
+# --------------------------------------------------------------------------- run lifecycle
+@_spec
+def before_run(run):
+    """Start of a run: called once per process, after the run directory exists and before the
+    first point.
+
+    Typical use: seed generators, install compiler hooks, patch an autotuner, add to
+    ``run.meta`` (written to meta.json).
+
+    :param run: the :class:`zlf.run.Run` (``run.dir``, ``run.options``, ``run.backend``,
+        ``run.meta``, ``run.log``).
+    :return: nothing.
+    """
+
+
+@_spec
+def before_point(run, point):
+    """A point is about to get its inputs and first (checked) call.
+
+    :param run: the :class:`zlf.run.Run`; ``run.mark(...)`` and ``run.annotate(...)`` attach
+        marker lines and fields to this point's record.
+    :param point: the :class:`zlf.records.Point`.
+    :return: nothing.
+    """
+
+
+@_spec(firstresult=True)
+def make_inputs(op, point, backend):
+    """Create the inputs of one point.
+
+    Called once per point on the device the run uses. First non-None result wins; core's default
+    (``trylast``) calls ``op.make_inputs(shape, dtype, device)``.
+
+    :param op: the :class:`zlf.ops.Op`.
+    :param point: the :class:`zlf.records.Point`.
+    :param backend: the active :class:`zlf.backends.Backend`.
+    :return: a tuple of positional arguments for ``op.fn``.
+    """
+
+
+@_spec(firstresult=True)
+def time_fn(fn, point, backend, options):
+    """Time a callable that runs the point once per call.
+
+    Called once per point, after its first call was checked against the reference. First
+    non-None result wins; core's default (``trylast``) times each sample with the backend's
+    events (host wall-clock on ``cpu``). Two active non-default implementations are an error
+    unless the user selects one.
+
+    :param fn: a no-argument callable; one call = one execution of the point.
+    :param point: the :class:`zlf.records.Point`.
+    :param backend: the active :class:`zlf.backends.Backend`.
+    :param options: the parsed command-line namespace.
+    :return: a :class:`zlf.records.Timing`, or None to let the next timer decide.
+    """
+
+
+@_spec
+def on_compile(event):
+    """A Triton kernel was compiled, or loaded from Triton's disk cache, in this process.
+
+    Fed by core from the platform's compiler hooks (the backend knows the hook API). Only
+    installed when an active extension implements this hook.
+
+    :param event: a :class:`zlf.records.CompileEvent`.
+    :return: nothing.
+    """
+
+
+@_spec
+def on_launch(event):
+    """A Triton kernel was launched by the point's first (checked) call.
+
+    Timed repetitions are not reported (a host-side hook inside the timed region would inflate
+    what it measures). Only installed when an active extension implements this hook.
+
+    :param event: a :class:`zlf.records.LaunchEvent`.
+    :return: nothing.
+    """
+
+
+@_spec
+def after_point(run, point, record):
+    """A point finished (measured, failed or skipped); its record is about to be appended.
+
+    :param run: the :class:`zlf.run.Run`.
+    :param point: the :class:`zlf.records.Point`.
+    :param record: the :class:`zlf.records.PointRecord` that will be written.
+    :return: nothing.
+    """
+
+
+@_spec
+def after_run(run, results):
+    """End of a run: called once per process, also when the run stopped on an error or Ctrl-C.
+
+    :param run: the :class:`zlf.run.Run`; ``run.status`` is ``complete``, ``interrupted`` or
+        ``crashed``.
+    :param results: the list of :class:`zlf.records.PointRecord` written so far.
+    :return: nothing.
+    """

@@ -1,0 +1,139 @@
+"""Records that cross process and version boundaries: points, timings, point records, events.
+
+Everything here is a frozen attrs class that serialises to plain JSON; another process (compare,
+report, ab) reads these files and never imports the code under test.
+"""
+from __future__ import annotations
+
+import statistics
+from typing import Any, Optional
+
+import attrs
+
+STATUS_OK = "ok"
+STATUS_FAILED = "FAILED"
+STATUS_OOM = "OOM"
+STATUS_SKIPPED = "skipped"
+
+
+def shape_str(shape) -> str:
+    """``(1024, 512)`` → ``"1024x512"``; the form used in point ids and directory names."""
+    return "x".join(str(int(d)) for d in shape) if shape else "scalar"
+
+
+@attrs.frozen
+class Point:
+    """One row of every table: (op, shape, dtype[, variant]) with a stable id used to pair A and B."""
+
+    op: str
+    shape: tuple = attrs.field(converter=lambda s: tuple(int(d) for d in s))
+    dtype: str
+    variant: str = ""
+
+    @property
+    def id(self) -> str:
+        parts = [self.op, shape_str(self.shape), self.dtype]
+        if self.variant:
+            parts.append(self.variant)
+        return "/".join(parts)
+
+
+@attrs.frozen
+class Timing:
+    """What a timer measured for one point.
+
+    ``value_ms`` is the median of ``samples_ms``; ``timer`` names the method (``cuda_event``,
+    ``cudagraph``, ``host_wall`` ...) so tables never mix methods silently.
+    ``fallback_reason`` is set when the preferred timer could not be used for this point and
+    ``markers`` holds the grep-able marker lines that say so.
+    """
+
+    value_ms: float
+    timer: str
+    samples_ms: tuple = attrs.field(converter=tuple, factory=tuple)
+    fallback_reason: Optional[str] = None
+    markers: tuple = attrs.field(converter=tuple, factory=tuple)
+    l2: str = ""
+    calls_per_sample: int = 1
+    extra: dict = attrs.field(factory=dict)
+
+    @classmethod
+    def from_samples(cls, samples_ms, timer: str, **kw) -> "Timing":
+        samples = [float(s) for s in samples_ms]
+        return cls(value_ms=statistics.median(samples), timer=timer, samples_ms=samples, **kw)
+
+
+@attrs.frozen
+class PointRecord:
+    """One line of results.jsonl."""
+
+    point: str
+    op: str
+    shape: tuple = attrs.field(converter=tuple)
+    dtype: str
+    status: str
+    variant: str = ""
+    error: Optional[str] = None
+    timer: Optional[str] = None
+    median_ms: Optional[float] = None
+    samples: tuple = attrs.field(converter=tuple, factory=tuple)
+    gbps: Optional[float] = None
+    tflops: Optional[float] = None
+    markers: tuple = attrs.field(converter=tuple, factory=tuple)
+    l2: Optional[str] = None
+    fallback_reason: Optional[str] = None
+    max_rel_err: Optional[float] = None
+    extra: dict = attrs.field(factory=dict)
+
+    def to_json(self) -> dict:
+        d = attrs.asdict(self, recurse=False)
+        d["shape"] = list(self.shape)
+        d["samples"] = list(self.samples)
+        d["markers"] = list(self.markers)
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> "PointRecord":
+        names = {a.name for a in attrs.fields(cls)}
+        known = {k: v for k, v in d.items() if k in names}
+        rest = {k: v for k, v in d.items() if k not in names}
+        rec = cls(**known)
+        if rest:
+            rec = attrs.evolve(rec, extra={**rec.extra, **rest})
+        return rec
+
+
+@attrs.frozen
+class CompileEvent:
+    """A kernel compiled (or loaded from the compiler's disk cache) in this process.
+
+    ``constants`` holds the constexpr values, ``specialization`` the per-argument attributes
+    (e.g. ``{"EM": "D"}`` for divisible by 16), ``asm_paths`` maps IR kinds (``ttgir``, ``ptx`` ...)
+    to files, ``cache_hit`` whether the disk cache served it.
+    """
+
+    name: str
+    hash: str = ""
+    num_warps: Optional[int] = None
+    num_stages: Optional[int] = None
+    num_ctas: Optional[int] = None
+    maxnreg: Optional[int] = None
+    constants: dict = attrs.field(factory=dict)
+    signature: dict = attrs.field(factory=dict)
+    specialization: dict = attrs.field(factory=dict)
+    asm_paths: dict = attrs.field(factory=dict)
+    target: str = ""
+    cache_hit: bool = False
+    source_fn: Any = None
+    raw: Any = None
+
+
+@attrs.frozen
+class LaunchEvent:
+    """A kernel launch seen by the platform's launch hook during a point's checked call."""
+
+    name: str
+    hash: str = ""
+    function: Optional[int] = None
+    point: Optional[str] = None
+    raw: Any = None

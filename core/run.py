@@ -1,0 +1,242 @@
+"""The run engine: one process, one side. Points run in order; each record is appended as
+soon as it exists, so a crash or Ctrl-C loses nothing already measured."""
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Optional
+
+from . import __version__
+from .console import Progress
+from .ops import check_output, poison
+from .records import STATUS_FAILED, STATUS_OK, STATUS_OOM, PointRecord
+from .rundir import LOG, RunDir
+
+#: environment variables that change what is compiled or timed; recorded in meta.json.
+ENV_PREFIXES = ("TRITON_", "ZLF_", "CUDA_", "NVIDIA_", "FLAGGEMS", "GEMS_", "USE_FLAGTUNE", "MUSA_", "MACA_",
+                "HIP_", "ROCR_", "PYTORCH_", "TORCH_", "DISABLE_", "ENABLE_", "MLIR_", "LLVM_")
+
+
+def relevant_environment(environ=None) -> dict:
+    environ = os.environ if environ is None else environ
+    return {k: v for k, v in sorted(environ.items()) if k.startswith(ENV_PREFIXES)}
+
+
+def _now() -> str:
+    return _dt.datetime.now().astimezone().isoformat(timespec="seconds")
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+class RunLog:
+    """run.log: timestamped lines, marker lines verbatim (grep-able), never escape codes."""
+
+    def __init__(self, path: Path):
+        self._f = open(path, "a", buffering=1)
+
+    def _write(self, line: str) -> None:
+        self._f.write(line.rstrip("\n") + "\n")
+        self._f.flush()
+
+    def info(self, message: str) -> None:
+        self._write(f"{_dt.datetime.now():%Y-%m-%d %H:%M:%S} {message}")
+
+    def warning(self, message: str) -> None:
+        self.info(f"WARNING {message}")
+
+    def marker(self, line: str) -> None:
+        self._write(line)
+
+    def close(self) -> None:
+        self._f.close()
+
+
+class Run:
+    """The state of one ``zlf run`` process, handed to every lifecycle hook.
+
+    Attributes extensions use: ``dir`` (Path), ``rundir`` (:class:`RunDir`), ``options``,
+    ``backend``, ``meta`` (dict written to meta.json), ``log`` (:class:`RunLog`), ``status``,
+    and during a point ``current_point``, ``current_op``, ``current_inputs``.
+    """
+
+    def __init__(self, session, rundir: RunDir, plan: list, argv=None):
+        self.session = session
+        self.options = session.options
+        self.backend = session.backend
+        self.hooks = session.hooks
+        self.rundir = rundir
+        self.dir = rundir.path
+        self.plan = plan
+        self.log = RunLog(self.dir / LOG)
+        self.status = "running"
+        self.records: list = []
+        self.current_point = None
+        self.current_op = None
+        self.current_inputs = None
+        self._markers: list = []
+        self._extra: dict = {}
+        self.meta = {
+            "zlf_version": __version__,
+            "command": list(argv if argv is not None else sys.argv),
+            "cwd": os.getcwd(),
+            "started": _now(),
+            "status": self.status,
+            "backend": self.backend.name,
+            "timer_default": self.backend.timer_name,
+            "host_timing": self.backend.host_timing,
+            "extensions": [
+                {"name": i.name, "distribution": i.distribution, "version": i.version}
+                for i in self.hooks.infos if i.status == "active"
+            ],
+            "ops": sorted({p.op.name for p in plan}),
+            "points": len(plan),
+            "environment": relevant_environment(),
+            "options": {k: v for k, v in sorted(vars(self.options).items()) if k != "handler" and _jsonable(v)},
+        }
+
+    # ------------------------------------------------------------------ for extensions
+    def mark(self, line: str) -> None:
+        """Attach a marker line to the current point's record and write it to run.log."""
+        self.log.marker(line)
+        if self.current_point is not None:
+            self._markers.append(line)
+
+    def annotate(self, key: str, value) -> None:
+        """Attach ``key: value`` to the current point's record (``extra`` in results.jsonl)."""
+        self._extra[key] = value
+
+    def save_meta(self) -> None:
+        self.rundir.write_meta(self.meta)
+
+
+def _jsonable(v) -> bool:
+    return v is None or isinstance(v, (str, int, float, bool, list, tuple, dict))
+
+
+def _rate(amount_fn, point, median_ms, scale) -> Optional[float]:
+    if amount_fn is None or not median_ms or median_ms <= 0:
+        return None
+    return amount_fn(point.shape, point.dtype) / (median_ms * 1e-3) / scale
+
+
+def run_point(run: Run, planned, compiler_hooks) -> PointRecord:
+    op, point = planned.op, planned.point
+    backend, hooks = run.backend, run.hooks
+    run.current_point, run.current_op = point, op
+    run._markers, run._extra = [], {}
+    status, error, timing, max_err = STATUS_OK, None, None, None
+    try:
+        hooks.before_point(run, point)
+        inputs = hooks.make_inputs(op, point, backend)
+        run.current_inputs = inputs
+        poison(inputs, op.outputs)
+        with compiler_hooks.launch_window(point.id):
+            returned = op.fn(*inputs)
+            backend.synchronize()
+        max_err, error = check_output(op, inputs, returned, point.dtype)
+        if error:
+            status = STATUS_FAILED
+        else:
+            timing = hooks.time_fn(lambda: op.fn(*inputs), point, backend, run.options)
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:  # a point's failure is recorded; the run goes on
+        status = STATUS_OOM if backend.is_oom(exc) else STATUS_FAILED
+        error = _one_line(exc)
+        run.log.info(f"point {point.id} raised:\n{traceback.format_exc().rstrip()}")
+    if timing is not None:
+        for line in timing.markers:
+            run.mark(line)
+    median = timing.value_ms if timing is not None else None
+    record = PointRecord(
+        point=point.id, op=point.op, shape=point.shape, dtype=point.dtype, variant=point.variant,
+        status=status, error=error,
+        timer=timing.timer if timing else None, median_ms=median,
+        samples=timing.samples_ms if timing else (),
+        gbps=_rate(op.bytes, point, median, 1e9), tflops=_rate(op.flops, point, median, 1e12),
+        markers=tuple(run._markers), l2=timing.l2 if timing else None,
+        fallback_reason=timing.fallback_reason if timing else None,
+        max_rel_err=max_err, extra={**(timing.extra if timing else {}), **run._extra},
+    )
+    hooks.after_point(run, point, record)
+    if run._extra or run._markers != list(record.markers):  # after_point may have annotated
+        record = PointRecord.from_json({**record.to_json(), "markers": run._markers, "extra": {**record.extra, **run._extra}})
+    run.current_point = run.current_op = run.current_inputs = None
+    try:
+        backend.free_memory()
+    except Exception:
+        pass
+    return record
+
+
+def execute(run: Run, progress: Optional[Progress] = None) -> list:
+    """Run every planned point; returns the records. Always calls ``after_run``."""
+    hooks, backend = run.hooks, run.backend
+    compiler_hooks = backend.install_compiler_hooks(
+        hooks.on_compile if hooks.implemented("on_compile") else None,
+        hooks.on_launch if hooks.implemented("on_launch") else None,
+    )
+    run.meta["compiler_hook_api"] = getattr(compiler_hooks, "api", None)
+    try:
+        hooks.before_run(run)
+        run.meta["fingerprint"] = backend.fingerprint()
+        run.meta["device_name"] = run.meta["fingerprint"].get("device_name")
+        state = backend.device_state()
+        if state:
+            run.meta["device_state_start"] = state
+        warnings = backend.busy_warnings()
+        run.meta["warnings"] = warnings
+        for w in warnings:
+            run.log.warning(w)
+            from .console import warn
+
+            warn(w)
+        run.save_meta()
+        run.log.info(f"backend {backend.name} on {run.meta['device_name']}; {len(run.plan)} points")
+        for planned in run.plan:
+            record = run_point(run, planned, compiler_hooks)
+            run.rundir.append(record)
+            run.records.append(record)
+            outcome = record.status if record.median_ms is None else f"{record.status} {record.median_ms:.4g} ms"
+            run.log.info(f"{record.point} {outcome}" + (f" ({record.error})" if record.error else ""))
+            if progress:
+                progress.step(record.point, outcome)
+        run.status = "complete"
+    except KeyboardInterrupt:
+        run.status = "interrupted"
+        run.log.warning("interrupted by the user")
+        raise
+    except BaseException as exc:
+        run.status = "crashed"
+        run.log.info(f"run crashed:\n{traceback.format_exc().rstrip()}")
+        run.meta["error"] = _one_line(exc)
+        raise
+    finally:
+        try:
+            hooks.after_run(run, list(run.records))
+        finally:
+            compiler_hooks.remove()
+            if progress:
+                progress.close()
+            run.meta["status"] = run.status
+            run.meta["finished"] = _now()
+            run.meta["counts"] = {
+                s: sum(1 for r in run.records if r.status == s) for s in (STATUS_OK, STATUS_FAILED, STATUS_OOM)
+            }
+            try:
+                state = backend.device_state()
+                if state:
+                    run.meta["device_state_end"] = state
+            except Exception:
+                pass
+            run.save_meta()
+            run.log.info(f"run {run.status}: {len(run.records)} of {len(run.plan)} points written")
+            run.log.close()
+    return run.records

@@ -1,0 +1,100 @@
+"""One invocation of zlf: parsed options, the plugin manager facade, the chosen backend.
+
+Made fresh per invocation (tests make as many as they like); nothing here is module-global.
+"""
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+import attrs
+
+from .errors import UsageError
+from .ops import Op
+from .plugins import Hooks, Selection, build_plugin_manager
+from .records import Point
+
+
+@attrs.define
+class PlannedPoint:
+    op: Op
+    point: Point
+
+
+class Session:
+    def __init__(self, options, hooks: Hooks):
+        self.options = options
+        self.hooks = hooks
+        self.backend = None
+
+    @classmethod
+    def create(cls, options, extra_plugins=(), tolerant: bool = False) -> "Session":
+        selection = Selection.from_args(getattr(options, "ext", None), getattr(options, "no_ext", None))
+        pm, infos = build_plugin_manager(selection, extra_plugins=extra_plugins, tolerant=tolerant)
+        preferred = {"time_fn": options.timer} if getattr(options, "timer", None) else None
+        return cls(options, Hooks(pm, infos, preferred))
+
+    # ------------------------------------------------------------------ backend
+    def backends(self) -> dict:
+        found = {}
+        for cls in self.hooks.register_backends():
+            if cls.name in found and found[cls.name] is not cls:
+                raise UsageError(f"two extensions register a backend named {cls.name!r}")
+            found[cls.name] = cls
+        return found
+
+    def choose_backend(self, name: Optional[str] = None, device: int = 0):
+        """Pick ``name`` (or ``ZLF_BACKEND``, or the best available), set it up, return it."""
+        known = self.backends()
+        name = name or os.environ.get("ZLF_BACKEND") or None
+        if name:
+            if name not in known:
+                raise UsageError(f"unknown backend {name!r}; known: {', '.join(sorted(known))}")
+            cls = known[name]
+            if not cls.is_available():
+                raise UsageError(cls.unavailable_reason())
+        else:
+            available = [c for c in known.values() if c.is_available()]
+            cls = max(available, key=lambda c: c.priority)
+        backend = cls(device)
+        backend.setup()
+        self.backend = backend
+        return backend
+
+    # ------------------------------------------------------------------ ops and points
+    def resolve_ops(self, specs) -> list:
+        ops = []
+        for spec in specs or ["builtin"]:
+            found = self.hooks.resolve_ops(spec, self)
+            if not found:
+                from .ops import BUILTIN_OPS
+
+                raise UsageError(
+                    f"unknown op {spec!r}: not a built-in op ({', '.join(BUILTIN_OPS)}), "
+                    "not FILE.py[::NAME], and no active extension knows it"
+                )
+            ops.extend(found)
+        names = [op.name for op in ops]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise UsageError(f"op {dupes[0]!r} named twice on the command line")
+        return ops
+
+    def plan(self, ops, dtypes=None) -> list:
+        """Every (op, point) to run, in order; shapes may come from extensions (``op_shapes``)."""
+        planned = []
+        for op in ops:
+            shapes = op.default_shapes(self.backend)
+            override = self.hooks.op_shapes(op, shapes, self)
+            if override is not None:
+                shapes = [tuple(int(d) for d in s) for s in override]
+            for shape in shapes:
+                why = op.check_shape(shape)
+                if why:
+                    raise UsageError(why)
+            for dtype in dtypes or op.default_dtypes(self.backend):
+                from .ops import torch_dtype
+
+                torch_dtype(dtype)  # validates the name
+                planned.extend(PlannedPoint(op, Point(op.name, shape, dtype)) for shape in shapes)
+        return planned

@@ -1,0 +1,1 @@
+"""zlf extension ``seed``: deterministic inputs across processes."""

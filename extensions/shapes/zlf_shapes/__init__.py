@@ -1,0 +1,1 @@
+"""zlf extension ``shapes``: FlagGems-format shape files."""

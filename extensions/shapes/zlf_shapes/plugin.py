@@ -1,0 +1,78 @@
+"""Shape files in the FlagGems format override an op's built-in shapes::
+
+    softmax:                  # the op name (or one of the op's aliases, e.g. a class name)
+      shapes:
+        - [1024, 1024]
+        - [64, 512, 512]
+      shape_desc: "M, N"      # optional
+    common: &common_shapes    # anchors and aliases work; keys that name no op are ignored
+      shapes: [[4096, 4096]]
+
+Everything is checked before the run directory exists: a bad file leaves nothing behind.
+"""
+from __future__ import annotations
+
+import os
+
+import yaml
+
+from zlf import UsageError, hookimpl
+
+
+def load_shape_file(path: str) -> dict:
+    if not os.path.isfile(path):
+        raise UsageError(f"shape file {path!r} not found")
+    try:
+        with open(path) as f:
+            doc = yaml.safe_load(f)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise UsageError(f"shape file {path!r} is not valid YAML{where}: {problem}") from exc
+    if not isinstance(doc, dict):
+        raise UsageError(f"shape file {path!r} must map op names to {{shapes: [...]}}, got {type(doc).__name__}")
+    return doc
+
+
+def parse_shapes(entry, path: str, key: str) -> list:
+    if not isinstance(entry, dict) or "shapes" not in entry:
+        raise UsageError(f"shape file {path!r}: entry {key!r} has no 'shapes' list")
+    raw = entry["shapes"]
+    if not isinstance(raw, list) or not raw:
+        raise UsageError(f"shape file {path!r}: {key}.shapes must be a non-empty list")
+    shapes = []
+    for i, s in enumerate(raw):
+        dims = [s] if isinstance(s, int) and not isinstance(s, bool) else s
+        if (not isinstance(dims, list) or not dims
+                or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in dims)):
+            raise UsageError(f"shape file {path!r}: {key}.shapes[{i}] = {s!r} is not a list of positive integers")
+        shapes.append(tuple(dims))
+    return shapes
+
+
+@hookimpl
+def add_options(parser):
+    g = parser.add_argument_group("shapes (extension)")
+    g.add_argument("--shapes", metavar="FILE",
+                   help="FlagGems-format yaml whose entries override the ops' built-in shapes")
+
+
+@hookimpl
+def op_shapes(op, shapes, session):
+    path = getattr(session.options, "shapes", None)
+    if not path:
+        return None
+    doc = load_shape_file(path)
+    key = next((k for k in (op.name, *op.aliases) if k in doc), None)
+    if key is None:
+        if getattr(session.options, "ops", None):
+            present = ", ".join(str(k) for k in doc) or "none"
+            raise UsageError(f"shape file {path!r} has no entry for op {op.name!r} (keys: {present})")
+        return None  # the implicit built-in suite: ops without an entry keep their shapes
+    new = parse_shapes(doc[key], path, key)
+    for s in new:
+        why = op.check_shape(s)
+        if why:
+            raise UsageError(f"shape file {path!r}: {why}")
+    return new
