@@ -210,6 +210,7 @@ def main(argv=None, extra_plugins=()) -> int:
             parser.print_help()
             return 2
         session.options = args
+        session.hooks.configure(session)
         return int(args.handler(args, session) or 0)
     except UsageError as exc:
         print(f"zlf: error: {exc}", file=sys.stderr)

@@ -41,6 +41,19 @@ def add_commands(subparsers):
     """
 
 
+@_spec
+def configure(session):
+    """The command line is parsed; nothing has been chosen or imported yet.
+
+    Called once per invocation, before the backend is chosen and before any op module (and so
+    any kernel, FlagGems included) is imported: the place to set environment variables that
+    libraries read at import time.
+
+    :param session: the :class:`zlf.session.Session` (``session.options`` is the parsed namespace).
+    :return: nothing.
+    """
+
+
 # --------------------------------------------------------------------------- backends and ops
 @_spec
 def register_backends():
@@ -122,18 +135,21 @@ def make_inputs(op, point, backend):
 
 
 @_spec(firstresult=True)
-def time_fn(fn, point, backend, options):
+def time_fn(fn, point, backend, options, op, inputs):
     """Time a callable that runs the point once per call.
 
     Called once per point, after its first call was checked against the reference. First
     non-None result wins; core's default (``trylast``) times each sample with the backend's
     events (host wall-clock on ``cpu``). Two active non-default implementations are an error
-    unless the user selects one.
+    unless the user selects one (``--timer NAME``).
 
     :param fn: a no-argument callable; one call = one execution of the point.
     :param point: the :class:`zlf.records.Point`.
     :param backend: the active :class:`zlf.backends.Backend`.
     :param options: the parsed command-line namespace.
+    :param op: the :class:`zlf.ops.Op` (``op.outputs`` names the output buffers in ``inputs``,
+        ``op.reference`` the expected result), e.g. to verify a replayed graph's result.
+    :param inputs: the tuple ``fn`` runs on (already checked once against the reference).
     :return: a :class:`zlf.records.Timing`, or None to let the next timer decide.
     """
 

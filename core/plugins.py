@@ -200,6 +200,9 @@ class Hooks:
     def add_commands(self, subparsers):
         self.pm.hook.add_commands(subparsers=subparsers)
 
+    def configure(self, session):
+        self.pm.hook.configure(session=session)
+
     # backends and ops
     def register_backends(self) -> list:
         return [b for group in self.pm.hook.register_backends() for b in (group or ())]
@@ -220,8 +223,8 @@ class Hooks:
     def make_inputs(self, op, point, backend):
         return self._callers["make_inputs"](op=op, point=point, backend=backend)
 
-    def time_fn(self, fn, point, backend, options):
-        return self._callers["time_fn"](fn=fn, point=point, backend=backend, options=options)
+    def time_fn(self, fn, point, backend, options, op=None, inputs=None):
+        return self._callers["time_fn"](fn=fn, point=point, backend=backend, options=options, op=op, inputs=inputs)
 
     def on_compile(self, event):
         self.pm.hook.on_compile(event=event)

@@ -144,7 +144,7 @@ def run_point(run: Run, planned, compiler_hooks) -> PointRecord:
         if error:
             status = STATUS_FAILED
         else:
-            timing = hooks.time_fn(lambda: op.fn(*inputs), point, backend, run.options)
+            timing = hooks.time_fn(lambda: op.fn(*inputs), point, backend, run.options, op=op, inputs=inputs)
     except KeyboardInterrupt:
         raise
     except Exception as exc:  # a point's failure is recorded; the run goes on
