@@ -34,6 +34,8 @@ def add_options(parser):
 def add_commands(subparsers):
     """Add whole sub-commands to the ``zlf`` command line (e.g. ``zlf ir``, ``zlf task``).
 
+    Called once per invocation while the parser is built, after extension selection.
+
     :param subparsers: the object returned by ``ArgumentParser.add_subparsers``. Add a parser
         and give it ``set_defaults(handler=callable)``; the callable receives
         ``(args, session)`` and returns the process exit code.
@@ -113,6 +115,8 @@ def before_run(run):
 def before_point(run, point):
     """A point is about to get its inputs and first (checked) call.
 
+    Called once per point, in plan order, before ``make_inputs``.
+
     :param run: the :class:`zlf.run.Run`; ``run.mark(...)`` and ``run.annotate(...)`` attach
         marker lines and fields to this point's record.
     :param point: the :class:`zlf.records.Point`.
@@ -138,8 +142,8 @@ def make_inputs(op, point, backend):
 def time_fn(fn, point, backend, options, op, inputs):
     """Time a callable that runs the point once per call.
 
-    Called once per point, after its first call was checked against the reference. First
-    non-None result wins; core's default (``trylast``) times each sample with the backend's
+    Called once per point, after its first call was checked against the reference. The
+    first non-None result wins. Core's default (``trylast``) times each sample with the backend's
     events (host wall-clock on ``cpu``). Two active non-default implementations are an error
     unless the user selects one (``--timer NAME``).
 
@@ -158,7 +162,8 @@ def time_fn(fn, point, backend, options, op, inputs):
 def on_compile(event):
     """A Triton kernel was compiled, or loaded from Triton's disk cache, in this process.
 
-    Fed by core from the platform's compiler hooks (the backend knows the hook API). Only
+    Called from inside the compiler (not for the JIT's in-process cache hits). Fed by core
+    from the platform's compiler hooks (the backend knows the hook API). Only
     installed when an active extension implements this hook.
 
     :param event: a :class:`zlf.records.CompileEvent`.
@@ -170,7 +175,8 @@ def on_compile(event):
 def on_launch(event):
     """A Triton kernel was launched by the point's first (checked) call.
 
-    Timed repetitions are not reported (a host-side hook inside the timed region would inflate
+    Called on the host at every launch during that call (autotune sweeps included). Timed
+    repetitions are not reported (a host-side hook inside the timed region would inflate
     what it measures). Only installed when an active extension implements this hook.
 
     :param event: a :class:`zlf.records.LaunchEvent`.
@@ -181,6 +187,9 @@ def on_launch(event):
 @_spec
 def after_point(run, point, record):
     """A point finished (measured, failed or skipped); its record is about to be appended.
+
+    Called once per point, after timing (or failure) and before the record is written; values
+    given to ``run.annotate`` / ``run.mark`` here still reach the record.
 
     :param run: the :class:`zlf.run.Run`.
     :param point: the :class:`zlf.records.Point`.

@@ -1,0 +1,148 @@
+"""`zlf run` end to end on the cpu backend: records, correctness, failures, crash safety."""
+import json
+import re
+import textwrap
+
+from conftest import read_records, run_dir_from
+
+OPS_FILE = '''
+import os, signal
+import torch
+import zlf
+
+def make(shape, dtype, device):
+    x = torch.randn(shape, dtype=getattr(torch, dtype), device=device)
+    return (x, torch.empty_like(x))
+
+def good(x, out):
+    torch.mul(x, 2, out=out)
+
+def wrong(x, out):
+    torch.mul(x, 2.01, out=out)
+
+def half_written(x, out):
+    out[: out.numel() // 2] = x[: x.numel() // 2] * 2
+
+def raises(x, out):
+    raise ValueError("kernel exploded\\nsecond line")
+
+def dies(x, out):
+    os.kill(os.getpid(), signal.SIGKILL)
+
+def op(name, fn):
+    return zlf.Op(name=name, fn=fn, make_inputs=make, shapes=[(256,), (512,)], reference=lambda x, out: x * 2,
+                  outputs=(1,), bytes=lambda s, d: 2 * 4 * s[0], flops=lambda s, d: s[0])
+
+good_op = op("good", good)
+wrong_op = op("wrong", wrong)
+half_op = op("half", half_written)
+raises_op = op("raises", raises)
+dies_op = op("dies", dies)
+'''
+
+
+def write_ops(tmp_path):
+    path = tmp_path / "my_ops.py"
+    path.write_text(OPS_FILE)
+    return path
+
+
+def test_builtin_suite_writes_a_complete_run_directory(zlf_cli, tmp_path):
+    proc = zlf_cli("run", "--ext", "seed", "--rep-ms", "3", check_rc=0)
+    assert proc.stdout.splitlines()[-1].startswith("run dir: runs/builtin_")
+    run = run_dir_from(proc.stdout, tmp_path)
+    assert {p.name for p in run.iterdir()} >= {"run.log", "results.jsonl", "meta.json", "shapes.yaml"}
+    records = read_records(run)
+    assert {r["op"] for r in records} == {"add", "softmax", "matmul"}
+    for r in records:
+        assert r["status"] == "ok", r
+        assert r["timer"] == "host_wall" and r["median_ms"] > 0 and len(r["samples"]) >= 5
+        assert r["max_rel_err"] is not None and r["max_rel_err"] < 1e-3
+        assert set(r) >= {"point", "op", "shape", "dtype", "status", "error", "timer", "median_ms", "samples",
+                          "gbps", "tflops", "markers"}
+    meta = json.loads((run / "meta.json").read_text())
+    assert meta["status"] == "complete" and meta["backend"] == "cpu"
+    assert meta["command"][:2] == ["zlf", "run"]
+    assert [e["name"] for e in meta["extensions"]] == ["seed"]
+    assert meta["seed"]["base"] == 0 and "torch" in meta["fingerprint"] and "triton" in meta["fingerprint"]
+    assert meta["environment"].get("TRITON_INTERPRET") == "1"
+    # The table names the timer of every row, and the cpu times are labelled for what they are.
+    assert "host_wall" in proc.stdout and "not GPU kernel times" in proc.stdout
+
+
+def test_failures_are_recorded_and_the_run_goes_on(zlf_cli, tmp_path):
+    ops = write_ops(tmp_path)
+    proc = zlf_cli("run", f"{ops}::wrong_op", f"{ops}::half_op", f"{ops}::raises_op", f"{ops}::good_op",
+                   "--ext", "seed", "--rep-ms", "2")
+    assert proc.returncode == 1
+    records = {r["point"]: r for r in read_records(run_dir_from(proc.stdout, tmp_path))}
+    assert len(records) == 8
+    assert records["wrong/256/float32"]["status"] == "FAILED"
+    assert "relative error" in records["wrong/256/float32"]["error"]
+    assert "NaN or unwritten" in records["half/256/float32"]["error"]
+    assert records["raises/256/float32"]["error"] == "ValueError: kernel exploded"
+    assert records["good/512/float32"]["status"] == "ok" and records["good/512/float32"]["gbps"] > 0
+    assert "FAILED" in proc.stdout and "6 of 8 points FAILED" in proc.stdout
+
+
+def test_a_crash_keeps_every_finished_point(zlf_cli, tmp_path):
+    ops = write_ops(tmp_path)
+    proc = zlf_cli("run", f"{ops}::good_op", f"{ops}::dies_op", "--ext", "seed", "--rep-ms", "2")
+    assert proc.returncode < 0 or proc.returncode == 137  # killed
+    run = next((tmp_path / "runs").iterdir())
+    records = read_records(run)
+    assert [r["point"] for r in records] == ["good/256/float32", "good/512/float32"]
+    assert json.loads((run / "meta.json").read_text())["status"] == "running"
+
+
+def test_json_output_and_no_escape_codes(zlf_cli, tmp_path):
+    proc = zlf_cli("run", "add", "--ext", "seed", "--rep-ms", "2", "--json", env={"FORCE_COLOR": "1"}, check_rc=0)
+    doc = json.loads(proc.stdout)
+    assert len(doc["records"]) == 2 and doc["run_dir"].startswith("runs/add_")
+    log = (tmp_path / doc["run_dir"] / "run.log").read_text()
+    assert "\x1b[" not in log
+    coloured = zlf_cli("run", "add", "--ext", "seed", "--rep-ms", "2", env={"FORCE_COLOR": "1"}, check_rc=0)
+    assert "\x1b[" in coloured.stdout
+    plain = zlf_cli("run", "add", "--ext", "seed", "--rep-ms", "2", env={"FORCE_COLOR": "1", "NO_COLOR": "1"}, check_rc=0)
+    assert "\x1b[" not in plain.stdout
+
+
+def test_usage_errors_are_one_line_exit_2_and_leave_nothing(zlf_cli, tmp_path):
+    for args, needle in [
+        (["run", "nosuchop"], "unknown op 'nosuchop'"),
+        (["run", "add", "--dtype", "float7"], "unknown dtype 'float7'"),
+        (["run", "missing.py::x"], "op file 'missing.py' not found"),
+        (["run", "add", "--backend", "tpu"], "unknown backend 'tpu'"),
+    ]:
+        proc = zlf_cli(*args, "--ext", "seed")
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert needle in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_run_directories_are_never_reused(tmp_path):
+    from zlf.rundir import RunDir
+
+    a = RunDir.create(tmp_path, "x")
+    b = RunDir.create(tmp_path, "x")
+    assert a.path != b.path and a.path.is_dir() and b.path.is_dir()
+    assert re.fullmatch(r"x_\d{8}-\d{6}(-\d+)?", b.path.name)
+
+
+def test_truncated_results_are_read_up_to_the_cut(tmp_path):
+    from zlf.records import PointRecord
+    from zlf.rundir import RunDir
+
+    rd = RunDir.create(tmp_path, "t")
+    for i in range(3):
+        rd.append(PointRecord(point=f"op/{i}/float32", op="op", shape=(i + 1,), dtype="float32", status="ok", median_ms=1.0))
+    text = (rd.path / "results.jsonl").read_text()
+    (rd.path / "results.jsonl").write_text(text[:-20])
+    records, skipped = RunDir.open(rd.path).records()
+    assert [r.point for r in records] == ["op/0/float32", "op/1/float32"] and skipped == 1
+
+
+def test_help_answers_the_common_questions(zlf_cli):
+    out = zlf_cli("run", "--help", check_rc=0).stdout
+    for needle in ("--ext", "--no-ext", "--shapes", "--seed", "--flush-l2", "exit codes", "FILE.py"):
+        assert needle in out
