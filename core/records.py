@@ -88,7 +88,8 @@ class PointRecord:
     def to_json(self) -> dict:
         d = attrs.asdict(self, recurse=False)
         d["shape"] = list(self.shape)
-        d["samples"] = list(self.samples)
+        # 1 ns resolution: device events tick at ~0.5 us, and 10k samples stay a small file.
+        d["samples"] = [round(s, 6) for s in self.samples]
         d["markers"] = list(self.markers)
         return d
 
@@ -130,10 +131,16 @@ class CompileEvent:
 
 @attrs.frozen
 class LaunchEvent:
-    """A kernel launch seen by the platform's launch hook during a point's checked call."""
+    """A kernel launch seen by the platform's launch hook during a point's checked call.
+
+    ``hash`` is the compiled variant's cache hash when the platform maps launches to kernels
+    (``kernel_load_end_hook``), else empty; ``in_autotune`` is True for launches made by Triton's
+    autotuner while it benchmarks configs (a sweep, not the point's own launch).
+    """
 
     name: str
     hash: str = ""
     function: Optional[int] = None
     point: Optional[str] = None
     raw: Any = None
+    in_autotune: bool = False

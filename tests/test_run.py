@@ -146,3 +146,31 @@ def test_help_answers_the_common_questions(zlf_cli):
     out = zlf_cli("run", "--help", check_rc=0).stdout
     for needle in ("--ext", "--no-ext", "--shapes", "--seed", "--flush-l2", "exit codes", "FILE.py"):
         assert needle in out
+
+
+def test_ctrl_c_keeps_finished_points_and_says_so(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    env = dict(os.environ, ZLF_NO_PROGRESS="1")
+    proc = subprocess.Popen([sys.executable, "-m", "zlf", "run", "add", "softmax", "--ext", "seed", "--rep-ms", "300"],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    runs = tmp_path / "runs"
+    deadline = time.time() + 120
+    while time.time() < deadline:  # interrupt once the first point is on disk
+        results = list(runs.glob("*/results.jsonl")) if runs.exists() else []
+        if results and results[0].read_text().strip():
+            break
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130
+    run = next(runs.iterdir())
+    assert "interrupted" in err and f"run dir: runs/{run.name}" in err
+    meta = json.loads((run / "meta.json").read_text())
+    assert meta["status"] == "interrupted"
+    assert 1 <= len(read_records(run)) < 6
+    assert "interrupted by the user" in (run / "run.log").read_text()
