@@ -108,6 +108,9 @@ def build_parser(hooks=None) -> argparse.ArgumentParser:
         p.set_defaults(handler=mod.main)
     if hooks is not None:
         hooks.add_commands(sub)
+        for p in dict.fromkeys(sub.choices.values()):  # an alias maps to the same parser
+            if p.get_default("run_options"):
+                hooks.add_options(p)  # an extension's command that starts runs takes the run options too
     return parser
 
 

@@ -38,7 +38,9 @@ def add_commands(subparsers):
 
     :param subparsers: the object returned by ``ArgumentParser.add_subparsers``. Add a parser
         and give it ``set_defaults(handler=callable)``; the callable receives
-        ``(args, session)`` and returns the process exit code.
+        ``(args, session)`` and returns the process exit code. A command that starts runs
+        also sets ``run_options=True``: every active extension's ``add_options`` is then
+        called on its parser too.
     :return: nothing.
     """
 

@@ -51,7 +51,8 @@ class Session:
             if name not in known:
                 raise UsageError(f"unknown backend {name!r}; known: {', '.join(sorted(known))}")
             cls = known[name]
-            if not cls.is_available():
+            # available_when_forced: a platform detection cannot always identify (MACA).
+            if not cls.is_available() and not getattr(cls, "available_when_forced", lambda: False)():
                 raise UsageError(cls.unavailable_reason())
         else:
             available = [c for c in known.values() if c.is_available()]

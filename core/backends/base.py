@@ -9,8 +9,11 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
+import re
+import shutil
+import subprocess
 import time
-from typing import Callable, ClassVar, Optional
+from typing import Callable, ClassVar, NamedTuple, Optional
 
 
 class HostEvent:
@@ -37,11 +40,84 @@ class HostEvent:
         return (end._t - self._t) * 1e3
 
 
+def run_vendor_cli(exe: str, args=(), timeout: float = 10) -> Optional[str]:
+    """stdout of a vendor tool (``nvidia-smi``, ``mthreads-gmi``, ``mx-smi``), or None when it is
+    not on PATH, fails or hangs: a missing tool costs information, never the run."""
+    path = shutil.which(exe)
+    if not path:
+        return None
+    try:
+        out = subprocess.run([path, *args], capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout if out.returncode == 0 else None
+
+
+class ContractItem(NamedTuple):
+    """One member of the backend contract (docs/backends.md has a section per item).
+
+    ``required``: ``every`` backend must define it itself; ``device`` backends (``host_timing``
+    False) must; ``optional`` members have a base default that is right for most platforms.
+    """
+
+    name: str
+    kind: str  # attribute | classmethod | property | method
+    required: str  # every | device | optional
+    summary: str
+
+
+#: The contract, in the order of docs/backends.md. Not ``abc`` abstract methods on purpose: the
+#: host defaults below are exactly right for ``cpu``, and a vendor backend that forgets a member
+#: should fail the contract suite (tests/test_backend_contract.py), not a user's run at import.
+CONTRACT = (
+    ContractItem("name", "attribute", "every", "--backend NAME, meta.json"),
+    ContractItem("description", "attribute", "every", "one line for zlf plugins and errors"),
+    ContractItem("priority", "attribute", "every", "auto-detection: highest available wins"),
+    ContractItem("is_available", "classmethod", "every", "detection; must not raise"),
+    ContractItem("unavailable_reason", "classmethod", "device", "one line for --backend NAME on the wrong machine"),
+    ContractItem("available_when_forced", "classmethod", "optional", "whether --backend NAME may select it undetected"),
+    ContractItem("setup", "method", "device", "select the device before any op module is imported"),
+    ContractItem("device", "property", "every", "torch device string"),
+    ContractItem("torch_device_module", "property", "device", "torch.cuda-like module or None"),
+    ContractItem("device_name", "method", "every", "human device name"),
+    ContractItem("synchronize", "method", "device", "wait for queued work"),
+    ContractItem("event", "method", "device", "timing event: record(), elapsed_time(end) in ms"),
+    ContractItem("timer_name", "attribute", "device", "name of the default timer's samples"),
+    ContractItem("host_timing", "attribute", "optional", "samples are host wall-clock"),
+    ContractItem("warmup_ms", "attribute", "optional", "default timer warm-up budget"),
+    ContractItem("rep_ms", "attribute", "optional", "default timer measurement budget"),
+    ContractItem("flush_l2_default", "attribute", "optional", "flush L2 before each sample by default"),
+    ContractItem("flush_l2", "method", "device", "evict the last-level cache"),
+    ContractItem("new_stream", "method", "device", "a new stream"),
+    ContractItem("stream_context", "method", "device", "make a stream current"),
+    ContractItem("current_stream", "method", "device", "the current stream"),
+    ContractItem("new_graph", "method", "device", "graph object (CUDAGraph, MUSAGraph ...) or None"),
+    ContractItem("graph_capture", "method", "device", "context manager capturing into a graph"),
+    ContractItem("graph_pool_handle", "method", "optional", "memory pool for one capture, or None"),
+    ContractItem("discard_graph_pool", "method", "optional", "undo a failed capture's allocator state"),
+    ContractItem("is_oom", "method", "optional", "exception means out of device memory"),
+    ContractItem("free_memory", "method", "device", "release cached device memory"),
+    ContractItem("smi_command", "attribute", "optional", "vendor CLI (nvidia-smi, mthreads-gmi, mx-smi)"),
+    ContractItem("device_state", "method", "device", "clocks, temperature, throttling, other processes"),
+    ContractItem("busy_warnings", "method", "device", "lines warning that timings may be distorted"),
+    ContractItem("visible_devices_env", "attribute", "optional", "CUDA_VISIBLE_DEVICES-like variable"),
+    ContractItem("fingerprint", "method", "device", "versions and identity for meta.json"),
+    ContractItem("ir_kinds", "attribute", "optional", "IR files the platform's Triton produces"),
+    ContractItem("triton_target", "attribute", "device", "Triton target backend string"),
+    ContractItem("warp_size", "attribute", "optional", "threads per warp of the Triton target"),
+    ContractItem("triton_hook_api", "method", "optional", "which Triton hook API this process has"),
+    ContractItem("install_compiler_hooks", "method", "optional", "feed on_compile / on_launch"),
+)
+
+_NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
 class Backend:
     """Base class of every backend. Subclasses override what their platform does differently.
 
     Class attributes describe the backend without importing its stack; instances are made once
-    per run for one device index.
+    per run for one device index. :data:`CONTRACT` lists every member and who must define it;
+    :meth:`contract_problems` checks a subclass against it.
     """
 
     #: name used by ``--backend NAME`` and recorded in every run's meta.json.
@@ -65,6 +141,10 @@ class Backend:
     rep_ms: ClassVar[float] = 100.0
     #: whether the direct timer flushes L2 before every sample unless told otherwise.
     flush_l2_default: ClassVar[bool] = True
+    #: threads per warp of the Triton target (MetaX MACA: 64).
+    warp_size: ClassVar[int] = 32
+    #: vendor command-line tool for clocks, throttling and other processes, if any.
+    smi_command: ClassVar[Optional[str]] = None
 
     # ---------------------------------------------------------------- detection
     @classmethod
@@ -76,6 +156,37 @@ class Backend:
     def unavailable_reason(cls) -> str:
         """One line saying why :meth:`is_available` is False (shown with ``--backend NAME``)."""
         return f"backend {cls.name!r} is not available on this machine"
+
+    @classmethod
+    def available_when_forced(cls) -> bool:
+        """Whether ``--backend NAME`` / ``ZLF_BACKEND`` may select this backend although
+        :meth:`is_available` is False: for a platform auto-detection cannot always identify
+        (MACA behind ``torch.cuda``). Must not raise."""
+        return False
+
+    @classmethod
+    def contract_problems(cls) -> list:
+        """What this class misses of :data:`CONTRACT` (one line each); empty when it complies."""
+        problems = []
+        if not isinstance(cls.name, str) or not _NAME_RE.match(cls.name):
+            problems.append(f"name {cls.name!r} is not a lower-case identifier")
+        if not cls.description:
+            problems.append("description is empty")
+        if not isinstance(cls.priority, int):
+            problems.append(f"priority {cls.priority!r} is not an int")
+        if not isinstance(cls.ir_kinds, tuple) or not all(isinstance(k, str) for k in cls.ir_kinds):
+            problems.append(f"ir_kinds {cls.ir_kinds!r} is not a tuple of str")
+        if cls.warp_size not in (16, 32, 64, 128):
+            problems.append(f"warp_size {cls.warp_size!r} is not 16, 32, 64 or 128")
+        device = not cls.host_timing
+        if device and not cls.triton_target:
+            problems.append("a device backend needs triton_target")
+        for item in CONTRACT:
+            if item.required == "every" or (item.required == "device" and device):
+                if _defined_by(cls, item.name) is Backend:
+                    who = "every backend" if item.required == "every" else "a device backend"
+                    problems.append(f"{item.name} ({item.kind}) must be defined by {who}: {item.summary}")
+        return problems
 
     # ---------------------------------------------------------------- lifecycle
     def __init__(self, device_index: int = 0):
@@ -117,9 +228,25 @@ class Backend:
         """A graph object for capture/replay, or None where graphs are not supported."""
         return None
 
-    def graph_capture(self, graph, stream=None):
-        """Context manager that captures work issued inside it into ``graph``."""
+    def graph_capture(self, graph, stream=None, pool=None):
+        """Context manager that captures work issued inside it into ``graph``.
+
+        ``pool`` (from :meth:`graph_pool_handle`, passed only when that is not None) is the
+        memory pool the capture allocates from, so a failed capture can be undone.
+        """
         raise NotImplementedError(f"backend {self.name!r} has no graph capture")
+
+    def graph_pool_handle(self):
+        """A fresh memory-pool handle for one capture, or None where the platform has none.
+
+        Optional: graph timers use it with :meth:`discard_graph_pool` to clean up after a
+        failed capture (host sync, ``.item()`` ...) so that later points can still capture.
+        """
+        return None
+
+    def discard_graph_pool(self, pool, graph=None) -> None:
+        """Undo what a *failed* capture of ``graph`` into ``pool`` left in the device allocator
+        (optional). Must do nothing when the capture did end: the graph then owns the pool."""
 
     def flush_l2(self) -> None:
         """Evict the device's last-level cache (write a buffer larger than it)."""
@@ -165,6 +292,13 @@ class Backend:
         return []
 
     # ---------------------------------------------------------------- compiler hooks
+    def triton_hook_api(self) -> str:
+        """``chain`` (3.5+), ``knob`` (3.4), ``class`` (<=3.3 and the 3.1-based vendor forks)
+        or ``none``: detected from the Triton this process imports, never assumed."""
+        from ..compiler_hooks import hook_api
+
+        return hook_api()
+
     def install_compiler_hooks(self, on_compile, on_launch):
         """Feed ``on_compile(CompileEvent)`` / ``on_launch(LaunchEvent)`` from the platform's
         Triton hooks. Either callback may be None.
@@ -174,3 +308,11 @@ class Backend:
         from .. import compiler_hooks
 
         return compiler_hooks.install(on_compile, on_launch)
+
+
+def _defined_by(cls, member: str):
+    """The class in ``cls``'s MRO whose body defines ``member`` (None when none does)."""
+    for klass in cls.__mro__:
+        if member in vars(klass):
+            return klass
+    return None

@@ -33,6 +33,7 @@ class CudaBackend(Backend):
     visible_devices_env = "CUDA_VISIBLE_DEVICES"
     ir_kinds = ("ttir", "ttgir", "llir", "ptx", "cubin")
     triton_target = "cuda"
+    smi_command = "nvidia-smi"
 
     def __init__(self, device_index: int = 0):
         super().__init__(device_index)
@@ -43,12 +44,30 @@ class CudaBackend(Backend):
         try:
             import torch
 
-            return bool(torch.cuda.is_available()) and torch.version.hip is None
+            if not torch.cuda.is_available() or torch.version.hip is not None:
+                return False
         except Exception:
             return False
+        # MetaX's mcPytorch also answers torch.cuda: leave such a machine to the maca backend.
+        from .detect import maca_signals
+
+        return not maca_signals()
 
     @classmethod
     def unavailable_reason(cls) -> str:
+        try:
+            import torch
+
+            looks_nvidia = torch.cuda.is_available() and torch.version.hip is None
+        except Exception:
+            looks_nvidia = False
+        if looks_nvidia:
+            from .detect import maca_signals
+
+            signals = maca_signals()
+            if signals:
+                return (f"backend 'cuda' stands aside: this looks like a MetaX (MACA) machine ({', '.join(signals)}); "
+                        "use --backend maca (distribution zlf-backend-maca)")
         return "backend 'cuda' is not available: torch sees no CUDA GPU on this machine"
 
     def setup(self) -> None:
@@ -102,10 +121,39 @@ class CudaBackend(Backend):
 
         return torch.cuda.CUDAGraph()
 
-    def graph_capture(self, graph, stream=None):
+    def graph_capture(self, graph, stream=None, pool=None):
         import torch
 
-        return torch.cuda.graph(graph, stream=stream)
+        return torch.cuda.graph(graph, pool=pool, stream=stream)
+
+    def graph_pool_handle(self):
+        import torch
+
+        return torch.cuda.graph_pool_handle()
+
+    def discard_graph_pool(self, pool, graph=None) -> None:
+        import torch
+
+        if graph is not None:
+            try:
+                graph.pool()
+                return  # the capture ended: the graph releases its pool when destroyed
+            except RuntimeError:
+                pass
+        # CUDAGraph::capture_end raises on an invalidated capture *before* it tells the caching
+        # allocator the capture is over; the stale entry then fails every later empty_cache()
+        # (and so every later capture) with "captures_underway.empty() INTERNAL ASSERT FAILED".
+        end = getattr(torch._C, "_cuda_endAllocateToPool", None) or getattr(
+            torch._C, "_cuda_endAllocateCurrentStreamToPool", None)
+        if end is None:
+            return
+        try:
+            end(self.index, pool)
+        except RuntimeError:
+            return  # not allocating to it: the capture never began, nothing to undo
+        release = getattr(torch._C, "_cuda_releasePool", None)
+        if release is not None:
+            release(self.index, pool)
 
     def flush_l2(self) -> None:
         import torch

@@ -1,0 +1,612 @@
+"""Multi-round A/B campaign: every run a fresh zlf run process; verdicts with a stated error rate.
+
+Side B is the change, side A the baseline. Round 1's A run records autotune choices and every
+other run replays them (when the ``autotune_replay`` extension is active); odd rounds run A then B,
+even rounds B then A. The statistics and the verdict rule are in :mod:`zlf.stats` and docs/ab.md.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import mmap
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from . import stats
+from .campaign import (C_COMPLETE, C_INTERRUPTED, C_RUNNING, FAILED, OK, PENDING, RUNNING, SKIPPED,
+                       SUMMARY_JSON, Campaign, OpSpec, Side, now)
+from .console import paint, warn
+from .errors import UsageError
+from .rundir import RunDir
+
+EPILOG = """\
+examples:
+  zlf ab --switch DISABLE_MMA_V3 matmul          DISABLE_MMA_V3=0 on A, =1 on B, 6 rounds
+  zlf ab --aa --rounds 6                         A/A over the built-in suite: the noise floor
+  zlf ab --switch X --noise-from runs/ab_aa_...  use that A/A as the noise floor
+  zlf ab --a-python venvA/bin/python --b-python venvB/bin/python softmax
+  zlf ab --switch X --until-confident --max-rounds 12 --ext autotune_replay
+  zlf ab --resume runs/ab_X_20250101-120000      finish an interrupted campaign
+verdicts (B against A): FASTER, SLOWER, SAME, UNSURE -- the rule is in docs/ab.md
+exit codes: 0 done, 1 an op failed (or --fail-on-slower and a point is SLOWER), 2 bad input, 130 interrupted
+"""
+
+DEFAULT_ROUNDS = 6
+#: first look of an adaptive campaign when --rounds is not given.
+DEFAULT_FIRST_LOOK = 3
+DEFAULT_MAX_ROUNDS = 12
+REPLAY_EXTENSION = "autotune_replay"
+_DEFAULTS = stats.Settings()
+#: run options ``zlf ab`` owns itself; an extension's option of the same name is not passed on.
+OWN_RUN_OPTIONS = ("replay_from",)
+
+
+# ----------------------------------------------------------------------------- command line
+def _run_pass_through(parser: argparse.ArgumentParser) -> None:
+    """Core run options every run of the campaign gets (the same names as ``zlf run``)."""
+    g = parser.add_argument_group("passed to every zlf run")
+    g.add_argument("--dtype", action="append", metavar="D", help="dtype(s) instead of each op's defaults")
+    g.add_argument("--backend", metavar="NAME", help="cpu, cuda, or an extension's backend")
+    g.add_argument("--device", type=int, default=0, metavar="N", help="device index (default 0)")
+    g.add_argument("--timer", metavar="EXT", help="which extension's time_fn to use")
+    g.add_argument("--warmup-ms", type=float, metavar="MS", help="warm-up budget per point")
+    g.add_argument("--rep-ms", type=float, metavar="MS", help="measurement budget per point")
+    l2 = g.add_mutually_exclusive_group()
+    l2.add_argument("--flush-l2", dest="flush_l2", action="store_true", default=None, help="flush L2 before every sample")
+    l2.add_argument("--no-flush-l2", dest="flush_l2", action="store_false", help="keep L2 warm between samples")
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = EPILOG
+    parser.add_argument("ops", nargs="*", metavar="OP",
+                        help="op, OP:OP_FILE, or FILE.py[::NAME] (default: the built-in suite add softmax matmul)")
+    s = parser.add_argument_group("sides (combinable; B is the change, A the baseline)")
+    s.add_argument("--switch", metavar="NAME", help="environment variable set to 0 on A and 1 on B")
+    s.add_argument("--a-env", action="append", default=[], metavar="K=V", help="extra environment of side A (repeatable)")
+    s.add_argument("--b-env", action="append", default=[], metavar="K=V", help="extra environment of side B (repeatable)")
+    s.add_argument("--a-python", metavar="PATH", help="interpreter of side A (a compiler build with zlf installed)")
+    s.add_argument("--b-python", metavar="PATH", help="interpreter of side B")
+    s.add_argument("--aa", action="store_true", help="A/A calibration: B is a copy of A; measures the noise floor")
+    r = parser.add_argument_group("rounds")
+    r.add_argument("--rounds", type=int, metavar="N",
+                   help=f"rounds of A+B runs (default {DEFAULT_ROUNDS}; with --until-confident the first look, default {DEFAULT_FIRST_LOOK})")
+    r.add_argument("--until-confident", action="store_true",
+                   help="add rounds until no point is UNSURE or --max-rounds (alpha spending keeps the error rate)")
+    r.add_argument("--max-rounds", type=int, default=DEFAULT_MAX_ROUNDS, metavar="M",
+                   help=f"upper bound of --until-confident (default {DEFAULT_MAX_ROUNDS})")
+    st = parser.add_argument_group("statistics (docs/ab.md)")
+    st.add_argument("--alpha", type=float, default=_DEFAULTS.alpha, metavar="A",
+                    help="chance of any wrong verdict in the whole campaign (default 0.05)")
+    st.add_argument("--margin", type=float, default=_DEFAULTS.margin_pct, metavar="PCT",
+                    help="equivalence margin for SAME, percent (default 2)")
+    st.add_argument("--min-effect", type=float, default=_DEFAULTS.min_effect_pct, metavar="PCT",
+                    help="noise floor for points no A/A covers, percent (default 1)")
+    st.add_argument("--noise-from", metavar="DIR", help="an A/A campaign (zlf ab --aa) whose per-point noise floor to use")
+    g = parser.add_argument_group("guards")
+    g.add_argument("--switch-source", action="append", metavar="PATH",
+                   help="where the switch must be referenced (repeatable; default: each side's triton package and the op sources)")
+    g.add_argument("--require-idle", action="store_true", help="refuse to start a run while the device is busy or throttled")
+    g.add_argument("--idle-wait", type=float, default=60.0, metavar="S",
+                   help="with --require-idle: how long to wait for an idle device before stopping (default 60)")
+    o = parser.add_argument_group("output")
+    o.add_argument("--out", default="runs", metavar="PARENT", help="parent of the campaign directory (default: runs/)")
+    o.add_argument("--label", metavar="LABEL", help="campaign directory label (default: the switch, 'aa' or 'ab')")
+    o.add_argument("--resume", metavar="DIR", help="complete an interrupted campaign (its own options are used)")
+    o.add_argument("--triton-cache", metavar="DIR",
+                   help="parent of the per-side Triton caches, to reuse them across campaigns (default: inside the campaign)")
+    o.add_argument("--fail-on-slower", action="store_true", help="exit 1 when any point is SLOWER")
+    o.add_argument("--dry-run", action="store_true", help="print the sides, the runs and the guards; run nothing")
+    _run_pass_through(parser)
+
+
+def _parse_env(items, flag) -> dict:
+    env = {}
+    for item in items or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"{flag} {item!r}: expected K=V")
+        env[key] = value
+    return env
+
+
+def build_sides(args) -> tuple:
+    """``(A, B)`` from --switch / --a-env / --b-env / --a-python / --b-python / --aa."""
+    a_env, b_env = {}, {}
+    if args.switch:
+        a_env[args.switch], b_env[args.switch] = "0", "1"
+    for target, items, flag in ((a_env, args.a_env, "--a-env"), (b_env, args.b_env, "--b-env")):
+        for k, v in _parse_env(items, flag).items():
+            if args.switch and k == args.switch:
+                raise UsageError(f"{flag} {k}=...: {k} is already the --switch")
+            target[k] = v
+    for flag in ("a_python", "b_python"):
+        path = getattr(args, flag)
+        if path and not (os.path.isfile(path) and os.access(path, os.X_OK)):
+            raise UsageError(f"--{flag.replace('_', '-')} {path!r} is not an executable file")
+    a = Side("A", a_env, os.path.abspath(args.a_python) if args.a_python else "")
+    if args.aa:
+        if args.switch or args.b_env or args.b_python:
+            raise UsageError("--aa makes B a copy of A: drop --switch, --b-env and --b-python")
+        return a, Side("B", dict(a.env), a.python)
+    b = Side("B", b_env, os.path.abspath(args.b_python) if args.b_python else "")
+    if not (args.switch or args.a_env or args.b_env or args.a_python or args.b_python):
+        raise UsageError("say what differs between the sides: --switch NAME, --a-env/--b-env K=V, "
+                         "--a-python/--b-python PATH, or --aa for an A/A calibration")
+    if (a.env, a.interpreter) == (b.env, b.interpreter):
+        warn("sides A and B are defined identically: this is an A/A campaign (use --aa to say so)")
+    return a, b
+
+
+def pass_through_args(args, hooks) -> list:
+    """The run options given to ``zlf ab`` (core's and the active extensions'), re-spelt for
+    ``zlf run``: argparse actions know how each was written."""
+    scratch = argparse.ArgumentParser(add_help=False)
+    _run_pass_through(scratch)
+    hooks.add_options(scratch)
+    out, done = [], set()
+    for action in scratch._actions:
+        dest = action.dest
+        if dest in done or not action.option_strings or not hasattr(args, dest):
+            continue
+        value = getattr(args, dest)
+        if value is None or value == action.default:
+            continue
+        if dest in OWN_RUN_OPTIONS:
+            raise UsageError(f"{action.option_strings[0]} is set by zlf ab itself (round 1 A records, every other run replays)")
+        flag = action.option_strings[0]
+        if isinstance(action, (argparse._StoreConstAction, argparse._StoreTrueAction, argparse._StoreFalseAction)):
+            if value != action.const:
+                continue  # the other flag of a pair (--flush-l2 / --no-flush-l2) spells it
+            out.append(flag)
+        elif isinstance(action, argparse._CountAction):
+            out.extend([flag] * int(value))
+        elif isinstance(action, argparse._AppendAction):
+            for item in value:
+                out.extend([flag, *map(str, item)] if isinstance(item, (list, tuple)) else [flag, str(item)])
+        elif isinstance(value, (list, tuple)):
+            out.extend([flag, *map(str, value)])
+        else:
+            out.extend([flag, str(value)])
+        done.add(dest)
+    return out
+
+
+def extension_args(hooks) -> list:
+    """Select in every run exactly the extensions active here (install order never decides)."""
+    active = [i.name for i in hooks.infos if i.status == "active"]
+    if active:
+        return [a for name in active for a in ("--ext", name)]
+    return [a for i in hooks.infos for a in ("--no-ext", i.name)]
+
+
+# ----------------------------------------------------------------------------- guards
+def _triton_dir(python: str) -> str:
+    code = "import importlib.util,os;s=importlib.util.find_spec('triton');print(os.path.dirname(s.origin) if s and s.origin else '')"
+    try:
+        out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return out.stdout.strip()
+
+
+def default_switch_sources(sides, ops) -> list:
+    """Each side's installed Triton package and the op sources (built-in ops: zlf's ops module)."""
+    paths = []
+    for python in dict.fromkeys(s.interpreter for s in sides):
+        d = _triton_dir(python)
+        if d:
+            paths.append(d)
+    for op in ops:
+        if op.source:
+            paths.append(op.source)
+        else:
+            from .ops import BUILTIN_OPS
+
+            if op.name in BUILTIN_OPS:
+                paths.append(str(Path(__file__).parent / "ops" / "builtin.py"))
+    return list(dict.fromkeys(paths))
+
+
+def _files(paths):
+    for p in paths:
+        p = Path(p)
+        if p.is_file():
+            yield p
+        elif p.is_dir():
+            for root, _, names in os.walk(p):
+                for n in sorted(names):
+                    yield Path(root) / n
+
+
+def find_references(name: str, paths, limit: int = 3) -> list:
+    """Files under ``paths`` whose bytes contain ``name`` (compiled libraries included: Triton
+    reads many switches from C++). At most ``limit`` hits."""
+    needle, hits = name.encode(), []
+    for f in _files(paths):
+        try:
+            with open(f, "rb") as fh:
+                if os.fstat(fh.fileno()).st_size == 0:
+                    continue
+                with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as m:
+                    if m.find(needle) >= 0:
+                        hits.append(str(f))
+        except (OSError, ValueError):
+            continue
+        if len(hits) >= limit:
+            break
+    return hits
+
+
+def switch_guard(sides, ops, sources=None) -> list:
+    """For each variable that differs between the sides: where it is referenced.
+
+    :return: ``[{"name", "found": [files], "searched": [paths]}]``.
+    """
+    a, b = sides
+    keys = sorted(k for k in set(a.env) | set(b.env) if a.env.get(k) != b.env.get(k))
+    if not keys:
+        return []
+    searched = list(sources) if sources else default_switch_sources(sides, ops)
+    return [{"name": k, "found": find_references(k, searched), "searched": searched} for k in keys]
+
+
+def switch_guard_messages(results) -> list:
+    return [f"switch {r['name']} is not referenced anywhere in {', '.join(r['searched']) or '(nothing searched)'}: "
+            "both sides may run identical code (give --switch-source PATH if it is read elsewhere)"
+            for r in results if not r["found"]]
+
+
+def ir_guard(campaign, reported_ops) -> list:
+    """After the campaign: per op, whether side B's compiled IR differs from side A's."""
+    if campaign.data.get("aa"):
+        return []
+    try:
+        from .irtree import CHANGED, IDENTICAL, shape_status
+    except ImportError:
+        return []
+    lines = []
+    for op in reported_ops:
+        for k in range(1, campaign.planned_rounds() + 1):
+            ra, rb = campaign.find(op, k, "A"), campaign.find(op, k, "B")
+            if not (ra and rb and ra["status"] == OK and rb["status"] == OK):
+                continue
+            status = shape_status(campaign.run_dir(ra), campaign.run_dir(rb))
+            if not status:
+                break  # no IR dumped (ir_dump not active)
+            changed = [s for s, v in status.items() if v != IDENTICAL]
+            if not changed:
+                lines.append(f"!!! {op}: the switch changed NO compiled code -- IR identical on all {len(status)} shapes "
+                             f"(r{k}_A vs r{k}_B): any delta is noise, not the compiler change")
+            else:
+                n_changed = sum(1 for v in status.values() if v == CHANGED)
+                lines.append(f"{op}: IR differs between A and B on {len(changed)} of {len(status)} shapes "
+                             f"({n_changed} changed, the rest on one side only)")
+            break
+    return lines
+
+
+def busy_backend(session, backend_name, device):
+    """The backend object whose ``busy_warnings()`` guards --require-idle, never set up here
+    (the campaign process must not hold the GPU it is measuring)."""
+    known = session.backends()
+    name = backend_name or os.environ.get("ZLF_BACKEND")
+    if name:
+        if name not in known:
+            raise UsageError(f"unknown backend {name!r}; known: {', '.join(sorted(known))}")
+        cls = known[name]
+    else:
+        available = [c for c in known.values() if c.is_available()]
+        cls = max(available, key=lambda c: c.priority)
+    return cls(device)
+
+
+def wait_until_idle(backend, wait_s: float, poll_s: float = 5.0) -> list:
+    """``[]`` once the device is idle, or the last warnings after ``wait_s`` seconds."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        warnings = backend.busy_warnings()
+        if not warnings or time.monotonic() >= deadline:
+            return warnings
+        time.sleep(min(poll_s, max(0.0, deadline - time.monotonic())))
+
+
+# ----------------------------------------------------------------------------- statistics over run dirs
+def collect(campaign, rounds=None):
+    """Per-point values of every op with no failed run.
+
+    :return: ``(values, blockers, remarks, excluded)``: ``{point: (A ms, B ms)}`` over the rounds
+        where both runs of the point's op are done; ``{point: why no direction}``;
+        ``{point: [remarks]}``; ``{point: why left out}``.
+    """
+    failed = campaign.failed_ops()
+    rounds = rounds or campaign.planned_rounds()
+    values, blockers, remarks, excluded = {}, {}, {}, {}
+    for op in campaign.ops:
+        if op.name in failed:
+            continue
+        per_point: dict = {}
+        timers: dict = {}
+        done_rounds = []
+        for k in range(1, rounds + 1):
+            pair = [campaign.find(op.name, k, s) for s in ("A", "B")]
+            if not all(r and r["status"] == OK for r in pair):
+                continue
+            done_rounds.append(k)
+            for side, r in zip(("A", "B"), pair):
+                records, _ = RunDir(campaign.run_dir(r)).records()
+                for rec in records:
+                    slot = per_point.setdefault(rec.point, {})
+                    slot[(k, side)] = rec.median_ms if rec.status == "ok" else None
+                    if rec.timer:
+                        timers.setdefault(rec.point, set()).add(rec.timer)
+                    for m in rec.markers:
+                        word = m.split(" ")[0]
+                        remarks.setdefault(rec.point, [])
+                        if f"{word} r{k}_{side}" not in remarks[rec.point]:
+                            remarks[rec.point].append(f"{word} r{k}_{side}")
+        for point, slot in per_point.items():
+            missing = [f"r{k}_{s}" for k in done_rounds for s in ("A", "B") if slot.get((k, s)) is None]
+            if missing:
+                excluded[point] = "no time in " + ", ".join(missing)
+                continue
+            if not done_rounds:
+                continue
+            values[point] = ([slot[(k, "A")] for k in done_rounds], [slot[(k, "B")] for k in done_rounds])
+            if len(timers.get(point, ())) > 1:
+                blockers[point] = "mixed timers: " + ", ".join(sorted(timers[point]))
+    return values, blockers, remarks, excluded
+
+
+def load_floors(noise_from) -> dict:
+    """``{point: floor percent}`` from an A/A campaign directory (``--noise-from``)."""
+    if not noise_from:
+        return {}
+    path = Path(noise_from) / SUMMARY_JSON
+    if not path.is_file():
+        raise UsageError(f"--noise-from {noise_from!r}: no {SUMMARY_JSON} (not a finished zlf ab campaign)")
+    doc = json.loads(path.read_text())
+    if not doc.get("aa"):
+        raise UsageError(f"--noise-from {noise_from!r} is not an A/A campaign (run zlf ab --aa)")
+    return stats.aa_floors(doc.get("points", []))
+
+
+def settings_of(campaign) -> stats.Settings:
+    s = campaign.data["statistics"]
+    return stats.Settings(alpha=s["alpha"], margin_pct=s["margin_pct"], min_effect_pct=s["min_effect_pct"])
+
+
+def look_level(campaign, rounds: int) -> float:
+    """The alpha of the analysis after ``rounds`` rounds (alpha spending when adaptive)."""
+    s = campaign.data["statistics"]
+    if not s.get("until_confident"):
+        return s["alpha"]
+    first = s["first_look"]
+    previous = 0 if rounds <= first else rounds - 1
+    return stats.look_alpha(rounds, previous, s["max_rounds"], s["alpha"])
+
+
+def analyse(campaign, rounds=None):
+    rounds = rounds or campaign.planned_rounds()
+    values, blockers, remarks, excluded = collect(campaign, rounds)
+    floors = campaign.data["statistics"].get("floors") or {}
+    alpha = look_level(campaign, rounds)
+    results = stats.analyse(values, settings_of(campaign), alpha=alpha, floors=floors, notes=blockers)
+    return results, remarks, excluded, alpha
+
+
+# ----------------------------------------------------------------------------- driving the runs
+class Printer:
+    """Progress lines on stderr: one per finished run, with the time left."""
+
+    def __init__(self, campaign):
+        self.campaign = campaign
+        self.t0 = time.monotonic()
+        self.seconds = []
+
+    def done(self, run) -> None:
+        runs = self.campaign.runs
+        finished = sum(1 for r in runs if r["status"] in (OK, FAILED, SKIPPED))
+        if run.get("seconds"):
+            self.seconds.append(run["seconds"])
+        left = len(runs) - finished
+        eta = f", ~{_clock(left * sum(self.seconds) / len(self.seconds))} left" if self.seconds and left else ""
+        what = {OK: paint("ok", "green", sys.stderr), FAILED: paint("FAILED", "red", sys.stderr)}.get(run["status"], run["status"])
+        took = f" {run['seconds']:.1f}s" if run.get("seconds") else ""
+        error = f" ({run['error']})" if run.get("error") else ""
+        flags = paint(" [busy/throttled]", "yellow", sys.stderr) if run.get("flags") else ""
+        print(f"[{finished}/{len(runs)}] {run['op']} r{run['round']}_{run['side']} {what}{took}{flags}{error}"
+              f"  (elapsed {_clock(time.monotonic() - self.t0)}{eta})", file=sys.stderr, flush=True)
+
+    def line(self, text: str) -> None:
+        print(text, file=sys.stderr, flush=True)
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(round(seconds))
+    return f"{seconds // 60}:{seconds % 60:02d}"
+
+
+class Stopped(Exception):
+    """The campaign cannot go on now (the device stayed busy); --resume continues it."""
+
+
+def run_pending(campaign, printer, busy=None, idle_wait=60.0) -> None:
+    for run in campaign.runs:
+        if run["status"] in (OK, FAILED, SKIPPED):
+            continue
+        failed = campaign.failed_ops().get(run["op"])
+        if failed:
+            run.update(status=SKIPPED, error=f"op failed in r{failed['round']}_{failed['side']}")
+            campaign.save()
+            printer.done(run)
+            continue
+        if busy is not None:
+            warnings = wait_until_idle(busy, idle_wait)
+            if warnings:
+                raise Stopped(f"--require-idle: device still busy after {idle_wait:g}s before "
+                              f"{run['op']} r{run['round']}_{run['side']}: {'; '.join(warnings)}")
+        campaign.execute(run)
+        printer.done(run)
+
+
+def drive(campaign, printer, busy=None, idle_wait=60.0) -> None:
+    """Run every pending run; when adaptive, look after each round and add rounds as needed."""
+    s = campaign.data["statistics"]
+    while True:
+        run_pending(campaign, printer, busy, idle_wait)
+        if not s.get("until_confident"):
+            return
+        n = campaign.planned_rounds()
+        results, _, _, alpha = analyse(campaign, n)
+        undecided = [r.point for r in results if r.verdict == stats.UNSURE]
+        looks = campaign.data["looks"]
+        if not looks or looks[-1]["rounds"] != n:
+            looks.append({"rounds": n, "alpha": alpha, "points": len(results), "undecided": len(undecided), "at": now()})
+            campaign.save()
+        printer.line(f"look after round {n}: alpha {alpha:.4g}, {len(results) - len(undecided)} of {len(results)} points decided")
+        if not undecided or not results or n >= s["max_rounds"]:
+            return
+        campaign.add_round(n + 1)
+
+
+# ----------------------------------------------------------------------------- the command
+def _new_campaign(args, session):
+    a, b = build_sides(args)
+    ops = [OpSpec.parse(t) for t in (args.ops or ["add", "softmax", "matmul"])]
+    if any(o.run_spec in ("builtin", "all") for o in ops):
+        raise UsageError("name the ops (add softmax matmul) instead of 'builtin': each op gets its own runs")
+    names = [o.name for o in ops]
+    if len(set(names)) != len(names):
+        raise UsageError(f"op named twice: {sorted({n for n in names if names.count(n) > 1})[0]!r}")
+    for o in ops:
+        if o.source and not os.path.isfile(o.source):
+            raise UsageError(f"op file {o.source!r} not found")
+    first = args.rounds or (DEFAULT_FIRST_LOOK if args.until_confident else DEFAULT_ROUNDS)
+    if first < 1:
+        raise UsageError("--rounds must be at least 1")
+    if args.until_confident and args.max_rounds < first:
+        raise UsageError(f"--max-rounds {args.max_rounds} is below the first look ({first} rounds)")
+    if not 0 < args.alpha < 1:
+        raise UsageError("--alpha must be between 0 and 1")
+    floors = load_floors(args.noise_from)
+    replay = any(i.name == REPLAY_EXTENSION and i.status == "active" for i in session.hooks.infos)
+    data = {
+        "label": args.label or ("aa" if args.aa else (args.switch or "ab")),
+        "command": ["zlf", *sys.argv[1:]],
+        "cwd": os.getcwd(),
+        "driver_pid": os.getpid(),
+        "aa": bool(args.aa),
+        "switch": args.switch,
+        "sides": [a.to_json(), b.to_json()],
+        "ops": [o.to_json() for o in ops],
+        "run_args": pass_through_args(args, session.hooks),
+        "extension_args": extension_args(session.hooks),
+        "replay": replay,
+        "backend": args.backend,
+        "device": args.device,
+        "require_idle": bool(args.require_idle),
+        "idle_wait": args.idle_wait,
+        "fail_on_slower": bool(args.fail_on_slower),
+        "statistics": {
+            "alpha": args.alpha, "margin_pct": args.margin, "min_effect_pct": args.min_effect,
+            "noise_from": os.path.abspath(args.noise_from) if args.noise_from else None, "floors": floors,
+            "until_confident": bool(args.until_confident), "first_look": first,
+            "max_rounds": args.max_rounds if args.until_confident else first,
+        },
+    }
+    guard = switch_guard((a, b), ops, args.switch_source)
+    data["guards"] = {"switch_source": guard}
+    if args.dry_run:
+        _print_dry_run(data, a, b, ops, guard)
+        return None
+    for line in switch_guard_messages(guard):
+        warn(line)
+    label = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in data["label"])
+    campaign = Campaign.create(args.out, label, data)
+    if not campaign.data.get("triton_cache"):
+        campaign.data["triton_cache"] = os.path.abspath(args.triton_cache) if args.triton_cache else str(campaign.path / "triton_cache")
+    for k in range(1, first + 1):
+        campaign.add_round(k)
+    return campaign
+
+
+def _print_dry_run(data, a, b, ops, guard) -> None:
+    print(f"side A: {a.describe()}\nside B: {b.describe()}")
+    s = data["statistics"]
+    rounds = f"{s['first_look']} rounds" + (f", then up to {s['max_rounds']} until confident" if s["until_confident"] else "")
+    print(f"ops: {', '.join(o.name for o in ops)}; {rounds}; autotune replay: {'on' if data['replay'] else 'off'}")
+    extra = " ".join(data["extension_args"] + data["run_args"])
+    for o in ops:
+        print(f"  zlf run {o.run_spec} {extra}".rstrip())
+    for r in guard:
+        where = ", ".join(r["found"]) if r["found"] else "NOT FOUND"
+        print(f"switch {r['name']} referenced in: {where}")
+    for line in switch_guard_messages(guard):
+        warn(line)
+
+
+def main(args, session) -> int:
+    from . import ab_report
+
+    if args.resume:
+        campaign = Campaign.open(args.resume)
+        pid = campaign.data.get("driver_pid")
+        if campaign.data["status"] == C_RUNNING and pid and pid != os.getpid() and _alive(pid):
+            raise UsageError(f"campaign {args.resume!r} is still being run by process {pid}")
+        stale = [r for r in campaign.runs if r["status"] in (PENDING, RUNNING)]
+        for run in stale:
+            run.update(status=PENDING, started=None)  # a run in flight when it stopped is re-run whole
+        if stale or campaign.data["status"] != C_COMPLETE:
+            campaign.data.update(driver_pid=os.getpid(), status=C_RUNNING)
+        campaign.save()
+    else:
+        campaign = _new_campaign(args, session)
+        if campaign is None:
+            return 0
+    printer = Printer(campaign)
+    d = campaign.data
+    a, b = campaign.sides["A"], campaign.sides["B"]
+    pending = sum(1 for r in campaign.runs if r["status"] in (PENDING, RUNNING))
+    printer.line(f"campaign {campaign.path}\n  A: {a.describe()}\n  B: {b.describe()}\n"
+                 f"  {len(campaign.ops)} op(s) x {campaign.planned_rounds()} rounds x 2 sides; {pending} run(s) to go; "
+                 f"autotune replay {'on' if d['replay'] else 'OFF (autotune_replay not active: every run tunes for itself)'}")
+    busy = busy_backend(session, d.get("backend"), d.get("device", 0)) if d.get("require_idle") else None
+    try:
+        drive(campaign, printer, busy, d.get("idle_wait", 60.0))
+    except KeyboardInterrupt:
+        campaign.data.update(status=C_INTERRUPTED)
+        campaign.save()
+        print(f"\ninterrupted; finished runs kept -- continue with: zlf ab --resume {campaign.path}", file=sys.stderr)
+        return 130
+    except Stopped as exc:
+        campaign.data.update(status=C_INTERRUPTED)
+        campaign.save()
+        print(f"zlf: {exc}\ncontinue with: zlf ab --resume {campaign.path}", file=sys.stderr)
+        return 1
+    if campaign.data["status"] != C_COMPLETE or not campaign.data.get("finished"):
+        campaign.data["finished"] = now()
+    campaign.data["status"] = C_COMPLETE
+    campaign.save()
+    results, remarks, excluded, alpha = analyse(campaign)
+    reported = [o.name for o in campaign.ops if o.name not in campaign.failed_ops()]
+    text = ab_report.write(campaign, results, remarks, excluded, alpha, ir_guard(campaign, reported))
+    print(text)
+    print(f"campaign dir: {campaign.path}")
+    if campaign.failed_ops():
+        return 1
+    if d.get("fail_on_slower") and any(r.verdict == stats.SLOWER for r in results):
+        return 1
+    return 0
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,204 @@
+"""What a finished ``zlf ab`` campaign says: summary.log, summary.json, report.md and its plot.
+
+Reads only the campaign's state and the statistics; never a kernel, never a run in progress.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tabulate import tabulate
+
+from . import stats
+from .campaign import FAILED, OK, PLOT, REPORT, SKIPPED, SUMMARY_JSON, SUMMARY_LOG, now
+
+HEADERS = ["point", "A median ms", "B median ms", "delta median", "delta interval", "noise A/B",
+           "flips", "MDE", "verdict"]
+#: the rule in one place, printed under every table (docs/ab.md explains it).
+RULE = ("verdict rule (B against A): interval = t-interval of the paired per-round log deltas at "
+        "confidence 1 - alpha/m (m points, Bonferroni); SLOWER/FASTER when it excludes 0, the median "
+        "delta is beyond the noise floor and no round has the other sign; SAME when it lies inside "
+        "+-margin; else UNSURE. MDE = smallest delta detectable with 80% power.")
+
+
+def _p(value, digits=2, sign=True) -> str:
+    if value is None:
+        return "-"
+    if abs(value) >= 1000:  # two rounds and a Bonferroni t-quantile can give absurd widths: keep it short
+        return f"{value:+.2g}%" if sign else f"{value:.2g}%"
+    return f"{value:+.{digits}f}%" if sign else f"{value:.{digits}f}%"
+
+
+def _ms(value) -> str:
+    return f"{value:.4g}"
+
+
+def rows(results, aa=False) -> list:
+    out = []
+    for r in results:
+        interval = "-" if r.delta_lo_pct is None else f"[{_p(r.delta_lo_pct)[:-1]}, {_p(r.delta_hi_pct)[:-1]}]%"
+        noise = f"{_p(r.noise_a_pct, 2, False)} / {_p(r.noise_b_pct, 2, False)}"
+        row = [r.point, _ms(r.a_median_ms), _ms(r.b_median_ms), _p(r.delta_median_pct), interval, noise,
+               f"{r.flips}/{r.rounds}", _p(r.mde_pct, 1, False), r.verdict + (f" ({r.note})" if r.note else "")]
+        if aa:
+            row.insert(-1, _p(r.aa_floor_pct, 2, False))
+        out.append(row)
+    return out
+
+
+def headers(aa=False) -> list:
+    h = list(HEADERS)
+    if aa:
+        h.insert(-1, "noise floor")
+    return h
+
+
+def _context_lines(campaign, alpha) -> list:
+    d = campaign.data
+    s = d["statistics"]
+    a, b = campaign.sides["A"], campaign.sides["B"]
+    rounds = campaign.planned_rounds()
+    lines = [f"campaign {campaign.path.name}: {'A/A calibration' if d.get('aa') else 'A/B'}, "
+             f"{rounds} round(s), status {d['status']}, started {d['started']}, finished {d.get('finished') or '-'}",
+             f"  A: {a.describe()}", f"  B: {b.describe()}"]
+    if s.get("until_confident"):
+        lines.append(f"  until confident: first look after {s['first_look']} rounds, at most {s['max_rounds']}; "
+                     f"rounds used: {rounds}; alpha of the final look {alpha:.4g} (linear alpha spending, total {s['alpha']})")
+    else:
+        lines.append(f"  alpha {s['alpha']} for the whole campaign")
+    floor = (f"A/A floors from {s['noise_from']} ({len(s.get('floors') or {})} points), else {s['min_effect_pct']}%"
+             if s.get("noise_from") else f"{s['min_effect_pct']}% (no A/A calibration: --noise-from DIR)")
+    lines.append(f"  noise floor: {floor}; equivalence margin: {s['margin_pct']}%")
+    lines.append("  autotune replay: " + ("on (round 1 A records, every other run replays it)" if d.get("replay")
+                                          else "OFF -- autotune_replay not active: every run tuned for itself"))
+    run_args = " ".join(d["extension_args"] + d["run_args"])
+    lines.append(f"  every run: zlf run OP {run_args}".rstrip())
+    return lines
+
+
+def _guard_lines(campaign, ir_lines) -> list:
+    from .ab import switch_guard_messages
+
+    lines = switch_guard_messages(campaign.data.get("guards", {}).get("switch_source", []))
+    for r in campaign.data.get("guards", {}).get("switch_source", []):
+        if r["found"]:
+            lines.append(f"switch {r['name']} is referenced in {r['found'][0]}" + (" ..." if len(r["found"]) > 1 else ""))
+    return lines + list(ir_lines)
+
+
+def _problem_lines(campaign, excluded) -> list:
+    lines = []
+    for op, run in campaign.failed_ops().items():
+        lines.append(f"NO REPORT for {op}: run r{run['round']}_{run['side']} failed ({run['error']}); "
+                     f"its runs stay in {campaign.path / op}")
+    flagged = [r for r in campaign.runs if r.get("flags")]
+    for r in flagged:
+        lines.append(f"busy/throttled: {r['op']} r{r['round']}_{r['side']}: {'; '.join(r['flags'])}")
+    for point, why in sorted(excluded.items()):
+        lines.append(f"left out {point}: {why}")
+    return lines
+
+
+def _findings(campaign, results, remarks) -> list:
+    aa = bool(campaign.data.get("aa"))
+    c = stats.counts(results)
+    lines = [f"verdicts: {c[stats.FASTER]} FASTER, {c[stats.SLOWER]} SLOWER, {c[stats.SAME]} SAME, "
+             f"{c[stats.UNSURE]} UNSURE over {len(results)} points"]
+    flipped = [r for r in results if r.flips]
+    lines.append(f"sign flips: {len(flipped)} point(s) changed the sign of their delta across rounds"
+                 + (": " + ", ".join(f"{r.point} ({r.flips}/{r.rounds})" for r in flipped) if flipped else ""))
+    if aa:
+        floors = sorted(r.aa_floor_pct for r in results if r.aa_floor_pct is not None)
+        if floors:
+            lines.append(f"A/A noise floor: median {_p(floors[len(floors) // 2], 2, False)}, max {_p(floors[-1], 2, False)} "
+                         "(give this campaign to --noise-from)")
+    shown = {r.point for r in results}
+    for point in sorted(p for p in remarks if p in shown):
+        marks = remarks[point]
+        lines.append(f"markers {point}: {', '.join(marks[:6])}" + (" ..." if len(marks) > 6 else ""))
+    return lines
+
+
+def render(campaign, results, remarks, excluded, alpha, ir_lines) -> str:
+    """The plain-text summary (stdout and summary.log)."""
+    aa = bool(campaign.data.get("aa"))
+    parts = _context_lines(campaign, alpha)
+    guards = _guard_lines(campaign, ir_lines)
+    if guards:
+        parts += [""] + guards
+    table = (tabulate(rows(results, aa), headers=headers(aa), disable_numparse=True) if results
+             else "(no point has a complete pair of rounds)")
+    parts += ["", table] + _findings(campaign, results, remarks)
+    problems = _problem_lines(campaign, excluded)
+    if problems:
+        parts += [""] + problems
+    parts += ["", RULE]
+    return "\n".join(parts)
+
+
+def render_markdown(campaign, results, remarks, excluded, alpha, ir_lines, why_no_plot) -> str:
+    aa = bool(campaign.data.get("aa"))
+    out = [f"# zlf ab: {campaign.path.name}", "", "```", *_context_lines(campaign, alpha), "```", ""]
+    guards = _guard_lines(campaign, ir_lines)
+    if guards:
+        out += ["## Guards", "", *[f"- {g}" for g in guards], ""]
+    out += ["## Points", ""]
+    out.append(tabulate(rows(results, aa), headers=headers(aa), tablefmt="github", disable_numparse=True)
+               if results else "(no point has a complete pair of rounds)")
+    out += ["", *[f"- {line}" for line in _findings(campaign, results, remarks)], ""]
+    out.append(f"![per-point delta intervals]({PLOT})" if not why_no_plot else f"(no plot: {why_no_plot})")
+    problems = _problem_lines(campaign, excluded)
+    if problems:
+        out += ["", "## Problems", "", *[f"- {p}" for p in problems]]
+    out += ["", "## Rule", "", RULE + " Details: docs/ab.md.", ""]
+    return "\n".join(out)
+
+
+def plot(results, path: Path, title: str) -> str:
+    """Per-point delta intervals as horizontal bars; returns '' or why there is no plot."""
+    shown = [r for r in results if r.delta_lo_pct is not None]
+    if not shown:
+        return "no intervals to plot"
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed (pip install matplotlib)"
+    colour = {stats.FASTER: "tab:green", stats.SLOWER: "tab:red", stats.SAME: "tab:blue", stats.UNSURE: "tab:gray"}
+    fig, ax = plt.subplots(figsize=(8, 0.32 * len(shown) + 1.6))
+    for i, r in enumerate(shown):
+        ax.plot([r.delta_lo_pct, r.delta_hi_pct], [i, i], color=colour[r.verdict], linewidth=3)
+        ax.plot([r.delta_median_pct], [i], "k|", markersize=10)
+    margin = max(r.margin_pct for r in shown)
+    ax.axvspan(-margin, margin, color="tab:blue", alpha=0.08, label=f"equivalence margin ±{margin:g}%")
+    ax.axvline(0, color="black", linewidth=0.8)
+    ax.set_yticks(range(len(shown)))
+    ax.set_yticklabels([f"{r.point} {r.verdict}" for r in shown], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("delta of B against A, % (positive: B slower); bar = interval, tick = median")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return ""
+
+
+def write(campaign, results, remarks, excluded, alpha, ir_lines) -> str:
+    """Write summary.log, summary.json, report.md (+ plot); return the summary text."""
+    text = render(campaign, results, remarks, excluded, alpha, ir_lines)
+    (campaign.path / SUMMARY_LOG).write_text(text + "\n")
+    doc = {
+        "written": now(), "aa": bool(campaign.data.get("aa")), "alpha_final_look": alpha,
+        "rounds": campaign.planned_rounds(), "counts": stats.counts(results),
+        "failed_ops": {op: r["error"] for op, r in campaign.failed_ops().items()},
+        "points": [r.to_json() for r in results], "excluded": excluded, "guards": list(_guard_lines(campaign, ir_lines)),
+        "flagged_runs": [f"{r['op']}/r{r['round']}_{r['side']}" for r in campaign.runs if r.get("flags")],
+        "runs": {s: sum(1 for r in campaign.runs if r["status"] == s) for s in (OK, FAILED, SKIPPED)},
+    }
+    (campaign.path / SUMMARY_JSON).write_text(json.dumps(doc, indent=2) + "\n")
+    why_no_plot = plot(results, campaign.path / PLOT, campaign.path.name)
+    (campaign.path / REPORT).write_text(render_markdown(campaign, results, remarks, excluded, alpha, ir_lines, why_no_plot))
+    return text

@@ -1,0 +1,585 @@
+"""Pair two run directories point by point: deltas, verdicts, metrics, exports and a CI gate.
+
+Reads run directories only; never imports or runs the code under test. The pure part
+(:func:`pair`, :func:`derive_threshold`, :func:`summarize`, :func:`gate`) works on
+:class:`~zlf.records.PointRecord` lists, so ``zlf ab`` and ``zlf report`` reuse it.
+"""
+from __future__ import annotations
+
+import csv
+import importlib.util
+import io
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+from typing import Optional
+
+import attrs
+from tabulate import tabulate
+
+from . import ceilings as ceilings_mod
+from .console import paint, use_colour, warn
+from .errors import UsageError
+from .records import STATUS_OK, STATUS_OOM, PointRecord, shape_str
+from .rundir import RESULTS, RunDir
+
+# Pairing status of a row. Only COMPARED and MIXED_TIMERS rows have a delta.
+COMPARED = "ok"
+MIXED_TIMERS = "mixed timers"
+TIMER_MISMATCH = "timer mismatch"
+ONLY_A = "only A"
+ONLY_B = "only B"
+
+FASTER, SLOWER, UNCHANGED = "faster", "slower", "unchanged"
+
+#: no threshold below this: run-to-run drift of a whole process exceeds the in-process sample
+#: spread, and a same-timer A/A control on real hardware showed a 1.7 pp noise floor (FORMATS §5b).
+THRESHOLD_FLOOR_PCT = 1.0
+#: used only when the records carry no samples to estimate noise from.
+THRESHOLD_FALLBACK_PCT = 2.0
+FORMATS = ("table", "markdown", "csv", "json")
+
+
+# ----------------------------------------------------------------------------- records
+@attrs.frozen
+class Row:
+    """One point of a comparison: both sides' records (either may be None) and the delta."""
+
+    point: str
+    op: str
+    shape: tuple
+    dtype: str
+    variant: str
+    a: Optional[PointRecord]
+    b: Optional[PointRecord]
+    status: str
+    delta_pct: Optional[float] = None
+    ir: Optional[str] = None
+
+    @property
+    def comparable(self) -> bool:
+        return self.delta_pct is not None
+
+    @property
+    def ratio(self) -> Optional[float]:
+        """B time / A time (below 1: B faster)."""
+        return None if self.delta_pct is None else 1.0 + self.delta_pct / 100.0
+
+    def verdict(self, threshold_pct: float) -> str:
+        """faster / slower / unchanged beyond ``threshold_pct``; the pairing status otherwise."""
+        if not self.comparable:
+            return self.status
+        if self.delta_pct > threshold_pct:
+            return SLOWER
+        if self.delta_pct < -threshold_pct:
+            return FASTER
+        return UNCHANGED
+
+
+@attrs.frozen
+class Threshold:
+    pct: float
+    how: str
+
+
+@attrs.frozen
+class Summary:
+    compared: int
+    faster: int
+    slower: int
+    unchanged: int
+    geomean_ratio: Optional[float]
+    threshold: Threshold
+    regressions: tuple  # slower rows, largest delta first
+    not_compared: dict  # status -> count
+    mixed_timers: int
+
+    def lines(self) -> list:
+        """The summary as a few plain lines, verdict first."""
+        t = self.threshold
+        if not self.compared:
+            head = "no point could be compared"
+        else:
+            head = (f"{self.compared} points compared: {self.slower} slower, {self.faster} faster, "
+                    f"{self.unchanged} unchanged beyond ±{t.pct:.1f}%")
+            g = self.geomean_ratio
+            overall = "no overall change" if abs(g - 1) < 5e-4 else f"B {abs(g - 1) * 100:.1f}% {'slower' if g > 1 else 'faster'}"
+            head += f"; geomean time B/A {g:.3f} ({overall})"
+        out = [head, f"threshold ±{t.pct:.1f}%: {t.how}"]
+        if self.regressions:
+            worst = ", ".join(f"{r.point} {r.delta_pct:+.1f}%" for r in self.regressions[:5])
+            more = f" (+{len(self.regressions) - 5} more)" if len(self.regressions) > 5 else ""
+            out.append(f"largest regressions: {worst}{more}")
+        if self.mixed_timers:
+            out.append(f"{self.mixed_timers} compared rows mix timers (--allow-mixed-timers): "
+                       "their deltas include the timer difference")
+        if self.not_compared:
+            parts = ", ".join(f"{n} {s}" for s, n in sorted(self.not_compared.items()))
+            out.append(f"not compared: {parts} (listed in the table)")
+        return out
+
+    def to_json(self) -> dict:
+        return {
+            "compared": self.compared, "faster": self.faster, "slower": self.slower,
+            "unchanged": self.unchanged, "geomean_ratio": self.geomean_ratio,
+            "threshold_pct": self.threshold.pct, "threshold_how": self.threshold.how,
+            "regressions": [r.point for r in self.regressions],
+            "not_compared": dict(self.not_compared), "mixed_timers": self.mixed_timers,
+        }
+
+
+# ----------------------------------------------------------------------------- pure API
+def _by_point(records) -> dict:
+    # A later record of the same point wins (a re-run appended to the same file).
+    return {r.point: r for r in records}
+
+
+def pair(a_records, b_records, allow_mixed_timers: bool = False, ir_status: Optional[dict] = None) -> list:
+    """Pair records by point id; every point of either side gets exactly one :class:`Row`.
+
+    A delta exists only where both sides are ``ok`` with a positive median and, unless
+    ``allow_mixed_timers``, the same timer: a graph-timed and a directly timed sub-millisecond
+    kernel can differ by 2× with no code change.
+
+    :param ir_status: ``{shape dir name: status}`` from :func:`zlf.irtree.shape_status`, or None.
+    :return: rows in A's order, then B-only points in B's order.
+    """
+    a_by, b_by = _by_point(a_records), _by_point(b_records)
+    rows = []
+    for pid in list(a_by) + [p for p in b_by if p not in a_by]:
+        a, b = a_by.get(pid), b_by.get(pid)
+        ref = a or b
+        delta = None
+        if a is None:
+            status = ONLY_B
+        elif b is None:
+            status = ONLY_A
+        elif a.status != STATUS_OK or b.status != STATUS_OK:
+            if a.status == b.status:
+                status = f"both {a.status}"
+            else:
+                status = "; ".join(f"{side} {r.status}" for side, r in (("A", a), ("B", b)) if r.status != STATUS_OK)
+        elif not a.median_ms or not b.median_ms or a.median_ms <= 0 or b.median_ms <= 0:
+            status = "no time"
+        elif a.timer != b.timer and not allow_mixed_timers:
+            status = TIMER_MISMATCH
+        else:
+            status = COMPARED if a.timer == b.timer else MIXED_TIMERS
+            delta = (b.median_ms - a.median_ms) / a.median_ms * 100.0
+        ir = None
+        if ir_status is not None:
+            ir = ir_status.get(shape_str(ref.shape), "-")
+        rows.append(Row(point=pid, op=ref.op, shape=tuple(ref.shape), dtype=ref.dtype, variant=ref.variant,
+                        a=a, b=b, status=status, delta_pct=delta, ir=ir))
+    return rows
+
+
+def sort_rows(rows) -> list:
+    """Largest regressions first; rows without a delta last, grouped by status."""
+    compared = sorted((r for r in rows if r.comparable), key=lambda r: -r.delta_pct)
+    rest = sorted((r for r in rows if not r.comparable), key=lambda r: (r.status, r.point))
+    return compared + rest
+
+
+def relative_iqr_pct(samples) -> Optional[float]:
+    samples = [float(s) for s in samples or ()]
+    if len(samples) < 3:
+        return None
+    median = statistics.median(samples)
+    if median <= 0:
+        return None
+    q1, _, q3 = statistics.quantiles(samples, n=4, method="inclusive")
+    return 100.0 * (q3 - q1) / median
+
+
+def derive_threshold(rows) -> Threshold:
+    """The default ``--threshold``: how much the measurements of one point scatter.
+
+    Per compared point, the relative inter-quartile range of the noisier side's samples; the
+    threshold is the median of those over the points, never below :data:`THRESHOLD_FLOOR_PCT`.
+    """
+    spreads = []
+    for r in rows:
+        if not r.comparable:
+            continue
+        sides = [relative_iqr_pct(r.a.samples), relative_iqr_pct(r.b.samples)]
+        sides = [s for s in sides if s is not None]
+        if sides:
+            spreads.append(max(sides))
+    if not spreads:
+        return Threshold(THRESHOLD_FALLBACK_PCT,
+                         f"fixed {THRESHOLD_FALLBACK_PCT:g}%: the records carry too few samples to estimate noise "
+                         "(set --threshold PCT)")
+    noise = statistics.median(spreads)
+    pct = max(THRESHOLD_FLOOR_PCT, noise)
+    how = (f"median within-run spread of the samples (IQR/median, noisier side) over {len(spreads)} compared "
+           f"points is {noise:.1f}%")
+    if pct > noise:
+        how += f"; raised to the {THRESHOLD_FLOOR_PCT:g}% floor (run-to-run drift exceeds in-run spread)"
+    return Threshold(pct, how + "; set --threshold PCT to override")
+
+
+def summarize(rows, threshold: Threshold) -> Summary:
+    compared = [r for r in rows if r.comparable]
+    verdicts = [r.verdict(threshold.pct) for r in compared]
+    geomean = math.exp(statistics.fmean(math.log(r.ratio) for r in compared)) if compared else None
+    regressions = tuple(sorted((r for r in compared if r.verdict(threshold.pct) == SLOWER), key=lambda r: -r.delta_pct))
+    not_compared: dict = {}
+    for r in rows:
+        if not r.comparable:
+            not_compared[r.status] = not_compared.get(r.status, 0) + 1
+    return Summary(
+        compared=len(compared), faster=verdicts.count(FASTER), slower=verdicts.count(SLOWER),
+        unchanged=verdicts.count(UNCHANGED), geomean_ratio=geomean, threshold=threshold,
+        regressions=regressions, not_compared=not_compared,
+        mixed_timers=sum(1 for r in compared if r.status == MIXED_TIMERS),
+    )
+
+
+def gate(rows, max_slower_pct: float) -> list:
+    """Comparable rows slower than ``max_slower_pct`` percent, worst first (``--fail-if-slower``)."""
+    return sorted((r for r in rows if r.comparable and r.delta_pct > max_slower_pct), key=lambda r: -r.delta_pct)
+
+
+# ----------------------------------------------------------------------------- run directories
+@attrs.frozen
+class Side:
+    """One run directory as read for a comparison or a report."""
+
+    label: str
+    path: Path
+    records: tuple
+    skipped_lines: int
+    meta: dict
+    ceilings: Optional[ceilings_mod.Ceilings] = None
+
+    @property
+    def device_name(self) -> Optional[str]:
+        return self.meta.get("device_name") or self.meta.get("fingerprint", {}).get("device_name")
+
+    @property
+    def ops(self) -> list:
+        return sorted({r.op for r in self.records})
+
+    def notes(self) -> list:
+        out = []
+        if self.skipped_lines:
+            out.append(f"{self.label}: skipped {self.skipped_lines} incomplete line(s) of {RESULTS} "
+                       f"(cut by a crash?); using the {len(self.records)} complete record(s)")
+        status = self.meta.get("status")
+        if status and status != "complete":
+            out.append(f"{self.label}: run status is {status!r}: the run did not finish, some points may be missing")
+        return out
+
+    def to_json(self) -> dict:
+        return {
+            "label": self.label, "path": str(self.path), "records": len(self.records),
+            "skipped_lines": self.skipped_lines, "device_name": self.device_name,
+            "backend": self.meta.get("backend"), "status": self.meta.get("status"),
+            "ceilings": self.ceilings.to_json() | {"path": self.ceilings.path} if self.ceilings else None,
+        }
+
+
+def load_side(path, label: str) -> Side:
+    """Read a run directory; one-line UsageError when it is not one or holds no complete record."""
+    rundir = RunDir.open(path)
+    records, skipped = rundir.records()
+    if not records:
+        why = f"{skipped} incomplete line(s) only" if skipped else f"no {RESULTS} or an empty one"
+        raise UsageError(f"{label} {str(path)!r} has no complete point record ({why})")
+    meta = rundir.meta()
+    side = Side(label, rundir.path, tuple(records), skipped, meta)
+    return attrs.evolve(side, ceilings=ceilings_mod.load(side.device_name))
+
+
+def ir_status_for(a_path, b_path) -> tuple:
+    """``(shape status dict or None, note or None)``: the IR column exists only when both runs dumped IR."""
+    if not ((Path(a_path) / "ir").is_dir() and (Path(b_path) / "ir").is_dir()):
+        return None, None
+    if importlib.util.find_spec("zlf.irtree") is None:
+        return None, "both runs have ir/ but zlf.irtree is not installed: no IR column"
+    from . import irtree
+
+    return irtree.shape_status(a_path, b_path), None
+
+
+@attrs.frozen
+class Comparison:
+    a: Side
+    b: Side
+    rows: tuple  # sorted: largest regressions first
+    summary: Summary
+    notes: tuple
+    ir_column: bool
+
+    @property
+    def threshold(self) -> Threshold:
+        return self.summary.threshold
+
+
+def compare_dirs(a_path, b_path, threshold_pct: Optional[float] = None, allow_mixed_timers: bool = False) -> Comparison:
+    """Load, pair and summarise two run directories (exit-2 errors raised as UsageError)."""
+    a, b = load_side(a_path, "A"), load_side(b_path, "B")
+    ir_status, ir_note = ir_status_for(a.path, b.path)
+    rows = pair(a.records, b.records, allow_mixed_timers=allow_mixed_timers, ir_status=ir_status)
+    if not any(r.a is not None and r.b is not None for r in rows):
+        raise UsageError(
+            f"nothing to pair: no point id in common (A: {', '.join(a.ops)}, {len(a.records)} points; "
+            f"B: {', '.join(b.ops)}, {len(b.records)} points)"
+        )
+    if threshold_pct is None:
+        threshold = derive_threshold(rows)
+    else:
+        if threshold_pct < 0:
+            raise UsageError("--threshold must be a non-negative percentage")
+        threshold = Threshold(threshold_pct, "set with --threshold")
+    notes = a.notes() + b.notes()
+    if a.device_name and b.device_name and a.device_name != b.device_name:
+        notes.append(f"A and B ran on different devices: {a.device_name!r} vs {b.device_name!r}")
+    if a.meta.get("host_timing") or b.meta.get("host_timing"):
+        notes.append("cpu backend: times are host wall-clock of interpreted kernels, not GPU kernel times")
+    notes.extend(ceilings_notes(a, b))
+    if ir_note:
+        notes.append(ir_note)
+    return Comparison(a, b, tuple(sort_rows(rows)), summarize(rows, threshold), tuple(notes), ir_status is not None)
+
+
+def ceilings_notes(*sides) -> list:
+    """Say which measured ceilings the % columns use, or how to get them."""
+    out, seen = [], set()
+    for side in sides:
+        if side.device_name in seen:
+            continue
+        seen.add(side.device_name)
+        if not side.device_name:
+            out.append(f"{side.label}: meta.json names no device: no % of ceiling")
+        elif side.ceilings is not None:
+            out.append(f"% of ceiling uses measured ceilings of {side.ceilings.describe()} [{side.ceilings.path}]")
+        else:
+            out.append(f"no measured ceilings for {side.device_name!r}: run `zlf calibrate` on that machine for % of ceiling")
+    return out
+
+
+# ----------------------------------------------------------------------------- rendering
+def format_number(value, digits: int = 4) -> str:
+    return "" if value is None else f"{value:.{digits}g}"
+
+
+def marker_names(record: Optional[PointRecord]) -> list:
+    if record is None:
+        return []
+    names = [m.split(" ", 1)[0] for m in record.markers]
+    if record.fallback_reason and not names:
+        names.append(f"fallback: {record.fallback_reason}")
+    return names
+
+
+def markers_cell(row: Row) -> str:
+    parts = []
+    for side, rec in (("A", row.a), ("B", row.b)):
+        names = marker_names(rec)
+        if names:
+            parts.append(f"{side}: {', '.join(names)}")
+    return "; ".join(parts)
+
+
+def timer_cell(row: Row) -> str:
+    ta = row.a.timer if row.a else None
+    tb = row.b.timer if row.b else None
+    if ta is None or tb is None or ta == tb:  # a failed side has no timer to disagree with
+        return (ta or tb) or ""
+    return f"A {ta or '?'} / B {tb or '?'}"
+
+
+def ceiling_cell(record: Optional[PointRecord], ceilings) -> str:
+    """The binding resource: the larger of % bandwidth and % matmul ceiling."""
+    if record is None:
+        return ""
+    bw, tf = ceilings_mod.percent_of(ceilings, record.gbps, record.tflops, record.dtype)
+    candidates = [(v, name) for v, name in ((bw, "bw"), (tf, "mm")) if v is not None]
+    if not candidates:
+        return ""
+    v, name = max(candidates)
+    return f"{v:.3g}% {name}"
+
+
+def _verdict_colour(verdict: str) -> Optional[str]:
+    if verdict == SLOWER or "FAILED" in verdict:
+        return "red"
+    if verdict == FASTER:
+        return "green"
+    if verdict in (TIMER_MISMATCH, MIXED_TIMERS) or "OOM" in verdict or verdict.startswith("only"):
+        return "yellow"
+    return None
+
+
+def verdict_cell(row: Row, threshold_pct: float, colour: bool) -> str:
+    text = row.verdict(threshold_pct)
+    if row.status == MIXED_TIMERS:
+        text += " (mixed timers)"
+    c = _verdict_colour(row.verdict(threshold_pct))
+    return paint(text, c) if colour and c else text
+
+
+def table_rows(cmp: Comparison, colour: bool = False) -> tuple:
+    """``(headers, rows)`` of the human table; metric columns appear only where some row has a value."""
+    t = cmp.threshold.pct
+    columns = {
+        "point": [], "verdict": [], "A ms": [], "B ms": [], "Δ": [], "timer": [],
+        "B GB/s": [], "B TFLOP/s": [], "B % ceiling": [], "markers": [], "IR": [],
+    }
+    for r in cmp.rows:
+        columns["point"].append(r.point)
+        columns["verdict"].append(verdict_cell(r, t, colour))
+        columns["A ms"].append(format_number(r.a.median_ms) if r.a else "")
+        columns["B ms"].append(format_number(r.b.median_ms) if r.b else "")
+        columns["Δ"].append(f"{r.delta_pct:+.1f}%" if r.comparable else "")
+        columns["timer"].append(timer_cell(r))
+        columns["B GB/s"].append(format_number(r.b.gbps) if r.b else "")
+        columns["B TFLOP/s"].append(format_number(r.b.tflops) if r.b else "")
+        columns["B % ceiling"].append(ceiling_cell(r.b, cmp.b.ceilings))
+        columns["markers"].append(markers_cell(r))
+        columns["IR"].append(r.ir or "")
+    always = ("point", "verdict", "A ms", "B ms", "Δ", "timer")
+    keep = [h for h, vals in columns.items() if h in always or (h == "IR" and cmp.ir_column) or any(vals)]
+    return keep, [list(vals) for vals in zip(*(columns[h] for h in keep))]
+
+
+def render_text(cmp: Comparison, markdown: bool = False, colour: bool = False) -> str:
+    headers, rows = table_rows(cmp, colour=colour and not markdown)
+    head = "\n".join(f"{s.label}: {s.path}  ({s.device_name or 'device unknown'})" for s in (cmp.a, cmp.b))
+    table = tabulate(rows, headers=headers, tablefmt="github" if markdown else "simple", disable_numparse=True)
+    summary = cmp.summary.lines()
+    if markdown:
+        return "\n".join([
+            f"**{summary[0]}**", "", *(f"- {s}" for s in summary[1:] + list(cmp.notes)), "",
+            *(f"- {s.label}: `{s.path}` ({s.device_name or 'device unknown'})" for s in (cmp.a, cmp.b)), "", table,
+        ])
+    first = paint(summary[0], "bold") if colour else summary[0]
+    return "\n".join([head, "", table, "", first, *summary[1:], *(f"note: {n}" for n in cmp.notes)])
+
+
+def _side_values(record: Optional[PointRecord], ceilings) -> dict:
+    if record is None:
+        return {}
+    bw, tf = ceilings_mod.percent_of(ceilings, record.gbps, record.tflops, record.dtype)
+    return {
+        "status": record.status, "timer": record.timer, "median_ms": record.median_ms,
+        "gbps": record.gbps, "tflops": record.tflops, "pct_bandwidth": bw, "pct_tflops": tf,
+        "markers": list(record.markers), "fallback_reason": record.fallback_reason,
+        "error": record.error, "samples": list(record.samples),
+    }
+
+
+def to_json(cmp: Comparison, gate_pct: Optional[float] = None) -> dict:
+    t = cmp.threshold.pct
+    out = {
+        "a": cmp.a.to_json(), "b": cmp.b.to_json(),
+        "summary": cmp.summary.to_json(), "summary_lines": cmp.summary.lines(), "notes": list(cmp.notes),
+        "rows": [
+            {
+                "point": r.point, "op": r.op, "shape": list(r.shape), "dtype": r.dtype, "variant": r.variant,
+                "status": r.status, "verdict": r.verdict(t), "delta_pct": r.delta_pct, "ratio": r.ratio,
+                "ir": r.ir, "a": _side_values(r.a, cmp.a.ceilings), "b": _side_values(r.b, cmp.b.ceilings),
+            }
+            for r in cmp.rows
+        ],
+    }
+    if gate_pct is not None:
+        out["gate"] = {"fail_if_slower_pct": gate_pct, "failed": [r.point for r in gate(cmp.rows, gate_pct)]}
+    return out
+
+
+def _metric(record: Optional[PointRecord], value) -> str:
+    # FORMATS §7: "OOM" stands in place of the numbers of a point that did not fit.
+    if record is None:
+        return ""
+    if record.status == STATUS_OOM:
+        return "OOM"
+    return "" if value is None else f"{value:.6g}"
+
+
+def to_csv(cmp: Comparison) -> str:
+    """One row per point: shape columns, then ``time_ms``, ``bandwidth_GB_s``, ``tflops`` per side."""
+    rank = max((len(r.shape) for r in cmp.rows), default=0)
+    headers = ["point", "op", "dtype", "variant", "shape", *(f"dim{i}" for i in range(rank)), "status", "verdict",
+               "time_ms_A", "time_ms_B", "delta_pct", "timer_A", "timer_B",
+               "bandwidth_GB_s_A", "bandwidth_GB_s_B", "tflops_A", "tflops_B",
+               "pct_bandwidth_A", "pct_bandwidth_B", "pct_tflops_A", "pct_tflops_B", "markers_A", "markers_B"]
+    if cmp.ir_column:
+        headers.append("ir")
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(headers)
+    t = cmp.threshold.pct
+    for r in cmp.rows:
+        dims = [str(d) for d in r.shape] + [""] * (rank - len(r.shape))
+        pa = ceilings_mod.percent_of(cmp.a.ceilings, r.a.gbps, r.a.tflops, r.dtype) if r.a else (None, None)
+        pb = ceilings_mod.percent_of(cmp.b.ceilings, r.b.gbps, r.b.tflops, r.dtype) if r.b else (None, None)
+        line = [r.point, r.op, r.dtype, r.variant, shape_str(r.shape), *dims, r.status, r.verdict(t),
+                _metric(r.a, r.a.median_ms if r.a else None), _metric(r.b, r.b.median_ms if r.b else None),
+                "" if r.delta_pct is None else f"{r.delta_pct:.4f}",
+                (r.a.timer or "") if r.a else "", (r.b.timer or "") if r.b else "",
+                _metric(r.a, r.a.gbps if r.a else None), _metric(r.b, r.b.gbps if r.b else None),
+                _metric(r.a, r.a.tflops if r.a else None), _metric(r.b, r.b.tflops if r.b else None),
+                _metric(r.a, pa[0]), _metric(r.b, pb[0]), _metric(r.a, pa[1]), _metric(r.b, pb[1]),
+                " ".join(marker_names(r.a)), " ".join(marker_names(r.b))]
+        if cmp.ir_column:
+            line.append(r.ir or "")
+        w.writerow(line)
+    return buf.getvalue()
+
+
+# ----------------------------------------------------------------------------- command
+def configure_parser(parser) -> None:
+    parser.add_argument("a_dir", metavar="A_DIR", help="baseline run directory")
+    parser.add_argument("b_dir", metavar="B_DIR", help="candidate run directory; Δ = (B − A) / A")
+    parser.add_argument("--format", choices=FORMATS, default="table", help="output format (default: table)")
+    parser.add_argument("--threshold", type=float, metavar="PCT",
+                        help="|Δ| below this counts as unchanged (default: the measured noise of the points, floor 1%%)")
+    parser.add_argument("--allow-mixed-timers", action="store_true",
+                        help="compare rows whose sides used different timers (refused by default)")
+    parser.add_argument("--fail-if-slower", type=float, metavar="PCT",
+                        help="exit 1 when any compared point is more than PCT percent slower (CI gate)")
+    parser.epilog = (
+        "examples:\n"
+        "  zlf compare runs/base runs/patched\n"
+        "  zlf compare runs/base runs/patched --format csv > delta.csv\n"
+        "  zlf compare runs/base runs/patched --fail-if-slower 5\n"
+        "exit codes: 0 done, 1 --fail-if-slower tripped, 2 bad input (not a run dir, nothing to pair)"
+    )
+
+
+def main(args, session) -> int:
+    cmp = compare_dirs(args.a_dir, args.b_dir, args.threshold, args.allow_mixed_timers)
+    machine = args.format in ("csv", "json")
+    if machine:  # stdout stays parseable; what a reader must not miss goes to stderr
+        for side in (cmp.a, cmp.b):
+            for n in side.notes():
+                warn(n)
+    failed = None
+    if args.fail_if_slower is not None:
+        if not cmp.summary.compared:
+            raise UsageError("--fail-if-slower: no point could be compared, nothing to gate on "
+                             f"({', '.join(f'{n} {s}' for s, n in cmp.summary.not_compared.items())})")
+        failed = gate(cmp.rows, args.fail_if_slower)
+    if args.format == "json":
+        print(json.dumps(to_json(cmp, args.fail_if_slower), indent=2))
+    elif args.format == "csv":
+        print(to_csv(cmp), end="")
+    else:
+        print(render_text(cmp, markdown=args.format == "markdown", colour=use_colour()))
+    if failed is None:
+        return 0
+    out = sys.stderr if machine else sys.stdout
+    if failed:
+        names = ", ".join(f"{r.point} ({r.delta_pct:+.1f}%)" for r in failed)
+        line = f"FAIL: {len(failed)} point(s) more than {args.fail_if_slower:g}% slower: {names}"
+        print(paint(line, "red", out), file=out)
+        return 1
+    skipped = sum(cmp.summary.not_compared.values())
+    extra = f"; {skipped} row(s) not compared are not gated" if skipped else ""
+    print(f"PASS: no compared point more than {args.fail_if_slower:g}% slower{extra}", file=out)
+    return 0

@@ -1,0 +1,1 @@
+"""zlf extension ``foo``: an example backend to copy."""

@@ -1,0 +1,1 @@
+"""zlf extension ``maca``: MetaX GPUs, which mcPytorch exposes as ``torch.cuda``."""

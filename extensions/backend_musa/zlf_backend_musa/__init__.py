@@ -1,0 +1,1 @@
+"""zlf extension ``musa``: Moore Threads GPUs through torch_musa (``torch.musa``)."""

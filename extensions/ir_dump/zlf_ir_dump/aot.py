@@ -1,0 +1,140 @@
+"""Compile the ops' kernels for a GPU target on this machine (no GPU needed) and dump their IR.
+
+``zlf ir [OP ...] --target cuda:90 [--out PARENT]`` runs every point's function once through
+Triton's real JIT path with a fake driver for the target (see :mod:`zlf_ir_dump.fake_driver`):
+binding, specialization, autotuning and compilation happen as on the GPU, launches run nothing.
+The IR lands in a new run directory as the same ``ir/`` tree ``zlf run --ext ir_dump`` writes.
+
+Without a device the autotuner cannot time configs: every config is compiled (listed as sweep
+losers in index.tsv) and the first one is taken as the winner, the same on every side.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+
+from tabulate import tabulate
+from zlf import Backend, UsageError
+from zlf.irtree import IR_DIR, read_index
+from zlf.rundir import RunDir
+
+from .collector import LAUNCHED, IrDump, parse_kinds
+from .fake_driver import parse_target
+
+#: IR kinds each target backend's compiler produces.
+TARGET_IR_KINDS = {"cuda": ("ttir", "ttgir", "llir", "ptx", "cubin"), "hip": ("ttir", "ttgir", "llir", "amdgcn", "hsaco")}
+
+
+class AotBackend(Backend):
+    """Planning-only backend: GPU shapes and dtypes, host tensors, a target that is not here."""
+
+    name = "aot"
+    description = "ahead-of-time compile for a GPU target; nothing runs"
+    host_timing = False
+
+    def __init__(self, target):
+        super().__init__(0)
+        self.target = target
+        self.triton_target = target.backend
+        self.ir_kinds = TARGET_IR_KINDS.get(target.backend, ("ttir", "ttgir", "llir"))
+
+
+def configure_parser(p) -> None:
+    p.add_argument("ops", nargs="*", metavar="OP",
+                   help="built-in op (add, softmax, matmul), FILE.py[::NAME], or a name an extension knows; default: the built-in suite")
+    p.add_argument("--target", default="cuda:90", metavar="BACKEND:ARCH",
+                   help="GPU target to compile for: cuda:80, cuda:90, cuda:100, hip:gfx942 ... (default cuda:90)")
+    p.add_argument("--dtype", action="append", metavar="D", help="dtype(s) instead of each op's GPU defaults")
+    p.add_argument("--ir", metavar="KINDS", default=None,
+                   help="IR kinds, comma-separated (ttir,ttgir,llir,ptx,cubin; 'all'); default: ttgir")
+    p.add_argument("--out", default="runs", metavar="PARENT", help="parent of the run directory (default: runs/)")
+    p.add_argument("--name", metavar="LABEL", help="run directory label (default: ir_<op> or ir_suite)")
+
+
+def _split(values) -> list:
+    return [d.strip() for v in values or () for d in v.split(",") if d.strip()]
+
+
+def main(args, session) -> int:
+    from zlf import compiler_hooks
+
+    try:
+        target = parse_target(args.target)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    # The interpreter would turn every kernel into an InterpretedFunction at decoration time.
+    interpret = os.environ.pop("TRITON_INTERPRET", None)
+    from . import fake_driver
+
+    fake_driver.activate(target=target)
+    backend = AotBackend(target)
+    session.backend = backend
+    ops = session.resolve_ops(args.ops)
+    plan = session.plan(ops, _split(args.dtype))
+    if not plan:
+        raise UsageError("nothing to compile: no shapes or dtypes left for the selected ops")
+    label = args.name or ("ir_" + (ops[0].name if len(ops) == 1 else "suite"))
+    rundir = RunDir.create(args.out, label)
+    shapes = {}
+    for p in plan:
+        shapes.setdefault(p.op.name, [])
+        if p.point.shape not in shapes[p.op.name]:
+            shapes[p.op.name].append(p.point.shape)
+    rundir.write_shapes(shapes)
+    kinds = parse_kinds(args.ir, backend.ir_kinds)
+    import triton
+
+    meta = {
+        "command": ["zlf", *sys.argv[1:]],
+        "kind": "ir",
+        "target": args.target,
+        "backend": backend.name,
+        "triton": triton.__version__,
+        "triton_path": os.path.dirname(triton.__file__),
+        "ops": sorted({p.op.name for p in plan}),
+        "points": len(plan),
+        "ir_dump": {"kinds": list(kinds), "autotune": "no device: first config wins, every config compiled"},
+        "environment": {k: v for k, v in sorted(os.environ.items()) if k.startswith(("TRITON_", "DISABLE_", "ENABLE_", "MLIR_", "LLVM_"))},
+    }
+    if interpret:
+        meta["ignored_environment"] = {"TRITON_INTERPRET": interpret}
+    log_lines = []
+    dump = IrDump(rundir.path / IR_DIR, kinds, note=log_lines.append)
+    hooks = compiler_hooks.install(dump.collector.compiled, dump.collector.launched)
+    dump.guard.install()
+    errors = {}
+    try:
+        for planned in plan:
+            op, point = planned.op, planned.point
+            dump.collector.begin_point(point)
+            try:
+                inputs = session.hooks.make_inputs(op, point, backend)
+                with hooks.launch_window(point.id):
+                    op.fn(*inputs)
+            except Exception as exc:  # one point's compile error is reported; the others go on
+                errors[point.id] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+                log_lines.append(f"point {point.id} raised:\n{traceback.format_exc().rstrip()}")
+            finally:
+                dump.collector.end_point()
+    finally:
+        hooks.remove()
+        summary = dump.write("end of compile")
+        dump.guard.remove()
+        meta["ir_dump"].update(summary or {})
+        meta["errors"] = errors
+        rundir.write_meta(meta)
+        (rundir.path / "run.log").write_text("\n".join(log_lines) + "\n")
+    rows = {}
+    for r in read_index(rundir.path / IR_DIR):
+        if r["status"] == LAUNCHED:
+            rows.setdefault((r["kernel"], r["shape"]), []).append(r["name"])
+    table = [[shape, kernel, ", ".join(names)] for (kernel, shape), names in sorted(rows.items(), key=lambda kv: kv[0][0])]
+    print(tabulate(table, headers=["shape", "kernel", f"files ({', '.join(kinds)})"]))
+    for pid, err in errors.items():
+        print(f"FAILED {pid}: {err}", file=sys.stderr)
+    print(json.dumps(summary) if getattr(args, "json", False) else
+          f"{summary['launched']} launched variants, {summary['sweep_losers']} sweep losers, target {args.target}")
+    print(f"run dir: {rundir.path}")
+    return 1 if errors else 0

@@ -1,0 +1,1 @@
+"""zlf extension ``cudagraph``: time points by graph replay; fall back per point, marked."""

@@ -1,0 +1,352 @@
+"""Graph-replay timing: capture many calls into one graph, time replays with device events.
+
+A direct event pair around one call of a 1 µs kernel measures mostly the host's launch cost.
+Captured into a graph, thousands of calls replay back to back from one launch, so a replay's
+elapsed time divided by its number of calls is close to the kernel's own time.
+
+Everything goes through the backend contract (streams, graphs, events, L2 flush), so any backend
+that can capture graphs (cuda, maca, musa) gets this timer unchanged.
+
+L2 policy (docs/timing.md):
+* warm (default): consecutive calls in a graph find their inputs in L2, as in a model's steady state.
+* flush (``--flush-l2``): every call in the graph is preceded by the backend's L2 flush, and a
+  second graph of flushes alone is replayed alternately with the first; a sample is the
+  difference divided by the number of calls. Chosen over rotating input copies because the timed
+  callable is opaque (its inputs cannot always be copied) and a 1 µs kernel would need tens of
+  thousands of copies to exceed L2; the price is precision on sub-microsecond kernels, where
+  the flush (tens of µs) dominates each difference.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import attrs
+
+from zlf.records import Timing
+
+from .capture_errors import CaptureFailure, classify
+
+TIMER_NAME = "cudagraph"
+#: device time one replay aims at: long enough to amortise the replay's own launch (a few µs).
+REPLAY_MS = 2.0
+#: calls captured into one graph at most (capture and instantiation cost grow with it).
+MAX_CALLS = 10_000
+MIN_SAMPLES = 10
+MAX_SAMPLES = 500
+
+
+@attrs.frozen
+class GraphSettings:
+    """How one point is timed; built from the command line by :meth:`from_options`."""
+
+    warmup_ms: float = 25.0
+    rep_ms: float = 100.0
+    replay_ms: float = REPLAY_MS
+    max_calls: int = MAX_CALLS
+    flush_l2: bool = False
+    verify: bool = True
+
+    @classmethod
+    def from_options(cls, options, backend) -> "GraphSettings":
+        from zlf.timing import budgets
+
+        warmup_ms, rep_ms = budgets(options, backend)
+        return cls(
+            warmup_ms=warmup_ms,
+            rep_ms=rep_ms,
+            replay_ms=getattr(options, "cudagraph_replay_ms", None) or REPLAY_MS,
+            max_calls=getattr(options, "cudagraph_max_calls", None) or MAX_CALLS,
+            # Graph mode keeps L2 warm unless --flush-l2 was given explicitly.
+            flush_l2=getattr(options, "flush_l2", None) is True,
+            verify=not getattr(options, "cudagraph_no_verify", False),
+        )
+
+    @property
+    def l2(self) -> str:
+        return "flush" if self.flush_l2 else "warm"
+
+    @property
+    def l2_method(self) -> str:
+        return "flush node before every call, minus a flush-only graph" if self.flush_l2 else "warm (no flush)"
+
+
+@attrs.define
+class Captured:
+    """A successfully captured graph, the value the last captured call returned, and its pool."""
+
+    graph: object
+    calls: int
+    last: object = None
+    pool: object = None
+
+
+def graph_support(backend) -> Optional[str]:
+    """None when ``backend`` can capture graphs, else one line saying why not."""
+    from zlf.backends import Backend
+
+    if backend.host_timing:
+        return f"backend {backend.name!r} times with the host clock and has no device graphs"
+    if type(backend).new_graph is Backend.new_graph or type(backend).graph_capture is Backend.graph_capture:
+        return f"backend {backend.name!r} does not implement graph capture"
+    return None
+
+
+# ----------------------------------------------------------------------------- capture
+def _pool_handle(backend):
+    make = getattr(backend, "graph_pool_handle", None)
+    try:
+        return make() if make is not None else None
+    except Exception:  # a platform without pool handles still captures; it just cannot be undone
+        return None
+
+
+def _end_dangling_capture(backend, graph, stream) -> None:
+    """If the capture never reached its end (the callable left another stream current), end it
+    now: a capture left open in global mode makes every later allocation in the process fail."""
+    module = backend.torch_device_module
+    is_capturing = getattr(module, "is_current_stream_capturing", None)
+    if is_capturing is None:
+        return
+    try:
+        with backend.stream_context(stream):
+            if is_capturing():
+                graph.capture_end()
+    except Exception:
+        pass
+
+
+def capture(backend, stream, fn, calls: int, flush=None) -> Captured:
+    """Capture ``calls`` calls of ``fn`` (each after ``flush()`` when given) on ``stream``.
+
+    :raises CaptureFailure: the capture failed; the backend's allocator state has been undone
+        (:meth:`Backend.discard_graph_pool`) and the caller's current stream restored.
+    """
+    graph = backend.new_graph()
+    pool = _pool_handle(backend)
+    last = capture_ctx = None
+    # Pending work on any stream must finish first: it could otherwise leak into the capture
+    # (or be what a global-mode capture trips over).
+    backend.synchronize()
+    try:
+        # The outer stream context restores the caller's stream even when the capture's own exit
+        # raises before restoring it (torch's graph.__exit__ has no try/finally).
+        with backend.stream_context(stream):
+            capture_ctx = backend.graph_capture(graph, stream=stream, pool=pool) if pool is not None \
+                else backend.graph_capture(graph, stream=stream)
+            with capture_ctx:
+                for _ in range(calls):
+                    if flush is not None:
+                        flush()
+                    last = fn()
+    except BaseException as exc:
+        last = None
+        _end_dangling_capture(backend, graph, stream)
+        if pool is not None:
+            backend.discard_graph_pool(pool, graph)
+        del graph, capture_ctx
+        if not isinstance(exc, Exception):
+            raise  # Ctrl-C: cleaned up, not a capture failure
+        raise classify(exc) from exc
+    backend.synchronize()
+    return Captured(graph=graph, calls=calls, last=last, pool=pool)
+
+
+# ----------------------------------------------------------------------------- verification
+def _tensors(value) -> list:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _tensors(v)]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _tensors(v)]
+    return []
+
+
+def _poison(tensors) -> None:
+    """Fill with values a replay that really runs the kernels overwrites (core's poison, plus bool)."""
+    import torch
+
+    for t in tensors:
+        if t.dtype.is_floating_point or t.dtype.is_complex:
+            t.fill_(float("nan"))
+        elif t.dtype == torch.bool:
+            t.logical_not_()
+        else:
+            t.fill_(torch.iinfo(t.dtype).max)
+
+
+def _mismatch(actual, expected, tolerance: float) -> Optional[str]:
+    """Why ``actual`` (replayed) is not ``expected`` (a direct call's result), or None."""
+    import torch
+
+    if tuple(actual.shape) != tuple(expected.shape):
+        return f"shape {tuple(actual.shape)} != {tuple(expected.shape)}"
+    if actual.numel() == 0:
+        return None
+    if actual.dtype.is_floating_point or actual.dtype.is_complex:
+        if bool(torch.isnan(actual).any()) and not bool(torch.isnan(expected).any()):
+            return "outputs left unwritten (still poisoned)"
+        a, e = actual.to(torch.float64), expected.to(torch.float64)
+        denom = float(torch.linalg.vector_norm(e))
+        err = float(torch.linalg.vector_norm(a - e)) / (denom if denom > 0 else 1.0)
+        if not err <= tolerance:
+            return f"relative error {err:.3g} against a direct call"
+        return None
+    if not bool(torch.equal(actual, expected)):
+        return "outputs differ from a direct call (left unwritten?)"
+    return None
+
+
+def verify_replay(backend, captured: Captured, fn, op=None, inputs=None, dtype: str = "") -> str:
+    """Replay the graph once on poisoned outputs and compare them with a direct call's.
+
+    Work issued on a stream the capture never joined runs eagerly at capture time and is
+    missing from the graph: its outputs stay poisoned after a replay, and a time measured from
+    that graph would be too fast.
+
+    :return: what was checked: ``outputs`` (``op.outputs``), ``returned`` (the callable's return
+        value) or ``unverifiable`` (neither exists).
+    :raises CaptureFailure: ``unjoined_stream_work`` when the replay did not produce the outputs.
+    """
+    if op is not None and inputs is not None and getattr(op, "outputs", ()):
+        targets, what = [inputs[i] for i in op.outputs], "outputs"
+        backend.synchronize()
+        fn()
+        backend.synchronize()
+        expected = [t.clone() for t in targets]
+    else:
+        targets, what = _tensors(captured.last), "returned"
+        if not targets:
+            return "unverifiable"
+        backend.synchronize()
+        expected = [t.clone() for t in _tensors(fn())]
+        backend.synchronize()
+        if len(expected) != len(targets):
+            return "unverifiable"
+    _poison(targets)
+    captured.graph.replay()
+    backend.synchronize()
+    tolerance = max(op.tolerance_for(dtype) if op is not None and dtype else 0.0, 1e-3)
+    for k, (actual, exp) in enumerate(zip(targets, expected)):
+        why = _mismatch(actual, exp, tolerance)
+        if why:
+            raise CaptureFailure("unjoined_stream_work",
+                                 f"graph replay: {what} {k}: {why} (work on a stream the capture did not join?)")
+    return what
+
+
+# ----------------------------------------------------------------------------- timing
+def _elapsed_ms(backend, run, repeats: int = 1) -> float:
+    start, end = backend.event(), backend.event()
+    start.record()
+    for _ in range(repeats):
+        run()
+    end.record()
+    backend.synchronize()
+    return start.elapsed_time(end)
+
+
+def _calls_for(per_call_ms: float, settings: GraphSettings) -> int:
+    if per_call_ms <= 0 or not math.isfinite(per_call_ms):
+        return settings.max_calls
+    return int(min(settings.max_calls, max(1, math.ceil(settings.replay_ms / per_call_ms))))
+
+
+def time_graph(fn, backend, settings: GraphSettings, op=None, inputs=None, dtype: str = "") -> Timing:
+    """Time ``fn`` by graph replay. Samples are per-call times (one replay's elapsed / calls).
+
+    :raises CaptureFailure: the point cannot be timed by graph replay (capture failed, or a
+        replay did not produce the outputs); the caller times it directly and marks it.
+    """
+    flush = backend.flush_l2 if settings.flush_l2 else None
+    stream = backend.new_stream()
+    backend.synchronize()  # inputs written on another stream are complete before the side stream reads them
+    # Warm up on the capture stream: lazy per-stream set-up (library handles, workspaces) must not
+    # first happen inside the capture.
+    with backend.stream_context(stream):
+        for _ in range(2):
+            if flush is not None:
+                flush()  # also allocates the flush buffer outside any graph's memory pool
+            fn()
+    backend.synchronize()
+    # Host launch cost is inside this estimate, so it over-states a small kernel: refined below.
+    estimate_ms = max(_elapsed_ms(backend, fn, 5) / 5, 1e-6)
+    flush_ms = max(_elapsed_ms(backend, flush, 3) / 3, 0.0) if flush is not None else 0.0
+
+    main = capture(backend, stream, fn, _calls_for(estimate_ms + flush_ms, settings), flush)
+    main.graph.replay()  # first replay uploads the graph; not timed
+    replay_ms = _elapsed_ms(backend, main.graph.replay)
+    better = _calls_for(replay_ms / main.calls, settings)
+    if better >= 2 * main.calls:
+        del main
+        main = capture(backend, stream, fn, better, flush)
+        main.graph.replay()
+        replay_ms = _elapsed_ms(backend, main.graph.replay)
+
+    verified = verify_replay(backend, main, fn, op, inputs, dtype) if settings.verify else "off"
+    baseline = capture(backend, stream, lambda: None, main.calls, flush) if flush is not None else None
+
+    def replay_pair():
+        main.graph.replay()
+        if baseline is not None:
+            baseline.graph.replay()
+
+    pair_ms = max(replay_ms * (2 if baseline is not None else 1), 1e-6)
+    n_warmup = max(1, math.ceil(settings.warmup_ms / pair_ms))
+    for _ in range(n_warmup):
+        replay_pair()
+    n = int(min(MAX_SAMPLES, max(MIN_SAMPLES, settings.rep_ms / pair_ms)))
+    marks = [[backend.event() for _ in range(4 if baseline is not None else 2)] for _ in range(n)]
+    for ev in marks:
+        ev[0].record()
+        main.graph.replay()
+        ev[1].record()
+        if baseline is not None:
+            ev[2].record()
+            baseline.graph.replay()
+            ev[3].record()
+    backend.synchronize()
+    samples = []
+    for ev in marks:
+        elapsed = ev[0].elapsed_time(ev[1])
+        if baseline is not None:
+            elapsed -= ev[2].elapsed_time(ev[3])
+        samples.append(elapsed / main.calls)
+    extra = {
+        "cudagraph": {
+            "calls_per_graph": main.calls,
+            "replays": n,
+            "warmup_replays": n_warmup,
+            "replay_ms": round(replay_ms, 6),
+            "l2_method": settings.l2_method,
+            "verified": verified,
+        }
+    }
+    if baseline is not None:
+        extra["cudagraph"]["flush_ms_per_call"] = round(
+            sorted(ev[2].elapsed_time(ev[3]) for ev in marks)[n // 2] / main.calls, 6)
+    return Timing.from_samples(samples, timer=TIMER_NAME, l2=settings.l2, calls_per_sample=main.calls, extra=extra)
+
+
+def probe_capture(fn, backend, op=None, inputs=None, dtype: str = "", calls: int = 2) -> Optional[CaptureFailure]:
+    """Try to capture (and verify) ``fn`` without timing it: None when it works.
+
+    Used in a child process (``--cudagraph-probe subprocess``), where a capture that leaves the
+    device in a bad state costs nothing but that process.
+    """
+    why = graph_support(backend)
+    if why:
+        return CaptureFailure("unsupported", why)
+    stream = backend.new_stream()
+    with backend.stream_context(stream):
+        fn()
+    backend.synchronize()
+    try:
+        captured = capture(backend, stream, fn, calls)
+        verify_replay(backend, captured, fn, op, inputs, dtype)
+    except CaptureFailure as failure:
+        return failure
+    return None

@@ -1,0 +1,395 @@
+"""``zlf ab``: sides, pass-through, guards, campaign state, reports, resume and failed rounds."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from zlf import ab, ab_report, cli, stats
+from zlf.campaign import FAILED, OK, PENDING, SKIPPED, Campaign, OpSpec, Side, device_flags
+from zlf.errors import UsageError
+from zlf.records import PointRecord
+from zlf.rundir import RunDir
+
+from conftest import _env
+
+
+# ----------------------------------------------------------------------------- helpers
+def parse(*argv):
+    parser = argparse.ArgumentParser()
+    ab.configure_parser(parser)
+    return parser.parse_args(list(argv))
+
+
+class FakeHooks:
+    """The two things ab asks the hooks facade: extension options and which extensions are on."""
+
+    def __init__(self, infos=()):
+        self.infos = list(infos)
+
+    def add_options(self, parser):
+        g = parser.add_argument_group("seed")
+        g.add_argument("--seed", type=int, default=0)
+        g.add_argument("--shapes", metavar="FILE")
+        g.add_argument("--fast", action="store_true")
+        g.add_argument("--replay-from", metavar="RUN_DIR")
+
+
+class Info:
+    def __init__(self, name, status="active"):
+        self.name, self.status = name, status
+
+
+def campaign_data(tmp_path, ops=("add",), rounds_first=2, until=False, max_rounds=2, aa=False, **stat):
+    statistics = {"alpha": 0.05, "margin_pct": 2.0, "min_effect_pct": 1.0, "noise_from": None, "floors": {},
+                  "until_confident": until, "first_look": rounds_first, "max_rounds": max_rounds}
+    statistics.update(stat)
+    return {"label": "t", "cwd": str(tmp_path), "aa": aa, "switch": None,
+            "sides": [Side("A", {"X": "0"}).to_json(), Side("B", {"X": "1"}).to_json()],
+            "ops": [OpSpec(o, o).to_json() for o in ops], "run_args": [], "extension_args": ["--ext", "seed"],
+            "replay": False, "backend": None, "device": 0, "require_idle": False, "idle_wait": 0,
+            "fail_on_slower": True, "statistics": statistics, "guards": {"switch_source": []},
+            "triton_cache": str(tmp_path / "cache")}
+
+
+def fake_run(campaign, run, times: dict, timer="host_wall", status="ok", meta=None):
+    """File a run as if ``zlf run`` had written it: one record per point."""
+    d = campaign.run_dir(run)
+    d.mkdir(parents=True)
+    rd = RunDir(d)
+    rd.write_meta(meta or {"status": "complete", "warnings": []})
+    for point, ms in times.items():
+        op, shape, dtype = point.split("/")
+        rd.append(PointRecord(point=point, op=op, shape=(int(shape),), dtype=dtype, status=status,
+                              timer=timer, median_ms=ms if status == "ok" else None))
+    run.update(status=OK if status == "ok" else FAILED, rc=0 if status == "ok" else 1, seconds=0.1,
+               error=None if status == "ok" else f"{point} FAILED: wrong result", flags=device_flags(d))
+    campaign.save()
+
+
+def fill(campaign, effect=1.6, jitter=(1.0, 1.01, 0.99, 1.005, 0.995, 1.0, 1.002, 0.998, 1.003, 0.997, 1.0, 1.0)):
+    for run in campaign.runs:
+        if run["status"] != PENDING:
+            continue
+        k = run["round"]
+        j = jitter[(k - 1 + (2 if run["side"] == "B" else 0)) % len(jitter)]
+        scale = effect if run["side"] == "B" else 1.0
+        fake_run(campaign, run, {f"{run['op']}/1024/float32": 1.0 * j * scale, f"{run['op']}/4096/float32": 2.0 * j})
+
+
+# ----------------------------------------------------------------------------- sides and arguments
+def test_sides_from_switch_env_and_python():
+    a, b = ab.build_sides(parse("--switch", "S", "--a-env", "K=1", "--b-env", "K=2", "--b-python", sys.executable))
+    assert a.env == {"S": "0", "K": "1"} and b.env == {"S": "1", "K": "2"}
+    assert b.python == os.path.abspath(sys.executable) and a.python == ""
+    assert a.cache_key() != b.cache_key() and a.cache_key().startswith("A-")
+
+
+def test_aa_copies_a_and_refuses_a_b_definition():
+    a, b = ab.build_sides(parse("--aa", "--a-env", "K=1"))
+    assert b.env == a.env == {"K": "1"} and b.name == "B"
+    assert a.cache_key() != b.cache_key()  # own cache per side even in an A/A
+    with pytest.raises(UsageError, match="--aa"):
+        ab.build_sides(parse("--aa", "--switch", "S"))
+    with pytest.raises(UsageError, match="say what differs"):
+        ab.build_sides(parse())
+    with pytest.raises(UsageError, match="K=V"):
+        ab.build_sides(parse("--a-env", "nonsense"))
+
+
+def test_op_specs(tmp_path):
+    f = tmp_path / "ops.py"
+    assert OpSpec.parse("add") == OpSpec("add", "add")
+    assert OpSpec.parse(f"neg:{f}") == OpSpec("neg", f"{f}::neg", str(f))
+    assert OpSpec.parse(f"{f}::neg").run_spec == f"{f}::neg"
+    assert OpSpec.parse(str(f)).name == "ops"
+
+
+def test_run_options_are_passed_through_as_typed():
+    hooks = FakeHooks()
+    p = argparse.ArgumentParser()
+    ab.configure_parser(p)
+    hooks.add_options(p)
+    args = p.parse_args(["--switch", "S", "--rep-ms", "5", "--no-flush-l2", "--dtype", "float16", "--dtype", "bfloat16",
+                         "--seed", "3", "--shapes", "s.yaml", "--fast"])
+    assert ab.pass_through_args(args, hooks) == ["--dtype", "float16", "--dtype", "bfloat16", "--rep-ms", "5.0",
+                                                 "--no-flush-l2", "--seed", "3", "--shapes", "s.yaml", "--fast"]
+    args = p.parse_args(["--switch", "S", "--replay-from", "x"])
+    with pytest.raises(UsageError, match="set by zlf ab itself"):
+        ab.pass_through_args(args, hooks)
+
+
+def test_extensions_are_selected_explicitly():
+    assert ab.extension_args(FakeHooks([Info("seed"), Info("shapes", "inactive")])) == ["--ext", "seed"]
+    assert ab.extension_args(FakeHooks([Info("seed", "disabled")])) == ["--no-ext", "seed"]
+
+
+def test_run_command_records_once_and_replays_everywhere_else(tmp_path):
+    data = campaign_data(tmp_path)
+    data["replay"] = True
+    c = Campaign.create(tmp_path / "out", "t", data)
+    for k in (1, 2):
+        c.add_round(k)
+    assert "--replay-from" not in c.command(c.runs[1], Path("/s"))  # nothing recorded yet
+    (c.path / "add" / "r1_A" / "autotune_records").mkdir(parents=True)
+    assert [(r["round"], r["side"]) for r in c.runs] == [(1, "A"), (1, "B"), (2, "B"), (2, "A")]
+    cmds = {(r["round"], r["side"]): c.command(r, Path("/s")) for r in c.runs}
+    assert "--replay-from" not in cmds[(1, "A")]
+    for key in ((1, "B"), (2, "B"), (2, "A")):
+        assert cmds[key][cmds[key].index("--replay-from") + 1] == str(c.path / "add" / "r1_A")
+    env_a, env_b = c.environment(c.runs[0]), c.environment(c.runs[1])
+    assert env_a["X"] == "0" and env_b["X"] == "1"
+    assert env_a["TRITON_CACHE_DIR"] != env_b["TRITON_CACHE_DIR"]
+
+
+# ----------------------------------------------------------------------------- guards
+def test_switch_guard_searches_bytes_and_warns_when_unreferenced(tmp_path):
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "libfake.so").write_bytes(b"\x00\x7fELF" + b"\x00" * 100 + b"MY_SWITCH\x00" + b"\x01" * 50)
+    sides = (Side("A", {"MY_SWITCH": "0", "NULL_ONE": "0"}), Side("B", {"MY_SWITCH": "1", "NULL_ONE": "1"}))
+    found = {r["name"]: r["found"] for r in ab.switch_guard(sides, [], [str(lib)])}
+    assert found == {"MY_SWITCH": [str(lib / "libfake.so")], "NULL_ONE": []}
+    lines = ab.switch_guard_messages(ab.switch_guard(sides, [], [str(lib)]))
+    assert len(lines) == 1 and "NULL_ONE is not referenced" in lines[0]
+
+
+def test_default_switch_sources_are_triton_and_the_op_files(tmp_path):
+    f = tmp_path / "ops.py"
+    f.write_text("import os\nos.environ.get('ZZ')\n")
+    paths = ab.default_switch_sources([Side("A"), Side("B")], [OpSpec.parse(f"neg:{f}"), OpSpec("add", "add")])
+    assert any(Path(p).name == "triton" for p in paths)
+    assert str(f) in paths and any(p.endswith("builtin.py") for p in paths)
+
+
+def test_null_switch_dry_run_warns_and_runs_nothing(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    rc = cli.main(["ab", "add", "--switch", "ZLF_AB_NOBODY_READS_THIS", "--dry-run", "--ext", "seed", "--out", "o"])
+    out, err = capsys.readouterr()
+    assert rc == 0
+    assert "ZLF_AB_NOBODY_READS_THIS is not referenced" in err and "NOT FOUND" in out
+    assert not (tmp_path / "o").exists()
+
+
+def test_device_flags_from_meta(tmp_path):
+    RunDir(tmp_path).write_meta({"warnings": ["another process is using GPU 0: 123, python, 500 MiB"],
+                                 "device_state_start": {"clocks_throttle_reasons.active": "0x0000000000000001"},
+                                 "device_state_end": {"clocks_throttle_reasons.active": "0x0000000000000004"}})
+    flags = device_flags(tmp_path)
+    assert flags[0].startswith("another process") and "throttled at end (reasons 0x0000000000000004)" in flags
+
+
+class BusyBackend:
+    def __init__(self, busy_for):
+        self.calls, self.busy_for = 0, busy_for
+
+    def busy_warnings(self):
+        self.calls += 1
+        return ["another process is using GPU 0"] if self.calls <= self.busy_for else []
+
+
+def test_require_idle_waits_then_refuses(tmp_path):
+    assert ab.wait_until_idle(BusyBackend(1), wait_s=5, poll_s=0.01) == []
+    c = Campaign.create(tmp_path, "t", campaign_data(tmp_path))
+    c.add_round(1)
+    with pytest.raises(ab.Stopped, match="still busy"):
+        ab.run_pending(c, ab.Printer(c), busy=BusyBackend(10**6), idle_wait=0.05)
+    assert all(r["status"] == PENDING for r in c.runs)
+
+
+def _ir(run_dir, text):
+    d = run_dir / "ir" / "1024" / "add_kernel"
+    d.mkdir(parents=True)
+    (d / "w4s3.ttgir").write_text(text)
+
+
+def test_ir_guard_says_prominently_when_nothing_changed(tmp_path):
+    pytest.importorskip("zlf.irtree")
+    c = Campaign.create(tmp_path, "t", campaign_data(tmp_path, ops=("add", "mm")))
+    c.add_round(1)
+    fill(c)
+    _ir(c.run_dir(c.find("add", 1, "A")), "tt.load\n")
+    _ir(c.run_dir(c.find("add", 1, "B")), "tt.load\n")
+    _ir(c.run_dir(c.find("mm", 1, "A")), "tt.dot\n")
+    _ir(c.run_dir(c.find("mm", 1, "B")), "ttng.warp_group_dot\n")
+    lines = ab.ir_guard(c, ["add", "mm"])
+    assert lines[0].startswith("!!! add: the switch changed NO compiled code")
+    assert lines[1].startswith("mm: IR differs between A and B on 1 of 1 shapes")
+
+
+# ----------------------------------------------------------------------------- statistics over a campaign, report
+def test_report_of_a_complete_campaign(tmp_path, capsys):
+    c = Campaign.create(tmp_path, "t", campaign_data(tmp_path, rounds_first=6, max_rounds=6))
+    for k in range(1, 7):
+        c.add_round(k)
+    fill(c)
+    c.data["status"] = "complete"
+    c.save()
+    rc = cli.main(["ab", "--resume", str(c.path), "--ext", "seed"])
+    out = capsys.readouterr().out
+    assert rc == 1  # --fail-on-slower and add/1024 is 60% slower
+    summary = (c.path / "summary.log").read_text()
+    for column in ab_report.HEADERS:
+        assert column in summary
+    assert "add/1024/float32" in summary and "SLOWER" in summary and "SAME" in summary
+    assert "verdicts: 0 FASTER, 1 SLOWER, 1 SAME, 0 UNSURE" in out
+    doc = json.loads((c.path / "summary.json").read_text())
+    assert {p["point"]: p["verdict"] for p in doc["points"]} == {"add/1024/float32": "SLOWER", "add/4096/float32": "SAME"}
+    assert (c.path / "report.md").read_text().count("| add/") == 2
+    assert (c.path / "delta_intervals.png").stat().st_size > 1000
+
+
+def test_mixed_timers_and_missing_points(tmp_path):
+    c = Campaign.create(tmp_path, "t", campaign_data(tmp_path))
+    c.add_round(1)
+    c.add_round(2)
+    for run in c.runs:
+        timer = "cudagraph" if (run["round"], run["side"]) == (2, "B") else "cuda_event"
+        times = {"add/1024/float32": 3.0 if run["side"] == "B" else 1.0}
+        if run["side"] == "A":
+            times["add/8/float32"] = 1.0
+        fake_run(c, run, times, timer=timer)
+    results, remarks, excluded, _ = ab.analyse(c)
+    (r,) = results
+    assert r.verdict == stats.UNSURE and r.note.startswith("mixed timers")
+    assert excluded == {"add/8/float32": "no time in r1_B, r2_B"}
+
+
+def test_failed_op_gets_no_report_and_remaining_runs_are_skipped(tmp_path):
+    c = Campaign.create(tmp_path, "t", campaign_data(tmp_path, ops=("add", "bad")))
+    c.add_round(1)
+    c.add_round(2)
+    for run in c.runs:
+        if run["op"] == "add" or run["round"] == 1:
+            fake_run(c, run, {f"{run['op']}/8/float32": 1.0}, status="ok" if run["op"] == "add" else "FAILED")
+    ab.run_pending(c, ab.Printer(c))  # only 'bad' runs are left: skipped without starting a process
+    assert [r["status"] for r in c.runs if r["op"] == "bad"] == [FAILED, FAILED, SKIPPED, SKIPPED]
+    results, *_ = ab.analyse(c)
+    assert [r.point for r in results] == ["add/8/float32"]
+    assert "NO REPORT for bad: run r1_A failed" in ab_report.render(c, results, {}, {}, 0.05, [])
+
+
+def test_until_confident_adds_rounds_and_stops(tmp_path, monkeypatch):
+    c = Campaign.create(tmp_path, "t", campaign_data(tmp_path, rounds_first=3, until=True, max_rounds=8))
+    for k in (1, 2, 3):
+        c.add_round(k)
+
+    def execute(self, run):
+        fill(self)
+
+    monkeypatch.setattr(Campaign, "execute", execute)
+    ab.drive(c, ab.Printer(c))
+    looks = c.data["looks"]
+    assert looks[0]["rounds"] == 3 and looks[-1]["rounds"] == c.planned_rounds() <= 8
+    assert sum(l["alpha"] for l in looks) <= 0.05 + 1e-12
+    results, *_ = ab.analyse(c)
+    assert looks[-1]["undecided"] == 0 or c.planned_rounds() == 8
+    assert {r.verdict for r in results} <= {stats.SLOWER, stats.SAME, stats.UNSURE}
+
+
+def test_noise_from_reads_an_aa_campaign(tmp_path):
+    aa = Campaign.create(tmp_path, "aa", campaign_data(tmp_path, rounds_first=3, aa=True))
+    for k in (1, 2, 3):
+        aa.add_round(k)
+    fill(aa, effect=1.0)
+    results, remarks, excluded, alpha = ab.analyse(aa)
+    ab_report.write(aa, results, remarks, excluded, alpha, [])
+    floors = ab.load_floors(aa.path)
+    assert set(floors) == {"add/1024/float32", "add/4096/float32"} and all(v > 0 for v in floors.values())
+    assert "noise floor" in (aa.path / "summary.log").read_text()
+    ab_dir = Campaign.create(tmp_path, "ab", campaign_data(tmp_path))
+    ab_dir.data["status"] = "complete"
+    results, *_ = ab.analyse(ab_dir)
+    ab_report.write(ab_dir, results, {}, {}, 0.05, [])
+    with pytest.raises(UsageError, match="not an A/A"):
+        ab.load_floors(ab_dir.path)
+
+
+# ----------------------------------------------------------------------------- real processes (CPU, tiny)
+def _zlf(*args, cwd, env=None, **kw):
+    return subprocess.Popen([sys.executable, "-m", "zlf", *map(str, args)], cwd=cwd, env=_env(env),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+
+
+@pytest.mark.slow
+def test_resume_after_a_killed_campaign(tmp_path):
+    proc = _zlf("ab", "add", "--switch", "ZLF_AB_TEST_NULL", "--rounds", "2", "--rep-ms", "5", "--ext", "seed",
+                "--out", "o", cwd=tmp_path)
+    deadline = time.monotonic() + 120
+    state = None
+    while time.monotonic() < deadline:
+        files = list((tmp_path / "o").glob("ab_*/campaign.json"))
+        if files:
+            try:
+                state = json.loads(files[0].read_text())
+            except json.JSONDecodeError:
+                state = None
+            if state and [r["status"] for r in state["runs"]][:2] == ["ok", "running"]:
+                break
+        time.sleep(0.1)
+    else:
+        proc.kill()
+        pytest.fail(f"campaign never reached its second run: {state}")
+    time.sleep(0.5)  # the second run is in flight
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate()
+    camp = files[0].parent
+    done = _zlf("ab", "--resume", camp, "--ext", "seed", cwd=tmp_path)
+    out, err = done.communicate(timeout=180)
+    assert done.returncode == 0, out + err
+    state = json.loads((camp / "campaign.json").read_text())
+    assert [r["status"] for r in state["runs"]] == ["ok"] * 4 and state["status"] == "complete"
+    assert [r["dir"] for r in state["runs"]] == ["add/r1_A", "add/r1_B", "add/r2_B", "add/r2_A"]
+    for r in state["runs"]:
+        records, _ = RunDir(camp / r["dir"]).records()
+        assert len(records) == 2 and json.loads((camp / r["dir"] / "meta.json").read_text())["status"] == "complete"
+    assert not list(camp.glob("add/.staging/*"))
+    assert "add/65536/float32" in (camp / "summary.log").read_text()
+    assert "ZLF_AB_TEST_NULL is not referenced" in (camp / "summary.log").read_text()
+
+
+OP_FILE = '''
+import os
+import torch
+import zlf
+
+
+def make(shape, dtype, device):
+    x = torch.randn(shape, dtype=getattr(torch, dtype), device=device)
+    return (x, torch.empty_like(x))
+
+
+def _neg(x, out):
+    if os.environ.get("ZLF_AB_TEST_BREAK") == "1":  # side B's "compiler" is broken
+        out.copy_(x)
+    else:
+        torch.neg(x, out=out)
+
+
+neg = zlf.Op(name="neg", fn=_neg, make_inputs=make, shapes=[(256,)], reference=lambda x, out: -x, outputs=(1,))
+'''
+
+
+@pytest.mark.slow
+def test_an_op_failing_on_one_side_gets_no_report(tmp_path):
+    (tmp_path / "my_ops.py").write_text(OP_FILE)
+    proc = _zlf("ab", "neg:my_ops.py", "--switch", "ZLF_AB_TEST_BREAK", "--rounds", "2", "--rep-ms", "5",
+                "--ext", "seed", "--out", "o", cwd=tmp_path)
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 1, out + err
+    (camp,) = (tmp_path / "o").glob("ab_ZLF_AB_TEST_BREAK_*")
+    state = json.loads((camp / "campaign.json").read_text())
+    assert [(r["dir"], r["status"]) for r in state["runs"]] == [
+        ("neg/r1_A", "ok"), ("neg/r1_B", "failed"), ("neg/r2_B", "skipped"), ("neg/r2_A", "skipped")]
+    assert "wrong result" in state["runs"][1]["error"]
+    assert "NO REPORT for neg: run r1_B failed" in out
+    assert "(no point has a complete pair of rounds)" in out
+    assert (camp / "neg" / "r1_B" / "results.jsonl").is_file()  # the raw runs stay on disk
+    assert "is not referenced" not in err  # the switch guard found it in the op file

@@ -1,0 +1,347 @@
+"""``zlf compare`` and ``zlf calibrate``: over real ``zlf run`` directories (cpu backend), hand-damaged
+copies, and synthetic run directories where a test needs controlled timings."""
+from __future__ import annotations
+
+import csv
+import importlib.util
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from zlf import compare
+from zlf.ceilings import Ceilings, cache_dir, ceilings_path, save
+from zlf.records import PointRecord
+from zlf.rundir import RunDir
+
+from conftest import run_dir_from
+
+
+def zlf(*args, cwd, env=None):
+    """``python -m zlf ARGS`` with only the seed extension active (others are being installed right now)."""
+    full_env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "NO_COLOR")}
+    full_env.update({"ZLF_NO_PROGRESS": "1", "ZLF_EXTENSIONS": "seed", "ZLF_CACHE_DIR": str(Path(cwd) / "cache")})
+    full_env.update(env or {})
+    return subprocess.run([sys.executable, "-m", "zlf", *map(str, args)], cwd=cwd, env=full_env,
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture
+def cli(monkeypatch, capsys, tmp_path):
+    """``zlf ARGS`` in this process (no interpreter start-up): a CompletedProcess-like result."""
+    from zlf.cli import main
+
+    def run(*args, env=None):
+        monkeypatch.delenv("FORCE_COLOR", raising=False)
+        for key, value in {"ZLF_EXTENSIONS": "seed", "ZLF_CACHE_DIR": str(tmp_path / "cache"), **(env or {})}.items():
+            monkeypatch.setenv(key, value)
+        capsys.readouterr()
+        try:
+            rc = main([str(a) for a in args])
+        except SystemExit as exc:  # argparse
+            rc = exc.code
+        out, err = capsys.readouterr()
+        return subprocess.CompletedProcess(args, rc, out, err)
+
+    return run
+
+
+@pytest.fixture(scope="module")
+def real_runs(tmp_path_factory):
+    """Two real runs of ``add`` and one of ``softmax`` on the cpu backend, made once per module."""
+    work = tmp_path_factory.mktemp("real_runs")
+    runs = {}
+    for label, op in (("a", "add"), ("b", "add"), ("softmax", "softmax")):
+        proc = zlf("run", op, "--ext", "seed", "--warmup-ms", "1", "--rep-ms", "3", "--name", label, cwd=work)
+        assert proc.returncode == 0, proc.stderr
+        runs[label] = run_dir_from(proc.stdout, cwd=work)
+    return runs
+
+
+def write_run(path: Path, points: dict, device: str = "Test GPU", host_timing: bool = False) -> Path:
+    """A run directory with chosen timings: ``{point id: (median_ms, timer[, status[, samples]])}``."""
+    path.mkdir(parents=True)
+    rundir = RunDir(path)
+    rundir.write_meta({"device_name": device, "backend": "cuda", "status": "complete", "host_timing": host_timing,
+                       "command": ["zlf", "run"], "fingerprint": {"torch": "2.11", "triton": "3.6.0"}})
+    for pid, spec in points.items():
+        median, timer = spec[0], spec[1]
+        status = spec[2] if len(spec) > 2 else "ok"
+        samples = spec[3] if len(spec) > 3 else (median,) * 5
+        op, shape, dtype = pid.split("/")
+        dims = [int(d) for d in shape.split("x")]
+        ok = status == "ok"
+        rundir.append(PointRecord(
+            point=pid, op=op, shape=dims, dtype=dtype, status=status, timer=timer if ok else None,
+            median_ms=median if ok else None, samples=samples if ok else (),
+            gbps=(3 * 4 * dims[0] / (median * 1e-3) / 1e9) if ok else None, tflops=None,
+        ))
+    return path
+
+
+# ----------------------------------------------------------------------------- real runs
+def test_compare_two_real_runs_prints_table_summary_and_threshold_origin(real_runs, tmp_path):
+    proc = zlf("compare", real_runs["a"], real_runs["b"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "add/1024/float32" in out and "add/65536/float32" in out
+    assert "2 points compared" in out and "geomean time B/A" in out
+    assert "threshold ±" in out and "IQR/median" in out  # says how the default was chosen
+    assert "host_wall" in out and "not GPU kernel times" in out
+    assert "\x1b[" not in out  # not a TTY: no colour
+    assert "IR" not in out.split("\n\n")[1].splitlines()[0]  # no ir/ on either side: no IR column
+
+
+def test_json_format_has_every_point_with_both_sides(real_runs, tmp_path, cli):
+    proc = cli("compare", real_runs["a"], real_runs["b"], "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert {r["point"] for r in doc["rows"]} == {"add/1024/float32", "add/65536/float32"}
+    for row in doc["rows"]:
+        assert row["status"] == "ok"
+        expected = (row["b"]["median_ms"] - row["a"]["median_ms"]) / row["a"]["median_ms"] * 100
+        assert row["delta_pct"] == pytest.approx(expected)
+        assert row["a"]["timer"] == row["b"]["timer"] == "host_wall"
+    s = doc["summary"]
+    assert s["faster"] + s["slower"] + s["unchanged"] == s["compared"] == 2
+    assert s["threshold_pct"] >= compare.THRESHOLD_FLOOR_PCT and s["threshold_how"]
+
+
+def test_csv_follows_formats_section_7(real_runs, tmp_path, cli):
+    proc = cli("compare", real_runs["a"], real_runs["b"], "--format", "csv")
+    assert proc.returncode == 0, proc.stderr
+    rows = list(csv.DictReader(io.StringIO(proc.stdout)))
+    assert len(rows) == 2
+    for col in ("shape", "dim0", "time_ms_A", "time_ms_B", "bandwidth_GB_s_A", "bandwidth_GB_s_B",
+                "tflops_A", "tflops_B", "delta_pct"):
+        assert col in rows[0]
+    by_point = {r["point"]: r for r in rows}
+    assert by_point["add/65536/float32"]["dim0"] == "65536"
+    assert float(by_point["add/1024/float32"]["time_ms_A"]) > 0
+    assert float(by_point["add/1024/float32"]["bandwidth_GB_s_B"]) > 0
+
+
+def test_markdown_format_is_a_github_table(real_runs, tmp_path, cli):
+    proc = cli("compare", real_runs["a"], real_runs["b"], "--format", "markdown")
+    assert proc.returncode == 0, proc.stderr
+    table = [l for l in proc.stdout.splitlines() if l.startswith("|")]
+    assert len(table) == 2 + 2 and "point" in table[0] and table[1].startswith("|--")
+
+
+def test_not_a_run_dir_is_one_line_exit_2(real_runs, tmp_path):
+    (tmp_path / "empty").mkdir()
+    proc = zlf("compare", tmp_path / "empty", real_runs["b"], cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and "not a zlf run directory" in proc.stderr
+    proc = zlf("compare", real_runs["a"], tmp_path / "missing", cwd=tmp_path)
+    assert proc.returncode == 2 and "not a directory" in proc.stderr
+
+
+def test_different_ops_have_nothing_to_pair(real_runs, tmp_path, cli):
+    proc = cli("compare", real_runs["a"], real_runs["softmax"])
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0
+    assert "nothing to pair" in proc.stderr and "add" in proc.stderr and "softmax" in proc.stderr
+
+
+def test_truncated_results_use_complete_lines_and_say_how_many_were_skipped(real_runs, tmp_path, cli):
+    cut = tmp_path / "cut"
+    shutil.copytree(real_runs["b"], cut)
+    text = (cut / "results.jsonl").read_text()
+    (cut / "results.jsonl").write_text(text[: len(text) - 40])  # a crash cut the last line
+    proc = cli("compare", real_runs["a"], cut)
+    assert proc.returncode == 0, proc.stderr
+    assert "skipped 1 incomplete line" in proc.stdout
+    assert "only A" in proc.stdout and "1 points compared" in proc.stdout
+    proc = cli("compare", real_runs["a"], cut, "--format", "json")
+    assert "skipped 1 incomplete line" in proc.stderr  # machine formats keep stdout parseable
+    assert json.loads(proc.stdout)["b"]["skipped_lines"] == 1
+
+
+def test_only_truncated_lines_is_exit_2(real_runs, tmp_path, cli):
+    cut = tmp_path / "cut"
+    shutil.copytree(real_runs["b"], cut)
+    (cut / "results.jsonl").write_text('{"point": "add/10')
+    proc = cli("compare", real_runs["a"], cut)
+    assert proc.returncode == 2 and "no complete point record" in proc.stderr
+
+
+def test_unknown_format_is_a_usage_error(real_runs, tmp_path, cli):
+    assert cli("compare", real_runs["a"], real_runs["b"], "--format", "xml").returncode == 2
+
+
+# ----------------------------------------------------------------------------- synthetic timings
+def test_timer_mismatch_is_refused_unless_allowed(tmp_path, cli):
+    a = write_run(tmp_path / "A", {"k/1024/float32": (1.0, "cudagraph"), "k/2048/float32": (2.0, "cudagraph")})
+    b = write_run(tmp_path / "B", {"k/1024/float32": (2.0, "cuda_event"), "k/2048/float32": (2.0, "cudagraph")})
+    proc = cli("compare", a, b, "--format", "json")
+    rows = {r["point"]: r for r in json.loads(proc.stdout)["rows"]}
+    assert rows["k/1024/float32"]["status"] == "timer mismatch" and rows["k/1024/float32"]["delta_pct"] is None
+    assert rows["k/2048/float32"]["delta_pct"] == pytest.approx(0.0)
+    text = cli("compare", a, b).stdout
+    assert "timer mismatch" in text and "A cudagraph / B cuda_event" in text  # which row used which timer
+    proc = cli("compare", a, b, "--allow-mixed-timers", "--format", "json")
+    rows = {r["point"]: r for r in json.loads(proc.stdout)["rows"]}
+    assert rows["k/1024/float32"]["status"] == "mixed timers"
+    assert rows["k/1024/float32"]["delta_pct"] == pytest.approx(100.0)
+
+
+def test_one_side_only_and_failed_points_are_listed_not_dropped(tmp_path, cli):
+    a = write_run(tmp_path / "A", {"k/1/float32": (1.0, "t"), "k/2/float32": (1.0, "t"), "k/3/float32": (1.0, "t")})
+    b = write_run(tmp_path / "B", {"k/1/float32": (1.0, "t"), "k/3/float32": (1.0, "t", "OOM"),
+                                   "k/4/float32": (1.0, "t")})
+    out = cli("compare", a, b).stdout
+    for pid, status in (("k/2/float32", "only A"), ("k/4/float32", "only B"), ("k/3/float32", "B OOM")):
+        line = next(l for l in out.splitlines() if l.startswith(pid))
+        assert status in line
+    assert "not compared:" in out
+    rows = {r["point"]: r for r in csv.DictReader(io.StringIO(cli("compare", a, b, "--format", "csv").stdout))}
+    assert rows["k/3/float32"]["time_ms_B"] == "OOM" and rows["k/3/float32"]["bandwidth_GB_s_B"] == "OOM"
+    assert float(rows["k/3/float32"]["time_ms_A"]) == 1.0
+
+
+def test_fail_if_slower_gates_and_names_the_points(tmp_path, cli):
+    a = write_run(tmp_path / "A", {"k/1/float32": (1.0, "t"), "k/2/float32": (1.0, "t"), "k/3/float32": (1.0, "t")})
+    b = write_run(tmp_path / "B", {"k/1/float32": (1.10, "t"), "k/2/float32": (1.03, "t"), "k/3/float32": (0.9, "t")})
+    proc = cli("compare", a, b, "--fail-if-slower", "5")
+    assert proc.returncode == 1
+    fail = next(l for l in proc.stdout.splitlines() if l.startswith("FAIL"))
+    assert "k/1/float32 (+10.0%)" in fail and "k/2/float32" not in fail
+    proc = cli("compare", a, b, "--fail-if-slower", "15")
+    assert proc.returncode == 0 and "PASS" in proc.stdout
+    proc = cli("compare", a, b, "--fail-if-slower", "5", "--format", "json")
+    assert proc.returncode == 1 and json.loads(proc.stdout)["gate"]["failed"] == ["k/1/float32"]
+    assert "FAIL" in proc.stderr
+
+
+def test_fail_if_slower_with_nothing_comparable_is_exit_2(tmp_path, cli):
+    a = write_run(tmp_path / "A", {"k/1/float32": (1.0, "cudagraph")})
+    b = write_run(tmp_path / "B", {"k/1/float32": (5.0, "cuda_event")})
+    proc = cli("compare", a, b, "--fail-if-slower", "5")
+    assert proc.returncode == 2 and "nothing to gate on" in proc.stderr
+
+
+def test_threshold_verdicts_and_largest_regressions_first(tmp_path, cli):
+    a = write_run(tmp_path / "A", {f"k/{n}/float32": (1.0, "t") for n in (1, 2, 3, 4)})
+    b = write_run(tmp_path / "B", {"k/1/float32": (1.02, "t"), "k/2/float32": (1.30, "t"),
+                                   "k/3/float32": (1.10, "t"), "k/4/float32": (0.8, "t")})
+    doc = json.loads(cli("compare", a, b, "--threshold", "5", "--format", "json").stdout)
+    assert [r["point"] for r in doc["rows"]] == ["k/2/float32", "k/3/float32", "k/1/float32", "k/4/float32"]
+    assert [r["verdict"] for r in doc["rows"]] == ["slower", "slower", "unchanged", "faster"]
+    s = doc["summary"]
+    assert (s["slower"], s["faster"], s["unchanged"]) == (2, 1, 1)
+    assert s["threshold_how"] == "set with --threshold"
+    assert s["geomean_ratio"] == pytest.approx((1.02 * 1.3 * 1.1 * 0.8) ** 0.25)
+    text = cli("compare", a, b, "--threshold", "5").stdout
+    assert "largest regressions: k/2/float32 +30.0%, k/3/float32 +10.0%" in text
+
+
+def test_default_threshold_comes_from_sample_spread():
+    def rec(pid, median, samples):
+        return PointRecord(point=pid, op="k", shape=(1,), dtype="float32", status="ok", timer="t",
+                           median_ms=median, samples=samples)
+
+    noisy = (0.90, 0.95, 1.0, 1.05, 1.10)  # IQR 0.10 around 1.0: 10%
+    rows = compare.pair([rec("k/1", 1.0, noisy), rec("k/2", 1.0, noisy)],
+                        [rec("k/1", 1.0, (1.0,) * 5), rec("k/2", 1.2, noisy)])
+    t = compare.derive_threshold(rows)
+    assert t.pct == pytest.approx(10.0) and "2 compared points" in t.how
+    quiet = compare.pair([rec("k/1", 1.0, (1.0,) * 5)], [rec("k/1", 1.0, (1.0,) * 5)])
+    t = compare.derive_threshold(quiet)
+    assert t.pct == compare.THRESHOLD_FLOOR_PCT and "floor" in t.how
+    bare = compare.pair([rec("k/1", 1.0, ())], [rec("k/1", 1.0, ())])
+    t = compare.derive_threshold(bare)
+    assert t.pct == compare.THRESHOLD_FALLBACK_PCT and "too few samples" in t.how
+
+
+def test_pair_api_is_pure_and_reusable():
+    def rec(pid, median, timer="t", status="ok"):
+        return PointRecord(point=pid, op="k", shape=(4, 8), dtype="float16", status=status, timer=timer,
+                           median_ms=median)
+
+    rows = compare.pair([rec("a", 1.0), rec("b", 2.0), rec("c", 1.0)], [rec("a", 0.5), rec("b", 2.0, "x"), rec("d", 1.0)])
+    by = {r.point: r for r in rows}
+    assert by["a"].ratio == pytest.approx(0.5) and by["a"].verdict(1.0) == "faster"
+    assert by["b"].status == compare.TIMER_MISMATCH and not by["b"].comparable
+    assert by["c"].status == compare.ONLY_A and by["d"].status == compare.ONLY_B
+    summary = compare.summarize(rows, compare.Threshold(1.0, "test"))
+    assert summary.compared == 1 and summary.not_compared == {"timer mismatch": 1, "only A": 1, "only B": 1}
+    assert compare.gate(rows, 0.0) == []
+
+
+def test_ceilings_are_used_and_named_when_present(tmp_path, cli):
+    a = write_run(tmp_path / "A", {"k/1048576/float32": (0.01, "t")})
+    b = write_run(tmp_path / "B", {"k/1048576/float32": (0.01, "t")})
+    out = cli("compare", a, b).stdout
+    assert "no measured ceilings for 'Test GPU'" in out and "% ceiling" not in out
+    env = {"ZLF_CACHE_DIR": str(tmp_path / "cache")}
+    path = tmp_path / "cache" / "ceilings" / "Test_GPU.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(Ceilings("Test GPU", "cuda", 2000.0, {"float32": 50.0}, "2026-01-01").to_json()))
+    out = cli("compare", a, b, env=env).stdout
+    assert "measured ceilings of Test GPU" in out and "B % ceiling" in out
+    gbps = 3 * 4 * 1048576 / (0.01e-3) / 1e9
+    assert f"{100 * gbps / 2000:.3g}% bw" in out
+    doc = json.loads(cli("compare", a, b, "--format", "json", env=env).stdout)
+    assert doc["rows"][0]["b"]["pct_bandwidth"] == pytest.approx(100 * gbps / 2000)
+
+
+def test_ir_column_only_when_both_runs_have_ir(tmp_path, cli):
+    a = write_run(tmp_path / "A", {"k/1024/float32": (1.0, "t"), "k/2048/float32": (1.0, "t")})
+    b = write_run(tmp_path / "B", {"k/1024/float32": (1.0, "t"), "k/2048/float32": (1.0, "t")})
+    (a / "ir").mkdir()
+    assert "IR" not in cli("compare", a, b).stdout.splitlines()[3]
+    if importlib.util.find_spec("zlf.irtree") is None:
+        pytest.skip("zlf.irtree not written yet")
+    for side, text in ((a, "tt.load\n"), (b, "tt.load\ntt.store\n")):
+        (side / "ir" / "1024" / "k_kernel").mkdir(parents=True)
+        (side / "ir" / "1024" / "k_kernel" / "w4.ttgir").write_text(text)
+        (side / "ir" / "2048" / "k_kernel").mkdir(parents=True)
+        (side / "ir" / "2048" / "k_kernel" / "w4.ttgir").write_text("same\n")
+    doc = json.loads(cli("compare", a, b, "--format", "json").stdout)
+    assert {r["point"]: r["ir"] for r in doc["rows"]} == {"k/1024/float32": "changed", "k/2048/float32": "identical"}
+    assert "IR" in cli("compare", a, b).stdout
+
+
+# ----------------------------------------------------------------------------- calibrate
+def test_cache_dir_precedence(monkeypatch, tmp_path):
+    monkeypatch.delenv("ZLF_CACHE_DIR", raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    assert cache_dir() == Path.home() / ".cache" / "zlf"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_dir() == tmp_path / "xdg" / "zlf"
+    monkeypatch.setenv("ZLF_CACHE_DIR", str(tmp_path / "own"))
+    assert cache_dir() == tmp_path / "own"
+    saved = save(Ceilings("NVIDIA H200", "cuda", 4000.0, {"bfloat16": 700.0}))
+    assert saved == ceilings_path("NVIDIA H200") == tmp_path / "own" / "ceilings" / "NVIDIA_H200.json"
+
+
+def test_calibrate_on_cpu_stores_ceilings_keyed_by_device(tmp_path):
+    proc = zlf("calibrate", "--json", "--copy-mib", "8", "--matmul-n", "128", "--reps", "3", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["backend"] == "cpu" and doc["bandwidth_GB_s"] > 0 and doc["tflops"]["float32"] > 0
+    stored = Path(doc["path"])
+    assert stored.parent == tmp_path / "cache" / "ceilings" and doc["device_name"]
+    assert json.loads(stored.read_text())["bandwidth_GB_s"] == doc["bandwidth_GB_s"]
+
+
+def test_markers_of_each_side_are_shown(tmp_path, cli):
+    a = write_run(tmp_path / "A", {"k/1024/float32": (1.0, "cudagraph")})
+    b = tmp_path / "B"
+    b.mkdir()
+    rundir = RunDir(b)
+    rundir.write_meta({"device_name": "Test GPU", "status": "complete"})
+    line = "BENCHMARK_DIRECT_NO_CUDAGRAPH op=k point=k/1024/float32 reason=item"
+    rundir.append(PointRecord(point="k/1024/float32", op="k", shape=(1024,), dtype="float32", status="ok",
+                              timer="cuda_event", median_ms=2.0, markers=(line,), fallback_reason="item"))
+    out = cli("compare", a, b).stdout
+    row = next(l for l in out.splitlines() if l.startswith("k/1024/float32"))
+    assert "timer mismatch" in row and "B: BENCHMARK_DIRECT_NO_CUDAGRAPH" in row
+    rows = list(csv.DictReader(io.StringIO(cli("compare", a, b, "--format", "csv").stdout)))
+    assert rows[0]["markers_B"] == "BENCHMARK_DIRECT_NO_CUDAGRAPH" and rows[0]["markers_A"] == ""

@@ -1,0 +1,260 @@
+"""ir_dump: names, the ir/ tree, the crash path, ``zlf ir`` and ``zlf ir-diff`` -- all on CPU.
+
+The real JIT path runs with the extension's fake cuda:90 driver: Triton specializes, autotunes
+and compiles for Hopper (ptxas ships in the wheel); launches run nothing. ``zlf run`` reaches it
+through a test backend registered by a tiny child script (a real process, so the crash test
+can kill it).
+"""
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conftest import _env, run_dir_from
+from zlf import irtree
+from zlf_ir_dump.naming import Variant, abbreviate, abbreviations, name_group
+
+OPS = textwrap.dedent('''
+    import os, signal
+    import torch, triton, triton.language as tl, zlf
+
+    @triton.jit
+    def scale_kernel(x_ptr, out_ptr, EM, BLOCK_SIZE: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+        m = offs < EM
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=m) * 2, mask=m)
+
+    def scale(x, out):
+        n = x.numel()
+        for em in (n, n - 1):  # EM divisible by 16, then not: two specializations
+            scale_kernel[(triton.cdiv(em, 256),)](x, out, em, BLOCK_SIZE=256)
+
+    @triton.jit
+    def twin_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+    twin_a = twin_kernel
+
+    @triton.jit
+    def twin_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):  # same name, other body
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) + 1, mask=offs < n)
+    twin_b = twin_kernel
+
+    def twins(x, out):
+        for k in (twin_a, twin_b):
+            k[(triton.cdiv(x.numel(), 256),)](x, out, x.numel(), BLOCK=256)
+
+    @triton.autotune(configs=[triton.Config({"BLOCK_N": 128}, num_warps=4), triton.Config({"BLOCK_N": 256}, num_warps=4)],
+                     key=["n"])
+    @triton.jit
+    def tuned_kernel(x_ptr, out_ptr, n, BLOCK_N: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+
+    def tuned(x, out):
+        tuned_kernel[lambda meta: (triton.cdiv(x.numel(), meta["BLOCK_N"]),)](x, out, x.numel())
+
+    def boom(x, out):
+        scale(x, out)
+        os.kill(os.getpid(), signal.SIGTERM)  # dies mid-run, as a CUDA error or a kill would
+
+    def make(shape, dtype, device):
+        x = torch.randn(shape, dtype=getattr(torch, dtype), device=device)
+        return (x, torch.empty_like(x))
+
+    scale_op = zlf.Op(name="scale", fn=scale, make_inputs=make, shapes=[(1024,)], dtypes=("float32", "float16"))
+    twins_op = zlf.Op(name="twins", fn=twins, make_inputs=make, shapes=[(1024,)])
+    tuned_op = zlf.Op(name="tuned", fn=tuned, make_inputs=make, shapes=[(512,)])
+    boom_op = zlf.Op(name="boom", fn=boom, make_inputs=make, shapes=[(2048,)])
+''')
+
+CHILD = textwrap.dedent('''
+    """zlf with a test backend that compiles for cuda:90 through the fake driver."""
+    import sys
+    from zlf import Backend, hookimpl
+    from zlf.cli import main
+
+    class FakeCuda(Backend):
+        name = "fakecuda"
+        description = "Triton JIT for cuda:90 on the host; launches run nothing"
+        timer_name = "host_wall"
+        ir_kinds = ("ttir", "ttgir", "llir", "ptx", "cubin")
+
+        @classmethod
+        def is_available(cls):
+            return True
+
+        def setup(self):
+            from zlf_ir_dump import fake_driver
+            fake_driver.activate("cuda:90")
+
+    class Plugin:
+        @hookimpl
+        def register_backends(self):
+            return [FakeCuda]
+
+    sys.exit(main(sys.argv[1:], extra_plugins=[("fakecuda", Plugin())]))
+''')
+
+FAST = ["--warmup-ms", "1", "--rep-ms", "1"]
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    """A folder with the op file, the child script and a Triton cache shared by the module."""
+    d = tmp_path_factory.mktemp("ir_dump")
+    (d / "ops.py").write_text(OPS)
+    (d / "child.py").write_text(CHILD)
+    return d
+
+
+def _child(work, *args, timeout=300):
+    env = _env({"TRITON_CACHE_DIR": str(work / "triton_cache")})
+    env.pop("TRITON_INTERPRET", None)
+    return subprocess.run([sys.executable, str(work / "child.py"), *map(str, args)], cwd=work, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def _zlf(work, *args, timeout=300):
+    env = _env({"TRITON_CACHE_DIR": str(work / "triton_cache")})
+    env.pop("TRITON_INTERPRET", None)
+    return subprocess.run([sys.executable, "-m", "zlf", *map(str, args)], cwd=work, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def _index(run_dir: Path) -> list:
+    return irtree.read_index(Path(run_dir) / "ir")
+
+
+def _files(run_dir: Path) -> list:
+    root = Path(run_dir) / "ir"
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and p.parent != root)
+
+
+# ----------------------------------------------------------------------------- names (pure)
+def _v(h, kernel="k", constants=None, w=4, s=3, sig=None, spec=None):
+    return Variant(kernel=kernel, hash=h, constants=constants or {}, num_warps=w, num_stages=s,
+                   signature=sig or {"x_ptr": "*fp32", "n": "i32"}, specialization=spec or {})
+
+
+def test_abbreviations_use_initials_and_keep_clashing_names_whole():
+    assert abbreviate("BLOCK_SIZE_M") == "BSM" and abbreviate("BLOCK") == "BLOCK"
+    assert abbreviations(["stride_am", "stride_ak", "BLOCK_M"]) == {"stride_am": "stride_am", "stride_ak": "stride_ak", "BLOCK_M": "BM"}
+
+
+def test_names_list_only_differing_parameters_then_dtype_then_specialization_then_hash():
+    variants = [
+        _v("aa11", constants={"BLOCK_SIZE_M": 64, "GROUP": 8}, w=4),
+        _v("bb22", constants={"BLOCK_SIZE_M": 128, "GROUP": 8}, w=8),
+        _v("cc33", sig={"x_ptr": "*fp16", "n": "i32"}, constants={"BLOCK_SIZE_M": 64, "GROUP": 8}, w=4),
+        _v("dd44", constants={"BLOCK_SIZE_M": 64, "GROUP": 8}, w=4, spec={"EM": "D"}),
+        _v("ee55", constants={"BLOCK_SIZE_M": 64, "GROUP": 8}, w=4, spec={"EM": "D"}),
+    ]
+    g = name_group(variants)
+    assert g.names["bb22"] == "BSM128_w8"
+    assert g.names["cc33"] == "BSM64_w4__fp16"
+    assert g.names["aa11"] == "BSM64_w4__fp32"
+    assert g.names["dd44"] == "dd44__BSM64_w4__fp32__EMdiv16"
+    assert g.names["ee55"] == "ee55__BSM64_w4__fp32__EMdiv16"
+    assert g.legend == {"BSM": "BLOCK_SIZE_M"}
+    # Deterministic: the order events arrived in does not matter.
+    assert name_group(list(reversed(variants))).names == g.names
+
+
+def test_names_fall_back_to_warps_and_stages():
+    assert name_group([_v("a1")]).names == {"a1": "w4s3"}
+
+
+# ----------------------------------------------------------------------------- irtree (pure)
+def _tree(root: Path, files: dict) -> Path:
+    for rel, text in files.items():
+        (root / "ir" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / "ir" / rel).write_text(text)
+    (root / "ir" / "index.tsv").write_text("shape\tkernel\n")
+    return root
+
+
+def test_shape_status_and_op_counts(tmp_path):
+    a = _tree(tmp_path / "A", {"64/k/w4s3.ttgir": "%0 = tt.dot %a, %b\n", "128/k/w4s3.ttgir": "same\n",
+                               "256/k/w4s3.ttgir": "x\n"})
+    b = _tree(tmp_path / "B", {"64/k/w4s3.ttgir": "%0 = ttng.warp_group_dot %a, %b\n%1 = ttg.convert_layout %0\n",
+                               "128/k/w4s3.ttgir": "same\n", "512/k/w4s3.ttgir": "y\n"})
+    assert irtree.shape_status(a, b) == {"128": "identical", "256": "only A", "512": "only B", "64": "changed"}
+    assert irtree.shape_status(a, tmp_path) == {}
+    (d,) = [d for d in irtree.diff_kernels(a / "ir", b / "ir") if d.status == "changed"]
+    delta = irtree.op_count_delta(*(p.read_text() for p in (d.a_files["w4s3.ttgir"], d.b_files["w4s3.ttgir"])))
+    assert delta[:2] == [("tt.dot", 1, 0), ("ttng.warp_group_dot", 0, 1)]
+    assert ("ttg.convert_layout", 0, 1) in delta
+
+
+# ----------------------------------------------------------------------------- the real JIT path
+def test_run_dumps_launched_variants_with_collision_rules(work):
+    proc = _child(work, "run", "ops.py::scale_op", "ops.py::twins_op", "ops.py::tuned_op", "--backend", "fakecuda",
+                  "--ext", "ir_dump", "--ext", "fakecuda", "--ir", "ttgir,ptx", "--out", "runs", *FAST)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run_dir = run_dir_from(proc.stdout, work)
+    files = _files(run_dir)
+    # two dtypes, then the EM divisibility specialization
+    for name in ("w4s3__fp16", "w4s3__fp16__EMdiv16", "w4s3__fp32", "w4s3__fp32__EMdiv16"):
+        assert f"1024/scale_kernel/{name}.ttgir" in files and f"1024/scale_kernel/{name}.ptx" in files
+    # two kernels of one name, nothing else tells them apart: hash prefix
+    twins = [f for f in files if f.startswith("1024/twin_kernel/") and f.endswith(".ttgir")]
+    assert len(twins) == 2 and all(f.split("/")[-1].split("__")[1] == "w4s3.ttgir" for f in twins)
+    # autotune: the winner gets a file, the loser only a row in index.tsv
+    assert [f for f in files if f.startswith("512/")] == ["512/tuned_kernel/BN128.ptx", "512/tuned_kernel/BN128.ttgir"]
+    rows = {(r["shape"], r["name"]): r for r in _index(run_dir)}
+    assert rows[("512", "BN256")]["status"] == "sweep loser" and rows[("512", "BN256")]["file"] == ""
+    assert rows[("512", "BN128")]["status"] == "launched" and rows[("512", "BN128")]["sweep_launches"] == "1"
+    scale = rows[("1024", "w4s3__fp32__EMdiv16")]
+    assert scale["launches"] == "1" and "EM:D" in scale["specialization"] and scale["constexprs"] == "BLOCK_SIZE=256"
+    assert len(scale["hash"]) == 64
+    assert "tt.divisibility = 16" in (run_dir / "ir/1024/scale_kernel/w4s3__fp32__EMdiv16.ttgir").read_text()
+    assert "| tuned_kernel | `BN` | `BLOCK_N` |" in (run_dir / "ir/naming.md").read_text()
+
+
+def test_a_killed_run_still_leaves_its_ir(work):
+    proc = _child(work, "run", "ops.py::scale_op", "ops.py::boom_op", "--dtype", "float32", "--backend", "fakecuda",
+                  "--ext", "ir_dump", "--ext", "fakecuda", "--out", "crash", *FAST)
+    assert proc.returncode == -signal.SIGTERM, proc.stdout + proc.stderr
+    (run_dir,) = (work / "crash").iterdir()
+    files = _files(run_dir)
+    assert "1024/scale_kernel/w4s3__EMdiv16.ttgir" in files  # the point finished before the kill
+    assert "2048/scale_kernel/w4s3__EMdiv16.ttgir" in files  # launched by the point that died
+    assert "at signal 15" in (run_dir / "run.log").read_text()
+
+
+# ----------------------------------------------------------------------------- zlf ir / ir-diff
+def test_zlf_ir_compiles_for_cuda90_and_ir_diff_compares(work, tmp_path, capsys):
+    args = ("ir", "ops.py::scale_op", "ops.py::tuned_op", "--target", "cuda:90", "--ext", "ir_dump", "--out", "aot")
+    first = _zlf(work, *args)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert first.stdout.strip().splitlines()[-1].startswith("run dir: ")
+    a = run_dir_from(first.stdout, work)
+    assert "1024/scale_kernel/w4s3__fp16__EMdiv16.ttgir" in _files(a)
+    assert "512/tuned_kernel/BN128.ttgir" in _files(a)
+    assert "ttng.warp_group" not in (a / "ir/1024/scale_kernel/w4s3__fp32.ttgir").read_text()
+    assert 'ttg.target = "cuda:90"' in (a / "ir/1024/scale_kernel/w4s3__fp32.ttgir").read_text()
+    second = _zlf(work, *args)
+    b = run_dir_from(second.stdout, work)
+    assert _files(a) == _files(b)  # same names on both sides: diff -r lines up
+
+    from zlf.cli import main
+
+    assert main(["ir-diff", str(a), str(b), "--ext", "ir_dump", "--out", str(tmp_path / "d")]) == 0
+    assert irtree.shape_status(a, b) == {"512": "identical", "1024": "identical"}
+    changed = shutil.copytree(b, tmp_path / "B")
+    f = changed / "ir/1024/scale_kernel/w4s3__fp32.ttgir"
+    f.write_text(f.read_text() + "    %99 = ttg.convert_layout %x : a -> b\n")
+    capsys.readouterr()
+    assert main(["ir-diff", str(a), str(changed), "--ext", "ir_dump", "--out", str(tmp_path / "d")]) == 1
+    out = capsys.readouterr().out
+    assert "ttg.convert_layout 0→1" in out and "1 changed" in out
+    assert (tmp_path / "d/1024/scale_kernel/w4s3__fp32.ttgir.diff").read_text().startswith("--- A/1024")
+    assert irtree.shape_status(a, changed) == {"512": "identical", "1024": "changed"}
