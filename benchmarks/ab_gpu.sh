@@ -71,7 +71,8 @@ NOISE=()
 if [ -n "$AA_DIR" ]; then NOISE=(--noise-from "$AA_DIR"); fi
 
 campaign mma_v3 --switch DISABLE_MMA_V3 --rounds "$ROUNDS" matmul add softmax "${NOISE[@]}" "${EXTS[@]}" "${IR[@]}" "${COMMON[@]}"
-campaign mma_v3_adaptive --switch DISABLE_MMA_V3 --until-confident --max-rounds "$MAX_ROUNDS" matmul add softmax \
+# Adaptive rounds on matmul alone (the ops whose verdict can settle early); add/softmax above.
+campaign mma_v3_adaptive --switch DISABLE_MMA_V3 --until-confident --max-rounds "$MAX_ROUNDS" matmul \
   "${NOISE[@]}" "${EXTS[@]}" "${COMMON[@]}"
 campaign null_switch --switch ZLF_AB_NULL_SWITCH_NOBODY_READS --rounds 2 add "${EXTS[@]}" "${COMMON[@]}"
 
@@ -116,7 +117,7 @@ for name in ("mma_v3", "mma_v3_adaptive"):
         continue
     ops = by_op(doc)
     mm = ops.get("matmul", {})
-    ok = mm and set(mm) == {"SLOWER"} and all(set(ops.get(o, {})) <= {"SAME", "UNSURE"} for o in ("add", "softmax"))
+    ok = bool(mm) and set(mm) == {"SLOWER"} and all(set(ops.get(o, {})) <= {"SAME", "UNSURE"} for o in ("add", "softmax"))
     print(f"{name}: rounds used {doc['rounds']}; verdicts by op {ops}; failed ops {doc['failed_ops'] or 'none'}; "
           f"expectation (matmul all SLOWER, add/softmax SAME|UNSURE) {'MET' if ok else 'NOT MET'}")
     for g in doc["guards"]:

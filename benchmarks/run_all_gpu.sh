@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Every GPU check of the project, in stages, packed for a machine that returns few files:
+#   bash benchmarks/run_all_gpu.sh OUT_DIR STAGE...
+# stages: setup tests core cudagraph calibrate irdump autotune taskpkg ab
+# Each stage writes under $ZLF_GPU_WORK (default /tmp/zlf-gpu)/<stage>/ and is packed into
+# OUT_DIR/<stage>.tgz (compiler caches left out); a failing stage does not stop the next one.
+set -uo pipefail
+OUT="$(mkdir -p "$1" && cd "$1" && pwd)"; shift
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+W="${ZLF_GPU_WORK:-/tmp/zlf-gpu}"
+mkdir -p "$W"
+export PYTHONUNBUFFERED=1 ZLF_NO_PROGRESS=1 NO_COLOR=1
+
+pack() { tar czf "$OUT/$1.tgz" -C "$W" --exclude='triton_cache*' --exclude='*.cubin' "$1" 2>/dev/null || true; }
+
+for stage in "$@"; do
+  d="$W/$stage"; mkdir -p "$d"; t0=$SECONDS
+  echo "===== stage $stage"
+  case "$stage" in
+    setup)
+      exts=(); for e in "$ROOT"/extensions/*/; do [[ "$(basename "$e")" == _* ]] || exts+=(-e "$e"); done
+      python3 -m pip install -q --no-deps --no-build-isolation -e "$ROOT" "${exts[@]}" 2>&1 | tail -3
+      nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,clocks_throttle_reasons.active --format=csv
+      zlf plugins | tee "$d/plugins.txt" ;;
+    tests)
+      (cd "$ROOT" && python3 -m pytest -q -m gpu -p no:cacheprovider tests 2>&1) | tee "$d/gpu_tests.txt" | tail -25 ;;
+    core)
+      python3 "$ROOT/benchmarks/core_timer_bench.py" --out "$d" 2>&1 | tee "$d/log.txt" | tail -30 ;;
+    cudagraph)
+      python3 "$ROOT/benchmarks/cudagraph_vs_cupti.py" --out "$d" 2>&1 | tee "$d/log.txt" | tail -45 ;;
+    calibrate)
+      (cd "$d" && zlf calibrate 2>&1 | tee calibrate.txt
+       zlf run --name base 2>&1 | tail -30 | tee run_base.txt
+       zlf run --name again 2>&1 | tail -3
+       DISABLE_MMA_V3=1 zlf run --name nomma 2>&1 | tail -3
+       zlf compare runs/base_* runs/again_* 2>&1 | tee compare_aa.txt | tail -12
+       zlf compare runs/base_* runs/nomma_* 2>&1 | tee compare_mma.txt | tail -30
+       zlf report runs/base_* runs/again_* --out report_aa.md 2>&1 | tail -2
+       zlf report runs/base_* runs/nomma_* --out report_mma.md 2>&1 | tail -2
+       head -12 report_aa.md report_mma.md) ;;
+    irdump)
+      bash "$ROOT/benchmarks/ir_dump_gpu.sh" --out "$d" > "$d/log.txt" 2>&1; tail -60 "$d/summary.txt" ;;
+    autotune)
+      python3 "$ROOT/benchmarks/autotune_replay_bench.py" --out "$d" 2>&1 | tee "$d/log.txt" | tail -40 ;;
+    taskpkg)
+      bash "$ROOT/benchmarks/taskpkg_gpu.sh" --out "$d" 2>&1 | tee "$d/log.txt" | tail -40 ;;
+    ab)
+      bash "$ROOT/benchmarks/ab_gpu.sh" --out "$d" > "$d/log.txt" 2>&1; tail -60 "$d/summary.txt" ;;
+    *) echo "unknown stage $stage" ;;
+  esac
+  echo "===== stage $stage done in $((SECONDS - t0)) s"
+  pack "$stage"
+done

@@ -1,0 +1,424 @@
+"""``zlf task``: judge a candidate on a task package's cases, each in a child process.
+
+This process never imports the candidate. It compiles a CUDA C++ candidate (cached), starts a
+worker (:mod:`zlf_taskpkg.worker`) per case -- or one for several cases with
+``--reuse-worker`` until a case fails -- enforces the per-case time limit, turns a dead or hung
+worker into Runtime Error / Time Limit Exceeded, and writes the run directory: one point per
+case for the candidate, the baseline's time in the same record.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+import types
+from pathlib import Path
+from typing import Optional
+
+from tabulate import tabulate
+
+from zlf import UsageError
+from zlf.console import paint
+from zlf.records import STATUS_FAILED, STATUS_OK
+from zlf.run import Run
+from zlf.rundir import RunDir
+
+from . import outcome as V
+from .candidate import KIND_CUDA, Candidate, compile_cuda, default_arch, default_cache_dir
+from .outcome import timing_from_json
+from .package import TaskPackage, parse_cases
+
+#: limit for everything before the candidate runs (worker start, genTestCase, baseline timing).
+PACKAGE_TIME_LIMIT_S = 600.0
+#: how long a worker gets to run after_run hooks and exit once its cases are done.
+EXIT_GRACE_S = 30.0
+#: lines of a worker's log quoted when it died.
+LOG_TAIL_LINES = 25
+TASK_DIR = "task"
+
+_TIMEOUT = object()
+
+
+def _jsonable(value) -> bool:
+    try:
+        json.dumps(value)
+        return True
+    except (TypeError, ValueError):
+        return False
+
+
+def _signal_name(rc: int) -> str:
+    try:
+        return signal.Signals(-rc).name
+    except ValueError:
+        return f"signal {-rc}"
+
+
+def _tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    try:
+        text = path.read_text(errors="replace").rstrip().splitlines()
+    except OSError:
+        return ""
+    return "\n".join(text[-lines:])
+
+
+class WorkerProcess:
+    """One child running :mod:`zlf_taskpkg.worker`: a control pipe in, an event pipe out."""
+
+    def __init__(self, spec_path: Path, log_path: Path, first_case: int):
+        r_ctrl, w_ctrl = os.pipe()
+        r_evt, w_evt = os.pipe()
+        self.log_path = log_path
+        self._log = open(log_path, "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "zlf_taskpkg.worker", str(spec_path), str(r_ctrl), str(w_evt)],
+            stdin=subprocess.PIPE, stdout=self._log, stderr=subprocess.STDOUT, pass_fds=(r_ctrl, w_evt),
+            start_new_session=True,  # its own process group: a kill takes its compiler children too
+        )
+        os.close(r_ctrl)
+        os.close(w_evt)
+        try:  # the case number on stdin, as a package's getTestCaseSize reads it
+            self.proc.stdin.write(f"{first_case}\n".encode())
+            self.proc.stdin.close()
+        except BrokenPipeError:
+            pass
+        self._ctrl = os.fdopen(w_ctrl, "w", buffering=1)
+        self._evt = r_evt
+        self._buf = b""
+        self.meta: dict = {}
+
+    def send(self, case: int) -> bool:
+        try:
+            self._ctrl.write(json.dumps({"case": case}) + "\n")
+            self._ctrl.flush()
+            return True
+        except (BrokenPipeError, ValueError):
+            return False
+
+    def close_input(self) -> None:
+        try:
+            self._ctrl.close()
+        except (BrokenPipeError, OSError):
+            pass
+
+    def next_event(self, timeout: float):
+        """The next event dict, ``_TIMEOUT``, or None when the worker closed its pipe (exited)."""
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self._buf:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return _TIMEOUT
+            ready, _, _ = select.select([self._evt], [], [], remaining)
+            if not ready:
+                return _TIMEOUT
+            chunk = os.read(self._evt, 1 << 16)
+            if not chunk:
+                return None
+            self._buf += chunk
+        line, self._buf = self._buf.split(b"\n", 1)
+        event = json.loads(line)
+        if event.get("event") == "meta":
+            self.meta.update(event.get("meta") or {})
+            return self.next_event(max(0.0, deadline - time.monotonic()))
+        return event
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.proc.wait()
+        self._close()
+
+    def finish(self) -> None:
+        """Let the worker run its after_run hooks and exit; kill it if it does not."""
+        self.close_input()
+        deadline = time.monotonic() + EXIT_GRACE_S
+        while time.monotonic() < deadline:
+            event = self.next_event(deadline - time.monotonic())
+            if event is None or event is _TIMEOUT:
+                break
+        try:
+            self.proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return
+        self._close()
+
+    def exit_description(self) -> str:
+        try:
+            rc = self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            rc = self.proc.returncode
+        if rc is not None and rc < 0:
+            return f"the candidate's process was killed by {_signal_name(rc)}"
+        return f"the candidate's process exited with code {rc}"
+
+    def _close(self) -> None:
+        self.close_input()
+        for closer in (lambda: os.close(self._evt), self._log.close):
+            try:
+                closer()
+            except OSError:
+                pass
+
+
+class Judge:
+    def __init__(self, args, session):
+        self.args = args
+        self.session = session
+        self.worker: Optional[WorkerProcess] = None
+        self.load_failure: Optional[str] = None
+
+    # ------------------------------------------------------------------ setup
+    def prepare(self):
+        args, session = self.args, self.session
+        candidate_path = args.candidate or os.environ.get("ZLF_TASK_CANDIDATE")
+        if not candidate_path:
+            raise UsageError("zlf task: give the candidate with --candidate FILE (or ZLF_TASK_CANDIDATE)")
+        self.package = TaskPackage.open(args.package)
+        self.candidate = Candidate.open(candidate_path)
+        self.backend = session.choose_backend(args.backend, args.device)
+        self.package.load()
+        self.cases = parse_cases(args.cases, self.package.num_cases())
+        self.time_limit = float(args.time_limit if args.time_limit is not None else self.package.meta.get("time_limit_s", 60))
+        if self.candidate.kind == KIND_CUDA:
+            arch = args.nvcc_arch or default_arch(self.backend)
+            cache = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
+            self.candidate = compile_cuda(self.candidate, cache, arch, args.nvcc_flag or ())
+            if self.candidate.compile_failed:
+                self.load_failure = self.candidate.compile_output
+            elif self.backend.host_timing:
+                raise UsageError(f"candidate {self.candidate.path.name!r} is CUDA C++: it needs a CUDA device "
+                                 f"(backend {self.backend.name!r} runs on the host; it compiled fine)")
+
+    def start_run(self):
+        args = self.args
+        self.rundir = RunDir.create(args.out, args.name or self.package.name)
+        (self.rundir.path / TASK_DIR).mkdir()
+        plan = [types.SimpleNamespace(op=types.SimpleNamespace(name=self.package.name))] * len(self.cases)
+        self.run = Run(self.session, self.rundir, plan, argv=["zlf", *sys.argv[1:]])
+        backend, meta = self.backend, self.run.meta
+        meta["fingerprint"] = backend.fingerprint()
+        meta["device_name"] = meta["fingerprint"].get("device_name")
+        state = backend.device_state()
+        if state:
+            meta["device_state_start"] = state
+        meta["warnings"] = backend.busy_warnings()
+        tolerances = self.package.tolerances(args.rtol, args.atol)
+        meta["task"] = {
+            "package": str(self.package.root), "problem_module": self.package.module_path.name,
+            "metadata": self.package.meta if _jsonable(self.package.meta) else str(self.package.meta),
+            "candidate": self.candidate.to_json(), "cases": self.cases, "base_seed": self.package.base_seed(),
+            "seed_scheme": "base_seed + case number, set before genTestCase", "tolerances": tolerances,
+            "time_limit_s": self.time_limit, "isolation": "one worker per case" if not args.reuse_worker
+            else "one worker reused until a case fails",
+            "warmup_iters_override": [args.warmup, args.iters],
+        }
+        self.run.save_meta()
+        if self.candidate.compile_output:
+            (self.rundir.path / TASK_DIR / "compile.log").write_text(self.candidate.compile_output)
+        options = {k: v for k, v in vars(args).items() if k != "handler" and _jsonable(v)}
+        spec = {
+            "options": options, "package": str(self.package.root), "run_dir": str(self.rundir.path),
+            "argv": self.run.meta["command"], "candidate": self.candidate.to_json(),
+            "base_seed": self.package.base_seed(), "outputs": self.package.declared_outputs(),
+            "tolerances": tolerances,
+        }
+        self.spec_path = self.rundir.path / TASK_DIR / "worker.json"
+        self.spec_path.write_text(json.dumps(spec, indent=2))
+        self.run.log.info(f"task {self.package.name}: candidate {self.candidate.path} ({self.candidate.kind}), "
+                          f"cases {self.cases}, time limit {self.time_limit:g} s per case")
+
+    # ------------------------------------------------------------------ cases
+    def _worker_for(self, case: int) -> WorkerProcess:
+        if self.worker is None:
+            log = self.rundir.path / TASK_DIR / f"worker-case{case}.log"
+            self.worker = WorkerProcess(self.spec_path, log, case)
+        return self.worker
+
+    def _retire_worker(self, kill: bool = False) -> None:
+        worker, self.worker = self.worker, None
+        if worker is None:
+            return
+        worker.kill() if kill else worker.finish()
+        for k, v in worker.meta.items():
+            self.run.meta.setdefault(k, v)  # what lifecycle hooks added (seed, autotune ...)
+
+    def _fallback_point(self, case: int) -> dict:
+        """The case's point when no worker reported it (the worker reports the tensors' dtype)."""
+        try:
+            shapes = self.package.case_sizes(case)[0]
+            shape = list(max(shapes, key=lambda s: math.prod(s) if s else 0)) or [1]
+        except Exception:
+            shapes, shape = [], [case]
+        point = types.SimpleNamespace(op=self.package.name, shape=shape, dtype="unknown", variant=f"case{case}")
+        pid = f"{point.op}/{'x'.join(map(str, shape))}/{point.dtype}/{point.variant}"
+        return {"id": pid, "op": point.op, "shape": shape, "dtype": point.dtype, "variant": point.variant,
+                "case": case, "arg_shapes": [list(s) for s in shapes]}
+
+    def judge_case(self, case: int):
+        """``(record, worker_reusable)`` for one case."""
+        point = self._fallback_point(case)
+        if self.load_failure is not None:  # the same source fails the same way on every case
+            return V.case_record(point, V.COMPILE_ERROR, self.load_failure), False
+        worker = self._worker_for(case)
+        if not worker.send(case):
+            return V.case_record(point, V.JUDGE_ERROR, "the worker died before the case was sent:\n" + _tail(worker.log_path)), False
+        if not self.args.reuse_worker:
+            worker.close_input()
+        baseline, started = None, False
+        deadline = time.monotonic() + PACKAGE_TIME_LIMIT_S
+        while True:
+            event = worker.next_event(max(0.0, deadline - time.monotonic()))
+            if event is _TIMEOUT:
+                worker.kill()
+                self.worker = None
+                if started:
+                    text = f"no result within the time limit of {self.time_limit:g} s (the candidate was stopped)"
+                    return V.case_record(point, V.TIME_LIMIT_EXCEEDED, text, baseline=baseline), False
+                return V.case_record(point, V.JUDGE_ERROR, f"the package took over {PACKAGE_TIME_LIMIT_S:g} s "
+                                     "before the candidate ran", baseline=baseline), False
+            if event is None:
+                what = worker.exit_description()
+                worker.kill()
+                self.worker = None
+                verdict = V.RUNTIME_ERROR if started else V.JUDGE_ERROR
+                text = f"{what}\n--- last lines of {worker.log_path.name} ---\n{_tail(worker.log_path)}"
+                return V.case_record(point, verdict, text, baseline=baseline), False
+            kind = event.get("event")
+            if kind == "case":
+                point = {**event["point"]}
+            elif kind == "baseline":
+                baseline = timing_from_json(event["timing"])
+            elif kind == "candidate_start":
+                started = True
+                deadline = time.monotonic() + self.time_limit
+            elif kind == "result":
+                if event.get("load_failed"):
+                    self.load_failure = event.get("text", "")
+                record = V.case_record(point, event["verdict"], event.get("text", ""), timing_from_json(event.get("timing")),
+                                       baseline, event.get("max_rel_err"), extra=event.get("extra"),
+                                       markers=event.get("markers") or ())
+                return record, not event.get("fatal")
+
+    def execute(self) -> list:
+        records = []
+        try:
+            for case in self.cases:
+                record, reusable = self.judge_case(case)
+                if not (reusable and self.args.reuse_worker):
+                    self._retire_worker()
+                self.rundir.append(record)
+                records.append(record)
+                verdict = record.extra.get("verdict")
+                self.run.log.info(f"case {case}: {verdict}" + (f" {record.median_ms:.4g} ms" if record.median_ms else "")
+                                  + (f" ({record.error})" if record.error else ""))
+                if not self.args.json:
+                    print(f"[{len(records)}/{len(self.cases)}] case {case}: {verdict}", file=sys.stderr, flush=True)
+            self._retire_worker()
+            self.run.status = "complete"
+        except KeyboardInterrupt:
+            self.run.status = "interrupted"
+            raise
+        finally:
+            if self.worker is not None:
+                self._retire_worker(kill=True)
+            self.finish_meta(records)
+        return records
+
+    def finish_meta(self, records) -> None:
+        meta = self.run.meta
+        meta["status"] = self.run.status
+        meta["finished"] = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
+        meta["counts"] = {s: sum(1 for r in records if r.status == s) for s in (STATUS_OK, STATUS_FAILED)}
+        meta["task"]["verdicts"] = {v: sum(1 for r in records if r.extra.get("verdict") == v) for v in V.VERDICTS}
+        meta["task"]["summary"] = summary(records)
+        shapes = []
+        for r in records:
+            if list(r.shape) not in shapes:
+                shapes.append(list(r.shape))
+        self.rundir.write_shapes({self.package.name: shapes})
+        self.run.save_meta()
+        self.run.log.info(f"run {self.run.status}: {len(records)} of {len(self.cases)} cases written")
+        self.run.log.close()
+
+
+# ----------------------------------------------------------------------------- output
+def summary(records) -> dict:
+    passed = [r for r in records if r.extra.get("verdict") == V.ACCEPTED]
+    speedups = [r.extra["speedup"] for r in passed if r.extra.get("speedup")]
+    geo = math.exp(sum(math.log(s) for s in speedups) / len(speedups)) if speedups else None
+    return {"passed": len(passed), "total": len(records), "geomean_speedup": geo, "speedup_cases": len(speedups)}
+
+
+def _fmt(value, digits=4) -> str:
+    return "" if value is None else f"{value:.{digits}g}"
+
+
+def verdict_table(records) -> str:
+    rows = []
+    for r in records:
+        verdict = r.extra.get("verdict", "")
+        colour = "green" if verdict == V.ACCEPTED else ("yellow" if verdict == V.JUDGE_ERROR else "red")
+        note = (r.error or "").split(": ", 1)[1] if r.error and ": " in r.error else ""
+        if r.markers:
+            note = (note + " " if note else "") + " ".join(m.split(" ")[0] for m in r.markers)
+        speed = r.extra.get("speedup")
+        rows.append([r.extra.get("case"), "x".join(map(str, r.shape)), paint(verdict, colour), r.timer or "",
+                     _fmt(r.median_ms), _fmt(r.extra.get("baseline_ms")), f"{speed:.3f}x" if speed else "", note[:70]])
+    return tabulate(rows, headers=["case", "largest arg", "verdict", "timer", "candidate ms", "baseline ms",
+                                   "speedup", "note"])
+
+
+def print_details(records) -> None:
+    shown_compile = False
+    for r in records:
+        verdict = r.extra.get("verdict")
+        text = (r.extra.get("judge_output") or "").rstrip()
+        if verdict == V.ACCEPTED or not text:
+            continue
+        if verdict == V.COMPILE_ERROR:
+            if shown_compile:
+                continue
+            shown_compile = True
+            lines = text.splitlines()[:200]
+        else:
+            lines = text.splitlines()[-30:]
+        print(f"\ncase {r.extra.get('case')}: {verdict}")
+        print("\n".join("  " + l for l in lines))
+
+
+def judge(args, session) -> int:
+    j = Judge(args, session)
+    j.prepare()
+    j.start_run()
+    try:
+        records = j.execute()
+    except KeyboardInterrupt:
+        print(f"\ninterrupted; finished cases kept\nrun dir: {j.rundir.path}", file=sys.stderr)
+        return 130
+    s = summary(records)
+    if args.json:
+        print(json.dumps({"run_dir": str(j.rundir.path), "package": j.package.name, "candidate": str(j.candidate.path),
+                          **s, "cases": [{"case": r.extra.get("case"), "verdict": r.extra.get("verdict"),
+                                          "candidate_ms": r.median_ms, "baseline_ms": r.extra.get("baseline_ms"),
+                                          "speedup": r.extra.get("speedup"), "timer": r.timer,
+                                          "output": r.extra.get("judge_output")} for r in records]}, indent=2))
+        return 0 if s["passed"] == s["total"] else 1
+    print(verdict_table(records))
+    print_details(records)
+    geo = f"{s['geomean_speedup']:.3f}x" if s["geomean_speedup"] else "n/a"
+    print(f"\n{j.package.name}: {s['passed']}/{s['total']} cases Accepted; "
+          f"geometric-mean speedup {geo} over {s['speedup_cases']} accepted case(s) (baseline ms / candidate ms)")
+    if j.backend.host_timing:
+        print(paint("note: cpu backend: times are host wall-clock, not GPU kernel times", "dim"))
+    print(f"run dir: {j.rundir.path}")
+    return 0 if s["passed"] == s["total"] else 1

@@ -1,0 +1,184 @@
+"""A contest task package (FORMATS.md §6): its problem module, its metadata, its cases.
+
+Accepted unchanged::
+
+    PKG_DIR/
+      problem.py            the problem module (or the one top-level *.py defining genTestCase):
+                            getNumOfTestcases, getTestCaseSize, genTestCase, baseline, check
+      meta.json             optional metadata (also metadata.json, problem.json, task.json,
+                            meta.yaml, problem.yaml)
+
+Metadata keys read, all optional: ``name``, ``rtol``, ``atol``, ``seed`` (base seed),
+``outputs`` (indices of the arguments the kernel writes), ``time_limit_s``. Other keys are kept
+in meta.json and ignored.
+"""
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Optional
+
+import attrs
+import yaml
+
+from zlf import UsageError
+
+PROBLEM_FUNCTIONS = ("getNumOfTestcases", "getTestCaseSize", "genTestCase", "baseline", "check")
+METADATA_FILES = ("meta.json", "metadata.json", "problem.json", "task.json", "meta.yaml", "problem.yaml")
+#: module attributes a package may use for its base seed (case seed = base + case number).
+SEED_ATTRIBUTES = ("SEED", "BASE_SEED", "seed", "base_seed")
+
+
+def _find_problem_module(root: Path) -> Path:
+    preferred = root / "problem.py"
+    if preferred.is_file():
+        return preferred
+    found = [p for p in sorted(root.glob("*.py")) if re.search(r"^def\s+genTestCase\b", p.read_text(errors="replace"), re.M)]
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise UsageError(f"task package {str(root)!r}: no problem module (problem.py, or a *.py defining genTestCase)")
+    names = ", ".join(p.name for p in found)
+    raise UsageError(f"task package {str(root)!r}: several modules define genTestCase ({names}); name one problem.py")
+
+
+def _load_metadata(root: Path) -> tuple:
+    for name in METADATA_FILES:
+        path = root / name
+        if not path.is_file():
+            continue
+        try:
+            data = json.loads(path.read_text()) if name.endswith(".json") else yaml.safe_load(path.read_text())
+        except (json.JSONDecodeError, yaml.YAMLError) as exc:
+            raise UsageError(f"task package metadata {str(path)!r} is not valid: {str(exc).splitlines()[0]}") from exc
+        if not isinstance(data, dict):
+            raise UsageError(f"task package metadata {str(path)!r} must be a mapping")
+        return data, path
+    return {}, None
+
+
+def parse_cases(text: Optional[str], total: int) -> list:
+    """``"1,3-5"`` → ``[1, 3, 4, 5]`` (1-based, as the package numbers its cases); None → all."""
+    if not text:
+        return list(range(1, total + 1))
+    cases = []
+    for part in text.split(","):
+        part = part.strip()
+        m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        if not m:
+            raise UsageError(f"--cases {text!r}: expected numbers and ranges such as 1,3-5")
+        lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
+        if lo < 1 or hi > total or lo > hi:
+            raise UsageError(f"--cases {text!r}: the package has cases 1-{total}")
+        cases.extend(k for k in range(lo, hi + 1) if k not in cases)
+    return cases
+
+
+def shape_of(entry) -> tuple:
+    """One entry of ``arg_shapes`` as a tuple of ints (``()`` for a scalar argument)."""
+    if isinstance(entry, int):
+        return (entry,)
+    return tuple(int(d) for d in entry)
+
+
+@attrs.define
+class TaskPackage:
+    """A task package on disk; :meth:`load` imports its problem module in this process."""
+
+    root: Path
+    module_path: Path
+    meta: dict
+    meta_path: Optional[Path]
+    module: object = None
+
+    @classmethod
+    def open(cls, path) -> "TaskPackage":
+        root = Path(path).resolve()
+        if not root.is_dir():
+            raise UsageError(f"task package {str(path)!r} is not a directory")
+        meta, meta_path = _load_metadata(root)
+        return cls(root=root, module_path=_find_problem_module(root), meta=meta, meta_path=meta_path)
+
+    @property
+    def name(self) -> str:
+        name = str(self.meta.get("name") or self.root.name)
+        return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
+
+    def load(self):
+        """Import the problem module (once); the package folder is importable for its helpers."""
+        if self.module is not None:
+            return self.module
+        if str(self.root) not in sys.path:
+            sys.path.insert(0, str(self.root))
+        modname = "zlf_task_problem_" + re.sub(r"\W", "_", self.root.name)
+        spec = importlib.util.spec_from_file_location(modname, self.module_path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[modname] = module
+        try:
+            spec.loader.exec_module(module)
+        except Exception as exc:
+            raise UsageError(f"problem module {str(self.module_path)!r} failed to import: {type(exc).__name__}: {exc}") from exc
+        missing = [f for f in PROBLEM_FUNCTIONS if not callable(getattr(module, f, None))]
+        if missing:
+            raise UsageError(f"problem module {str(self.module_path)!r} lacks {', '.join(missing)} (FORMATS.md §6)")
+        self.module = module
+        return module
+
+    def num_cases(self) -> int:
+        n = self.load().getNumOfTestcases()
+        if not isinstance(n, int) or n < 1:
+            raise UsageError(f"{self.module_path.name}: getNumOfTestcases() returned {n!r}, not a positive int")
+        return n
+
+    def case_sizes(self, case: int) -> tuple:
+        """``(shapes, arg_shapes, warmup, iters)`` of one case: the case number is fed on standard
+        input, as the package expects. ``arg_shapes`` is what the package returned (handed back to
+        genTestCase and check unchanged), ``shapes`` the same as int tuples; ``warmup``/``iters``
+        are None when the package gives none."""
+        module = self.load()
+        saved = sys.stdin
+        sys.stdin = io.TextIOWrapper(io.BytesIO(f"{case}\n".encode()))
+        try:
+            result = module.getTestCaseSize()
+        finally:
+            sys.stdin = saved
+        warmup = iters = None
+        if (isinstance(result, (tuple, list)) and len(result) == 2 and isinstance(result[1], (tuple, list))
+                and len(result[1]) == 2 and all(isinstance(v, int) for v in result[1])):
+            arg_shapes, (warmup, iters) = result
+        else:
+            arg_shapes = result
+        return [shape_of(s) for s in arg_shapes], arg_shapes, warmup, iters
+
+    def base_seed(self) -> int:
+        if isinstance(self.meta.get("seed"), int):
+            return self.meta["seed"]
+        module = self.load()
+        for attr in SEED_ATTRIBUTES:
+            value = getattr(module, attr, None)
+            if isinstance(value, int) and not isinstance(value, bool):
+                return value
+        return 0
+
+    def declared_outputs(self) -> Optional[list]:
+        value = self.meta.get("outputs", getattr(self.load(), "OUTPUTS", None))
+        if value is None:
+            return None
+        items = [value] if isinstance(value, int) else list(value)
+        if not all(isinstance(i, int) for i in items):
+            raise UsageError(f"task package {self.name!r}: outputs must be argument indices, got {value!r}")
+        return items
+
+    def tolerances(self, rtol=None, atol=None) -> dict:
+        """Keyword tolerances for ``check``: the command line's, else the metadata's, else none
+        (the check's own defaults apply)."""
+        out = {}
+        for key, value in (("rtol", rtol), ("atol", atol)):
+            value = value if value is not None else self.meta.get(key)
+            if value is not None:
+                out[key] = float(value)
+        return out

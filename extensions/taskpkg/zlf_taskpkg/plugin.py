@@ -1,0 +1,69 @@
+"""zlf extension ``task``: ``zlf task PKG_DIR --candidate FILE`` judges a contest task package.
+
+See docs/taskpkg.md. The command is a run like every other (a run directory with one point
+per case), so ``zlf compare`` / ``report`` / ``ab`` read it; it sets ``run_options`` so active
+extensions add their run options (``--seed``, a timer's options ...) to it.
+"""
+from __future__ import annotations
+
+import argparse
+
+from zlf import hookimpl
+
+EPILOG = """\
+examples:
+  zlf task tests/data/taskpkg_vecadd --candidate tests/data/taskpkg_vecadd/candidates/correct.py
+  zlf task PKG --candidate kernel.cu --cases 1,3-5 --rtol 1e-2 --atol 1e-2
+  zlf task PKG --candidate fast.py --reuse-worker --ext task --ext cudagraph
+verdicts: Accepted, Wrong Answer, Runtime Error, Compile Error, Time Limit Exceeded
+          (Judge Error: the package itself failed)
+exit codes: 0 every case Accepted, 1 a case was not, 2 bad input, 130 interrupted
+"""
+
+
+@hookimpl
+def add_commands(subparsers):
+    p = subparsers.add_parser(
+        "task", help="judge a run_kernel candidate on a contest task package (verdicts, speedup vs baseline)",
+        description="Judge a candidate (Python run_kernel or CUDA C++ extern \"C\" run_kernel) on the cases of a "
+                    "task package: correctness with the package's check, then candidate and baseline timing.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("package", metavar="PKG_DIR", help="the task package folder (problem module + metadata)")
+    p.add_argument("--candidate", metavar="FILE",
+                   help="run_kernel candidate: .py (Triton, TileLang, torch) or .cu/.cpp (CUDA C++); "
+                        "default: $ZLF_TASK_CANDIDATE")
+    p.add_argument("--cases", metavar="LIST", help="1-based cases to judge, e.g. 1,3-5 (default: all)")
+    p.add_argument("--rtol", type=float, help="rtol given to the package's check (default: metadata, else check's own)")
+    p.add_argument("--atol", type=float, help="atol given to the package's check (default: metadata, else check's own)")
+    p.add_argument("--time-limit", type=float, metavar="SEC",
+                   help="per-case limit for the candidate (first call, check, timing); default: metadata time_limit_s, else 60")
+    p.add_argument("--reuse-worker", action="store_true",
+                   help="keep one worker process across cases until a case fails (faster; default: a fresh process per case)")
+    p.add_argument("--out", default="runs", metavar="PARENT", help="parent of the run directory (default: runs/)")
+    p.add_argument("--name", metavar="LABEL", help="run directory label (default: the package name)")
+    p.add_argument("--backend", metavar="NAME", help="cpu, cuda, or an extension's backend (default: detected)")
+    p.add_argument("--device", type=int, default=0, metavar="N", help="device index (default 0)")
+    p.add_argument("--json", action="store_true", help="print the verdicts as JSON instead of the table")
+    t = p.add_argument_group("timing")
+    t.add_argument("--warmup", type=int, metavar="N", help="warm-up calls, overriding the package's")
+    t.add_argument("--iters", type=int, metavar="N", help="timed calls, overriding the package's")
+    t.add_argument("--timer", metavar="EXT", help="which extension's time_fn to use when several are active")
+    t.add_argument("--warmup-ms", type=float, metavar="MS", help="warm-up budget in ms (overrides --warmup)")
+    t.add_argument("--rep-ms", type=float, metavar="MS", help="measurement budget in ms (overrides --iters)")
+    l2 = t.add_mutually_exclusive_group()
+    l2.add_argument("--flush-l2", dest="flush_l2", action="store_true", default=None, help="flush L2 before every sample")
+    l2.add_argument("--no-flush-l2", dest="flush_l2", action="store_false", help="keep L2 warm between samples")
+    c = p.add_argument_group("CUDA C++ candidates")
+    c.add_argument("--nvcc-arch", metavar="SM", help="nvcc -arch (default: the device's, e.g. sm_90a; sm_90a without a GPU)")
+    c.add_argument("--nvcc-flag", action="append", metavar="FLAG", help="extra nvcc flag (repeatable)")
+    c.add_argument("--cache-dir", metavar="DIR", help="compiled-library cache (default: $ZLF_TASK_CACHE or ~/.cache/zlf/taskpkg)")
+    s = p.add_argument_group("extension selection")
+    s.add_argument("--ext", action="append", metavar="NAME", help="use exactly these extensions (repeatable)")
+    s.add_argument("--no-ext", action="append", metavar="NAME", help="disable an extension before it is imported")
+    p.set_defaults(handler=_cmd_task, run_options=True)
+
+
+def _cmd_task(args, session) -> int:
+    from .judge import judge
+
+    return judge(args, session)
