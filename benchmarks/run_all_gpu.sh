@@ -43,7 +43,7 @@ for stage in "$@"; do
     autotune)
       python3 "$ROOT/benchmarks/autotune_replay_bench.py" --out "$d" 2>&1 | tee "$d/log.txt" | tail -40 ;;
     taskpkg)
-      bash "$ROOT/benchmarks/taskpkg_gpu.sh" --out "$d" 2>&1 | tee "$d/log.txt" | tail -40 ;;
+      OUT="$d" bash "$ROOT/benchmarks/taskpkg_gpu.sh" 2>&1 | tee "$d/log.txt" | tail -40 ;;
     ab)
       bash "$ROOT/benchmarks/ab_gpu.sh" --out "$d" > "$d/log.txt" 2>&1; tail -60 "$d/summary.txt" ;;
     *) echo "unknown stage $stage" ;;
