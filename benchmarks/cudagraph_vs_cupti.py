@@ -28,6 +28,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+import triton.language as tl  # the empty kernel's annotations resolve in this module's globals
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent

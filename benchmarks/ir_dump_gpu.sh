@@ -38,7 +38,7 @@ A="$(run_dir "$OUT/run_A.txt")"
 echo "== tree listing of $A/ir" | tee -a "$OUT/summary.txt"
 (cd "$A/ir" && find . -type f | sort) | tee "$OUT/tree_A.txt" | tee -a "$OUT/summary.txt"
 echo "== index.tsv excerpt (first 25 rows; sweep losers have no file)" | tee -a "$OUT/summary.txt"
-head -26 "$A/ir/index.tsv" | cut -f1-9 | column -t -s $'\t' | tee -a "$OUT/summary.txt"
+head -26 "$A/ir/index.tsv" | cut -f1-9 | tee -a "$OUT/summary.txt"
 echo "== status counts in index.tsv" | tee -a "$OUT/summary.txt"
 tail -n +2 "$A/ir/index.tsv" | cut -f5 | sort | uniq -c | tee -a "$OUT/summary.txt"
 
