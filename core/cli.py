@@ -162,6 +162,7 @@ def cmd_run(args, session) -> int:
     from .records import STATUS_FAILED
     from .run import Run, execute
     from .rundir import RunDir
+    from .session import shapes_by_op
 
     backend = session.choose_backend(args.backend, args.device)
     ops = session.resolve_ops(args.ops)
@@ -170,12 +171,7 @@ def cmd_run(args, session) -> int:
         raise UsageError("nothing to run: no shapes or dtypes left for the selected ops")
     label = args.name or (ops[0].name if len(ops) == 1 else ("builtin" if not args.ops else "suite"))
     rundir = RunDir.create(args.out, label)
-    shapes = {}
-    for p in plan:
-        shapes.setdefault(p.op.name, [])
-        if p.point.shape not in shapes[p.op.name]:
-            shapes[p.op.name].append(p.point.shape)
-    rundir.write_shapes(shapes)
+    rundir.write_shapes(shapes_by_op(plan))
     run = Run(session, rundir, plan, argv=["zlf", *sys.argv[1:]])
     if backend.host_timing:
         run.log.info(f"backend {backend.name}: times are host wall-clock of interpreted kernels, not GPU kernel times")
@@ -221,6 +217,12 @@ def main(argv=None, extra_plugins=()) -> int:
     except KeyboardInterrupt:
         print("\nzlf: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (`zlf compare A B | head`): stop quietly, as cat(1) does.
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ report, ab) reads these files and never imports the code under test.
 """
 from __future__ import annotations
 
+import json
 import statistics
 from typing import Any, Optional
 
@@ -14,6 +15,20 @@ STATUS_OK = "ok"
 STATUS_FAILED = "FAILED"
 STATUS_OOM = "OOM"
 STATUS_SKIPPED = "skipped"
+
+
+def is_jsonable(value) -> bool:
+    """Whether ``value`` survives ``json.dumps`` (what another process can read back)."""
+    try:
+        json.dumps(value)
+        return True
+    except (TypeError, ValueError):
+        return False
+
+
+def jsonable_options(options) -> dict:
+    """The parsed command line without what cannot cross a process boundary (handlers, objects)."""
+    return {k: v for k, v in sorted(vars(options).items()) if k != "handler" and is_jsonable(v)}
 
 
 def shape_str(shape) -> str:

@@ -13,7 +13,7 @@ from typing import Optional
 from . import __version__
 from .console import Progress
 from .ops import check_output, poison
-from .records import STATUS_FAILED, STATUS_OK, STATUS_OOM, PointRecord
+from .records import STATUS_FAILED, STATUS_OK, STATUS_OOM, PointRecord, jsonable_options
 from .rundir import LOG, RunDir
 
 #: environment variables that change what is compiled or timed; recorded in meta.json.
@@ -98,7 +98,7 @@ class Run:
             "ops": sorted({p.op.name for p in plan}),
             "points": len(plan),
             "environment": relevant_environment(),
-            "options": {k: v for k, v in sorted(vars(self.options).items()) if k != "handler" and _jsonable(v)},
+            "options": jsonable_options(self.options),
         }
 
     # ------------------------------------------------------------------ for extensions
@@ -114,10 +114,6 @@ class Run:
 
     def save_meta(self) -> None:
         self.rundir.write_meta(self.meta)
-
-
-def _jsonable(v) -> bool:
-    return v is None or isinstance(v, (str, int, float, bool, list, tuple, dict))
 
 
 def _rate(amount_fn, point, median_ms, scale) -> Optional[float]:

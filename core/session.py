@@ -21,6 +21,16 @@ class PlannedPoint:
     point: Point
 
 
+def shapes_by_op(plan) -> dict:
+    """``{op name: [shape, ...]}`` in plan order: what shapes.yaml records."""
+    shapes: dict = {}
+    for p in plan:
+        seen = shapes.setdefault(p.op.name, [])
+        if p.point.shape not in seen:
+            seen.append(p.point.shape)
+    return shapes
+
+
 class Session:
     def __init__(self, options, hooks: Hooks):
         self.options = options

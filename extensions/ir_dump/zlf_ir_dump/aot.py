@@ -19,6 +19,7 @@ from tabulate import tabulate
 from zlf import Backend, UsageError
 from zlf.irtree import IR_DIR, read_index
 from zlf.rundir import RunDir
+from zlf.session import shapes_by_op
 
 from .collector import LAUNCHED, IrDump, parse_kinds
 from .fake_driver import parse_target
@@ -77,12 +78,7 @@ def main(args, session) -> int:
         raise UsageError("nothing to compile: no shapes or dtypes left for the selected ops")
     label = args.name or ("ir_" + (ops[0].name if len(ops) == 1 else "suite"))
     rundir = RunDir.create(args.out, label)
-    shapes = {}
-    for p in plan:
-        shapes.setdefault(p.op.name, [])
-        if p.point.shape not in shapes[p.op.name]:
-            shapes[p.op.name].append(p.point.shape)
-    rundir.write_shapes(shapes)
+    rundir.write_shapes(shapes_by_op(plan))
     kinds = parse_kinds(args.ir, backend.ir_kinds)
     import triton
 

@@ -25,7 +25,7 @@ from tabulate import tabulate
 
 from zlf import UsageError
 from zlf.console import paint
-from zlf.records import STATUS_FAILED, STATUS_OK
+from zlf.records import STATUS_FAILED, STATUS_OK, is_jsonable, jsonable_options
 from zlf.run import Run
 from zlf.rundir import RunDir
 
@@ -43,14 +43,6 @@ LOG_TAIL_LINES = 25
 TASK_DIR = "task"
 
 _TIMEOUT = object()
-
-
-def _jsonable(value) -> bool:
-    try:
-        json.dumps(value)
-        return True
-    except (TypeError, ValueError):
-        return False
 
 
 def _signal_name(rc: int) -> str:
@@ -215,7 +207,7 @@ class Judge:
         tolerances = self.package.tolerances(args.rtol, args.atol)
         meta["task"] = {
             "package": str(self.package.root), "problem_module": self.package.module_path.name,
-            "metadata": self.package.meta if _jsonable(self.package.meta) else str(self.package.meta),
+            "metadata": self.package.meta if is_jsonable(self.package.meta) else str(self.package.meta),
             "candidate": self.candidate.to_json(), "cases": self.cases, "base_seed": self.package.base_seed(),
             "seed_scheme": "base_seed + case number, set before genTestCase", "tolerances": tolerances,
             "time_limit_s": self.time_limit, "isolation": "one worker per case" if not args.reuse_worker
@@ -225,7 +217,7 @@ class Judge:
         self.run.save_meta()
         if self.candidate.compile_output:
             (self.rundir.path / TASK_DIR / "compile.log").write_text(self.candidate.compile_output)
-        options = {k: v for k, v in vars(args).items() if k != "handler" and _jsonable(v)}
+        options = jsonable_options(args)
         spec = {
             "options": options, "package": str(self.package.root), "run_dir": str(self.rundir.path),
             "argv": self.run.meta["command"], "candidate": self.candidate.to_json(),

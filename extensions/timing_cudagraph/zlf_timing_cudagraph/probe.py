@@ -17,23 +17,17 @@ import subprocess
 import sys
 from typing import Optional
 
+from zlf.records import jsonable_options
+
 from .capture_errors import CaptureFailure
 
 #: seconds a child may take (imports, compilation and autotuning of the op included).
 PROBE_TIMEOUT_S = 600
 
 
-def _jsonable(value) -> bool:
-    try:
-        json.dumps(value)
-        return True
-    except (TypeError, ValueError):
-        return False
-
-
 def request_for(options, point) -> dict:
     """What the child needs to rebuild ``point``: the parsed options (JSON-able ones) and the point."""
-    opts = {k: v for k, v in vars(options).items() if k != "handler" and _jsonable(v)}
+    opts = jsonable_options(options)
     return {"options": opts, "point": {"op": point.op, "shape": list(point.shape), "dtype": point.dtype,
                                        "variant": getattr(point, "variant", "")}}
 
