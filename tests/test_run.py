@@ -85,6 +85,14 @@ def test_failures_are_recorded_and_the_run_goes_on(zlf_cli, tmp_path):
     assert "FAILED" in proc.stdout and "6 of 8 points FAILED" in proc.stdout
 
 
+def test_an_op_is_found_by_its_name_as_well_as_its_attribute(zlf_cli, tmp_path):
+    ops = write_ops(tmp_path)
+    proc = zlf_cli("run", f"{ops}::good", "--ext", "seed", "--rep-ms", "2", check_rc=0)
+    assert [r["point"] for r in read_records(run_dir_from(proc.stdout, tmp_path))] == ["good/256/float32", "good/512/float32"]
+    missing = zlf_cli("run", f"{ops}::nothing", "--ext", "seed")
+    assert missing.returncode == 2 and "no attribute or zlf.Op named 'nothing'" in missing.stderr
+
+
 def test_a_crash_keeps_every_finished_point(zlf_cli, tmp_path):
     ops = write_ops(tmp_path)
     proc = zlf_cli("run", f"{ops}::good_op", f"{ops}::dies_op", "--ext", "seed", "--rep-ms", "2")

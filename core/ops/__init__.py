@@ -204,9 +204,13 @@ def _as_ops(value, where: str) -> list:
 def ops_from_file(path: str, name: Optional[str] = None) -> list:
     module = _load_module(path)
     if name:
-        if not hasattr(module, name):
-            raise UsageError(f"op file {path!r} has no attribute {name!r}")
-        return _as_ops(getattr(module, name), f"{path}::{name}")
+        if hasattr(module, name):
+            return _as_ops(getattr(module, name), f"{path}::{name}")
+        # FORMATS' `op:op_file` names the op, not the Python attribute that holds it.
+        named = [v for v in vars(module).values() if isinstance(v, Op) and v.name == name]
+        if not named:
+            raise UsageError(f"op file {path!r} has no attribute or zlf.Op named {name!r}")
+        return named
     ops = [v for v in vars(module).values() if isinstance(v, Op)]
     if not ops:
         raise UsageError(f"op file {path!r} defines no zlf.Op")
