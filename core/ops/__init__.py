@@ -194,7 +194,10 @@ def _load_module(path: str):
 
 def _as_ops(value, where: str) -> list:
     if callable(value) and not isinstance(value, Op):
-        value = value()
+        try:
+            value = value()
+        except Exception as exc:
+            raise UsageError(f"{where} is not a zlf.Op, and calling it to get ops failed: {type(exc).__name__}: {exc}") from exc
     items = list(value) if isinstance(value, (list, tuple)) else [value]
     if not items or not all(isinstance(v, Op) for v in items):
         raise UsageError(f"{where} is not a zlf.Op (nor a function returning ops)")
@@ -204,13 +207,16 @@ def _as_ops(value, where: str) -> list:
 def ops_from_file(path: str, name: Optional[str] = None) -> list:
     module = _load_module(path)
     if name:
-        if hasattr(module, name):
-            return _as_ops(getattr(module, name), f"{path}::{name}")
+        value = getattr(module, name, None)
+        if isinstance(value, (Op, list, tuple)):
+            return _as_ops(value, f"{path}::{name}")
         # FORMATS' `op:op_file` names the op, not the Python attribute that holds it.
         named = [v for v in vars(module).values() if isinstance(v, Op) and v.name == name]
-        if not named:
+        if named:
+            return named
+        if value is None:
             raise UsageError(f"op file {path!r} has no attribute or zlf.Op named {name!r}")
-        return named
+        return _as_ops(value, f"{path}::{name}")
     ops = [v for v in vars(module).values() if isinstance(v, Op)]
     if not ops:
         raise UsageError(f"op file {path!r} defines no zlf.Op")
