@@ -40,6 +40,19 @@ CORE_COMMANDS = {
 }
 
 
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse that says where an unknown option may have gone: a disabled extension."""
+
+    #: names of installed extensions that are not active in this invocation.
+    not_active: tuple = ()
+
+    def error(self, message):
+        if "unrecognized arguments" in message and self.not_active:
+            message += (f" (options of extensions that are not active here are unavailable: "
+                        f"{', '.join(self.not_active)})")
+        super().error(message)
+
+
 def _selection_args(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("extension selection")
     g.add_argument("--ext", action="append", metavar="NAME",
@@ -70,7 +83,10 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser(hooks=None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    # A class per invocation: sub-command parsers are made from the parent's class.
+    not_active = tuple(i.name for i in hooks.infos if i.status != "active") if hooks is not None else ()
+    parser_class = type("ArgumentParser", (ArgumentParser,), {"not_active": not_active})
+    parser = parser_class(
         prog="zlf",
         description="Did my compiler change make these GPU kernels faster or slower? "
         "Benchmark, compare and A/B Triton kernels across compiler builds.",

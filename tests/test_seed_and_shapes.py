@@ -87,3 +87,4 @@ def test_shapes_option_needs_the_extension(zlf_cli, tmp_path):
     (tmp_path / "s.yaml").write_text("softmax:\n  shapes: [[8, 32]]\n")
     proc = zlf_cli("run", "softmax", "--no-ext", "shapes", "--shapes", "s.yaml")
     assert proc.returncode == 2 and "--shapes" in proc.stderr
+    assert "not active here are unavailable: " in proc.stderr and "shapes" in proc.stderr.splitlines()[-1]
