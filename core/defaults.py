@@ -21,6 +21,8 @@ def resolve_ops(spec, session):
 
 @hookimpl(trylast=True)
 def make_inputs(op, point, backend):
+    if point.variant:
+        return tuple(op.make_inputs(point.shape, point.dtype, backend.device, variant=point.variant))
     return tuple(op.make_inputs(point.shape, point.dtype, backend.device))
 
 

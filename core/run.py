@@ -119,7 +119,10 @@ class Run:
 def _rate(amount_fn, point, median_ms, scale) -> Optional[float]:
     if amount_fn is None or not median_ms or median_ms <= 0:
         return None
-    return amount_fn(point.shape, point.dtype) / (median_ms * 1e-3) / scale
+    amount = amount_fn(point.shape, point.dtype)
+    if amount is None:  # the op cannot say for this point
+        return None
+    return amount / (median_ms * 1e-3) / scale
 
 
 def run_point(run: Run, planned, compiler_hooks) -> PointRecord:

@@ -107,5 +107,7 @@ class Session:
                 from .ops import torch_dtype
 
                 torch_dtype(dtype)  # validates the name
-                planned.extend(PlannedPoint(op, Point(op.name, shape, dtype)) for shape in shapes)
+                for shape in shapes:
+                    labels = op.variants(shape, dtype) if op.variants else [""]
+                    planned.extend(PlannedPoint(op, Point(op.name, shape, dtype, label)) for label in labels)
         return planned

@@ -30,7 +30,7 @@ import attrs
 from ..errors import UsageError
 
 BUILTIN_OPS = ("add", "softmax", "matmul")
-DTYPES = ("float32", "float16", "bfloat16", "float64", "int32", "int64", "int8")
+DTYPES = ("float32", "float16", "bfloat16", "float64", "int32", "int64", "int8", "int16", "uint8", "bool", "complex64")
 #: relative L2 error allowed against the reference, by dtype (METHOD: fp32 far under 1e-3).
 DEFAULT_TOLERANCE = {"float64": 1e-9, "float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}
 
@@ -77,6 +77,8 @@ class Op:
     :param shape_rank: allowed shape lengths (None: any).
     :param shape_desc: names of the shape dimensions, e.g. ``"M, N, K"``.
     :param aliases: further keys this op answers to in shape files.
+    :param variants: ``(shape, dtype) -> list of labels``: several points per (shape, dtype), one
+        per label (``Point.variant``); ``make_inputs`` then receives ``variant=label``. None: one point.
     """
 
     name: str
@@ -95,6 +97,7 @@ class Op:
     shape_desc: str = ""
     aliases: tuple = ()
     description: str = ""
+    variants: Optional[Callable] = None
 
     def default_shapes(self, backend) -> list:
         if backend.host_timing and self.cpu_shapes:

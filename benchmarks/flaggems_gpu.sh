@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# FlagGems through zlf on one GPU (< 8 minutes on an H200):
+#   1. softmax with --ext cudagraph --ext ir_dump   (table + IR tree listing)
+#   2. mm (autotuned, libtuner) with a shape yaml
+#   3. zlf ab --switch DISABLE_MMA_V3 on mm, 3 rounds
+# Needs a FlagGems checkout in .flaggems/ (tag v5.0.2) and its runtime wheels in .whl/, both
+# prepared on a machine with network access (docs/flaggems.md, "GPU session").
+#
+#   bash benchmarks/flaggems_gpu.sh --out DIR
+set -uo pipefail
+
+OUT=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --out) OUT="$2"; shift 2 ;;
+    *) echo "usage: $0 --out DIR" >&2; exit 2 ;;
+  esac
+done
+[ -n "$OUT" ] || { echo "usage: $0 --out DIR" >&2; exit 2; }
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+mkdir -p "$OUT"; OUT="$(cd "$OUT" && pwd)"
+export ZLF_NO_PROGRESS=1
+export FLAGGEMS_DIR="$ROOT/.flaggems"
+PY=python3
+S="$OUT/summary.txt"; : > "$S"
+say() { echo "== $*" | tee -a "$S"; }
+run_dir() { grep '^run dir: ' "$1" | tail -1 | sed 's/^run dir: //'; }
+
+[ -f "$FLAGGEMS_DIR/benchmark/performance_utils.py" ] || [ -f "$FLAGGEMS_DIR/benchmark/base.py" ] \
+  || { echo "no FlagGems checkout in $FLAGGEMS_DIR (see docs/flaggems.md)" >&2; exit 2; }
+
+say "setup: FlagGems runtime wheels from .whl/ (no index), zlf extensions"
+if ! $PY -c "import flag_gems" 2>/dev/null; then
+  $PY -m pip install -q --no-index --no-deps "$ROOT"/.whl/*.whl 2>&1 | tail -3
+fi
+for e in flaggems timing_cudagraph ir_dump autotune_replay shapes seed; do
+  $PY -m pip install -q --no-deps --no-build-isolation -e "$ROOT/extensions/$e" 2>&1 | grep -v WARNING | tail -2
+done
+$PY -c "import flag_gems, triton, torch; print('flag_gems', flag_gems.__version__, flag_gems.__file__); print('triton', triton.__version__, 'torch', torch.__version__, torch.cuda.get_device_name())" 2>&1 | tee -a "$S"
+(cd "$FLAGGEMS_DIR" && git log -1 --format='checkout %H %d' 2>/dev/null || echo "checkout (no git metadata)") | tee -a "$S"
+
+# A fresh libtuner cache per process would let mm's winner differ per side; the ab below pins
+# Triton's autotune through record/replay and keeps FlagGems' own cache shared.
+COMMON=(--flaggems-level core --dtype float16,bfloat16 --warmup-ms 10 --rep-ms 50 --out "$OUT/runs")
+
+say "1/3 softmax: --ext flaggems --ext cudagraph --ext ir_dump"
+TRITON_CACHE_DIR="$OUT/triton_cache/softmax" timeout 180 \
+  zlf run --ext flaggems --ext cudagraph --ext ir_dump --ext seed softmax "${COMMON[@]}" --name fg_softmax \
+  2>&1 | tee "$OUT/softmax.txt" | tee -a "$S"
+D1="$(run_dir "$OUT/softmax.txt")"
+if [ -n "$D1" ]; then
+  say "FlagGems-format table ($D1/flaggems_results.txt)"; cat "$D1/flaggems_results.txt" | tee -a "$S"
+  say "IR tree of $D1/ir"; (cd "$D1/ir" && find . -type f | sort) | tee -a "$S"
+  grep -h BENCHMARK_DIRECT_NO_CUDAGRAPH "$D1/run.log" | head -5 | tee -a "$S"
+fi
+
+say "2/3 mm (autotuned) with a shape yaml"
+cat > "$OUT/mm_shapes.yaml" <<'YAML'
+BlasBenchmark:            # FlagGems' class-name key, as in core_shapes.yaml
+  shapes:
+    - [1, 4096, 4096, 4096]
+    - [1, 128, 4096, 4096]
+    - [1, 1024, 1024, 1024]
+  shape_desc: "B, M, N, K"
+YAML
+TRITON_CACHE_DIR="$OUT/triton_cache/mm" timeout 240 \
+  zlf run --ext flaggems --ext cudagraph --ext autotune_replay --ext shapes --ext seed mm:blas_perf \
+  --shapes "$OUT/mm_shapes.yaml" "${COMMON[@]}" --name fg_mm 2>&1 | tee "$OUT/mm.txt" | tee -a "$S"
+D2="$(run_dir "$OUT/mm.txt")"
+[ -n "$D2" ] && cat "$D2/flaggems_results.txt" | tee -a "$S"
+[ -n "$D2" ] && ls "$D2/autotune_records" 2>/dev/null | tee -a "$S"
+
+say "3/3 zlf ab --switch DISABLE_MMA_V3, 3 rounds, mm"
+timeout 300 zlf ab --switch DISABLE_MMA_V3 --rounds 3 --out "$OUT/ab" \
+  --ext flaggems --ext cudagraph --ext autotune_replay --ext shapes --ext seed \
+  mm:blas_perf --shapes "$OUT/mm_shapes.yaml" --flaggems-level core --dtype bfloat16 \
+  --warmup-ms 10 --rep-ms 50 2>&1 | tee "$OUT/ab.txt" | tee -a "$S"
+say "done; everything under $OUT"

@@ -1,0 +1,1 @@
+"""zlf extension ``flaggems``: FlagGems benchmark ops, measured by zlf."""

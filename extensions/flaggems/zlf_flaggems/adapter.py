@@ -1,0 +1,353 @@
+"""One FlagGems ``Benchmark`` object as one zlf Op.
+
+A point is (shape, dtype[, variant]): zlf puts the one shape into the benchmark, takes the
+input its own ``get_input_iter`` yields (the n-th when it yields several per shape: variants
+``v0``, ``v1`` ...), and times the FlagGems callable through zlf's ``time_fn``; the torch callable
+is timed by the same ``time_fn`` afterwards and recorded alongside.
+
+How a shape gets into a benchmark depends on the class (the ``kind``):
+
+* ``yaml``: ``get_input_iter`` walks ``self.shapes`` (filled from core_shapes.yaml by op name or
+  a class name of the MRO). zlf sets ``self.shapes = [shape]``.
+* ``set_shapes``: the class overrides ``set_shapes`` with a built-in list, ignoring the yaml;
+  its iterator still walks ``self.shapes``, so zlf injects the same way (zlf never calls
+  ``set_shapes`` for a point).
+* ``iter_hardcoded``: ``get_input_iter`` loops over a list of its own and calls
+  ``self.input_fn(shape, dtype, device)``; zlf calls ``input_fn`` with its shape. The built-in
+  list is read by running the iterator with a recording ``input_fn``.
+* ``bespoke``: the class builds its inputs from private configs; a handler in :data:`BESPOKE`
+  maps a shape to those inputs.
+"""
+from __future__ import annotations
+
+import contextlib
+import inspect
+from typing import Callable, Optional
+
+import attrs
+
+from zlf import Op, UsageError
+
+KIND_YAML = "yaml"
+KIND_SET_SHAPES = "set_shapes"
+KIND_ITER = "iter_hardcoded"
+KIND_BESPOKE = "bespoke"
+
+
+# ----------------------------------------------------------------------------- bespoke handlers
+@attrs.frozen
+class Bespoke:
+    """Shapes and inputs for a class whose inputs do not come from ``self.shapes``."""
+
+    shape_desc: str
+    default_shapes: Callable   # (bench) -> list of int tuples
+    inputs: Callable           # (bench, shape, torch dtype) -> iterator of input tuples
+
+
+def _upsample_aa_backward_shapes(bench) -> list:
+    # _cfgs rows: (N, C, Hi, Wi, Ho, Wo, align_corners, label); zlf keeps the six sizes.
+    return [tuple(int(v) for v in cfg[:6]) for cfg in getattr(bench, "_cfgs", ()) if not cfg[6]]
+
+
+def _upsample_aa_backward_inputs(bench, shape, dtype):
+    import torch
+
+    n, c, hi, wi, ho, wo = shape
+    grad = torch.randn([n, c, ho, wo], device=bench.device, dtype=dtype)
+    yield grad, [ho, wo], [n, c, hi, wi], False, None, None
+
+
+#: class name -> handler. Classes that build inputs from private config lists and that zlf maps
+#: to int shapes; docs/flaggems.md lists the classes that have none yet.
+BESPOKE = {
+    "UpsampleBicubic2dAaBackwardBenchmark": Bespoke(
+        "N, C, H_in, W_in, H_out, W_out", _upsample_aa_backward_shapes, _upsample_aa_backward_inputs),
+}
+
+
+# ----------------------------------------------------------------------------- helpers
+def _defining_class(cls, name: str):
+    for c in cls.__mro__:
+        if name in vars(c):
+            return c
+    return None
+
+
+def _source(fn) -> str:
+    try:
+        return inspect.getsource(fn)
+    except (OSError, TypeError):
+        return ""
+
+
+def _flat_int_shape(entry) -> Optional[tuple]:
+    if isinstance(entry, int) and not isinstance(entry, bool):
+        return (entry,)
+    if isinstance(entry, (list, tuple)) and entry and all(
+            isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in entry):
+        return tuple(entry)
+    return None
+
+
+def _dtype_name(dtype) -> str:
+    return str(dtype).split(".")[-1]
+
+
+def _tensors(args, kwargs) -> list:
+    import torch
+
+    out = []
+    for value in [*args, *kwargs.values()]:
+        if isinstance(value, torch.Tensor):
+            out.append(value)
+        elif isinstance(value, (list, tuple)):
+            out.extend(v for v in value if isinstance(v, torch.Tensor))
+    return out
+
+
+class BenchCall:
+    """The per-point callables: FlagGems (the point under test) and torch (recorded alongside).
+
+    Built like FlagGems' ``get_latency`` builds its ``fn``: a clone per call for in-place ops
+    (when the harness does so), and for backward benchmarks one forward pass, then
+    ``autograd.grad`` is what runs per call.
+    """
+
+    def __init__(self, adapter: "BenchmarkOp", args, kwargs, detail: str):
+        self.adapter = adapter
+        self.args, self.kwargs, self.detail = args, kwargs, detail
+        self._gems = None
+        self._torch = None
+
+    def __repr__(self) -> str:  # in the seed extension's input fingerprint: stable, short
+        return f"FlagGemsCall({self.adapter.bench.op_name}, {self.detail})"
+
+    def gems(self):
+        if self._gems is None:
+            bench = self.adapter.bench
+            self._gems = self._build(bench.gems_op or bench.torch_op)
+        return self._gems()
+
+    def torch(self):
+        if self._torch is None:
+            self._torch = self._build(self.adapter.bench.torch_op)
+        return self._torch()
+
+    def _build(self, op):
+        import torch
+
+        bench, args, kwargs = self.adapter.bench, self.args, self.kwargs
+        if bench.is_inplace and self.adapter.clones_inplace:
+            fn = lambda: op(*[a.clone() if torch.is_tensor(a) else a for a in args], **kwargs)  # noqa: E731
+        else:
+            fn = lambda: op(*args, **kwargs)  # noqa: E731
+        if bench.is_backward:
+            out = fn()
+            dout = torch.randn_like(out)
+            xs = [a for a in args if torch.is_tensor(a) and a.requires_grad]
+            fn = lambda: torch.autograd.grad((out,), xs, grad_outputs=(dout,), retain_graph=True)  # noqa: E731
+        return fn
+
+
+class BenchmarkOp:
+    """A captured FlagGems Benchmark and everything zlf needs to run it point by point."""
+
+    def __init__(self, harness, bench, case):
+        self.harness, self.bench, self.case = harness, bench, case
+        cls = type(bench)
+        base = harness.benchmark_class
+        self.class_name = cls.__name__
+        self.aliases = tuple(c.__name__ for c in cls.__mro__ if c is not object)
+        self.clones_inplace = "is_inplace" in _source(base.get_latency)
+        self.bespoke = next((BESPOKE[n] for n in self.aliases if n in BESPOKE), None)
+        self.dropped: list = []
+        self.current: dict = {}     # amounts of the point being run: bytes, flops
+        self._gems_ctx: Optional[contextlib.ExitStack] = None
+        try:
+            bench.init_user_config()  # dtypes, metrics and shapes as FlagGems would set them
+        except Exception as exc:
+            if type(exc).__name__ == "Skipped":
+                raise UsageError(f"FlagGems skips {case.node_id}: {exc}") from exc
+            raise UsageError(f"FlagGems {case.node_id} ({self.class_name}): {exc}") from exc
+        iter_src = _source(_defining_class(cls, "get_input_iter").get_input_iter)
+        if self.bespoke is not None:
+            self.kind = KIND_BESPOKE
+            shapes = self.bespoke.default_shapes(bench)
+            self.shape_desc = self.bespoke.shape_desc
+        elif "self.shapes" in iter_src:
+            self.kind = KIND_SET_SHAPES if _defining_class(cls, "set_shapes") is not base else KIND_YAML
+            shapes = list(bench.shapes)
+            self.shape_desc = getattr(bench, "shape_desc", "")
+        elif hasattr(bench, "input_fn"):
+            self.kind = KIND_ITER
+            shapes = self._recorded_shapes()
+            self.shape_desc = ""
+        else:
+            raise UsageError(
+                f"FlagGems {case.node_id}: class {self.class_name} builds its inputs without self.shapes "
+                f"or input_fn; zlf has no bespoke handler for it (handlers: {', '.join(sorted(BESPOKE))})")
+        self.shapes = []
+        for entry in shapes:
+            flat = _flat_int_shape(entry)
+            if flat is None:
+                self.dropped.append(repr(entry))
+            elif flat not in self.shapes:
+                self.shapes.append(flat)
+        if not self.shapes:
+            raise UsageError(
+                f"FlagGems {case.node_id}: none of the {len(shapes)} built-in shape entries of class "
+                f"{self.class_name} is a list of positive ints (e.g. {self.dropped[:1]}); it needs a "
+                f"bespoke handler (handlers: {', '.join(sorted(BESPOKE))})")
+        self.dtypes = [_dtype_name(d) for d in bench.to_bench_dtypes]
+
+    # ------------------------------------------------------------------ shapes -> inputs
+    def _recorded_shapes(self) -> list:
+        """The list an ``iter_hardcoded`` class loops over: its iterator run with a recording input_fn."""
+        import torch
+
+        bench, seen = self.bench, []
+        own = bench.__dict__.get("input_fn")
+
+        def record(shape, *args, **kwargs):
+            seen.append(shape)
+            return iter(())
+
+        bench.input_fn = record
+        try:
+            dtype = bench.to_bench_dtypes[0] if bench.to_bench_dtypes else torch.float32
+            for _ in bench.get_input_iter(dtype):
+                pass
+        finally:
+            bench.input_fn = own
+        return seen
+
+    def input_iter(self, shape, dtype):
+        bench = self.bench
+        if self.kind == KIND_BESPOKE:
+            return self.bespoke.inputs(bench, shape, dtype)
+        if self.kind == KIND_ITER:
+            return bench.input_fn(shape, dtype, bench.device)
+        bench.shapes = [tuple(shape)]
+        return bench.get_input_iter(dtype)
+
+    def _count(self, shape, dtype, device=None) -> int:
+        bench = self.bench
+        if device is not None:
+            bench.device = device  # instance attribute shadows the class's device
+        try:
+            return sum(1 for _ in self.input_iter(shape, dtype))
+        finally:
+            bench.__dict__.pop("device", None)
+
+    def variants(self, shape, dtype_name) -> list:
+        """One label per input the benchmark yields for this shape ("" when it yields one).
+
+        Counted on the meta device (nothing allocated); an input function that needs real data
+        is counted on the real device. A failure leaves one point, which then fails visibly."""
+        from zlf.ops import torch_dtype
+
+        dtype = torch_dtype(dtype_name)
+        try:
+            n = self._count(shape, dtype, "meta")
+        except Exception:
+            try:
+                n = self._count(shape, dtype)
+            except Exception:
+                n = 1
+        return [""] if n <= 1 else [f"v{i}" for i in range(n)]
+
+    def make_inputs(self, shape, dtype_name, device, variant: str = ""):
+        import torch
+
+        from zlf.ops import torch_dtype
+
+        index = int(variant[1:]) if variant else 0
+        item, count = None, 0
+        for count, item in enumerate(self.input_iter(tuple(shape), torch_dtype(dtype_name))):
+            if count == index:
+                break
+        else:
+            raise RuntimeError(f"FlagGems {self.class_name} yielded {count + 1 if item is not None else 0} "
+                               f"inputs for shape {list(shape)}, variant {variant!r} needs {index + 1}")
+        bench = self.bench
+        args, kwargs = bench.unpack_to_args_kwargs(item)
+        for key, value in kwargs.items():
+            # torch.empty output buffers hold garbage: zeroed so input fingerprints repeat
+            if key.startswith("out") and torch.is_tensor(value):
+                value.zero_()
+        call = BenchCall(self, args, kwargs, str(bench.record_shapes(*args, **kwargs)))
+        self.current = {"call": call, "bytes": self._bytes(args), "flops": self._flops(args, kwargs)}
+        self.enter_gems()
+        return (call, *_tensors(args, kwargs))
+
+    # ------------------------------------------------------------------ amounts (GB/s, TFLOP/s)
+    def _has_gbps(self) -> bool:
+        return _defining_class(type(self.bench), "get_gbps") is not self.harness.benchmark_class
+
+    def _bytes(self, args) -> Optional[float]:
+        bench = self.bench
+        if not self._has_gbps():
+            return None
+        try:
+            return float(bench.get_gbps(args, latency=1.0)) * 1e6  # GB/s at 1 ms -> bytes
+        except Exception:
+            return None
+
+    def _flops(self, args, kwargs) -> Optional[float]:
+        bench = self.bench
+        if "tflops" not in (bench.to_bench_metrics or ()):
+            return None
+        try:
+            return float(bench.get_tflops(bench.torch_op, *args, **kwargs))
+        except Exception:
+            return None
+
+    def amount(self, key):
+        def fn(shape, dtype):
+            value = self.current.get(key)
+            return value if value else None
+        return fn
+
+    # ------------------------------------------------------------------ FlagGems dispatch context
+    def enter_gems(self) -> None:
+        """From the point's first call to its last timed call: FlagGems' aten kernels are active
+        (registering them costs far more than a kernel, so not per call)."""
+        self.exit_gems()
+        if self.bench.gems_op:
+            return
+        fg = self.harness.flag_gems
+        kwargs = {}
+        params = inspect.signature(fg.use_gems).parameters
+        if "exclude" in params and self.bench.op_name != "zero_":
+            kwargs["exclude"] = ["zero_"]  # FlagGems' own rule: zero_ also clears the L2 flush buffer
+        stack = contextlib.ExitStack()
+        stack.enter_context(fg.use_gems(**kwargs))
+        self._gems_ctx = stack
+
+    def exit_gems(self) -> None:
+        if self._gems_ctx is not None:
+            stack, self._gems_ctx = self._gems_ctx, None
+            stack.close()
+
+    # ------------------------------------------------------------------ the zlf Op
+    def to_op(self) -> Op:
+        return Op(
+            name=self.bench.op_name,
+            fn=lambda call, *tensors: call.gems(),
+            make_inputs=self.make_inputs,
+            shapes=self.shapes,
+            dtypes=tuple(self.dtypes),
+            bytes=self.amount("bytes") if self._has_gbps() else None,
+            flops=self.amount("flops") if "tflops" in (self.bench.to_bench_metrics or ()) else None,
+            shape_desc=self.shape_desc or "",
+            aliases=self.aliases,
+            description=f"FlagGems {self.case.node_id} ({self.class_name}, {self.kind})",
+            variants=self.variants,
+        )
+
+    def describe(self) -> dict:
+        return {"test": self.case.node_id, "class": self.class_name, "mro": list(self.aliases),
+                "kind": self.kind, "builtin_shapes": [list(s) for s in self.shapes],
+                "dropped_shape_entries": self.dropped, "gems_op": getattr(self.bench.gems_op, "__name__", None),
+                "torch_op": getattr(self.bench.torch_op, "__name__", repr(self.bench.torch_op)),
+                "is_backward": bool(self.bench.is_backward), "is_inplace": bool(self.bench.is_inplace)}

@@ -1,0 +1,192 @@
+"""Run FlagGems benchmark ops with zlf in charge::
+
+    zlf run --ext flaggems --flaggems-dir ~/FlagGems softmax mm:blas_perf
+    FLAGGEMS_DIR=~/FlagGems zlf run --ext flaggems --ext cudagraph softmax
+
+Each OP (``OP[:OP_FILE[::TEST_FUNCTION]]``) selects the FlagGems tests marked OP (as
+``pytest -m OP`` would) in ``benchmark/test_<OP_FILE>.py``, or in any benchmark file when
+OP_FILE is left out. Every Benchmark those tests build becomes one zlf Op (named by its
+``op_name``): the FlagGems callable is the point under test, timed by zlf's ``time_fn``; the
+torch callable is timed by the same ``time_fn`` after it and recorded in the point's ``extra``
+(``torch_ms``, ``speedup``, ``torch_gbps``, ``size_detail``). ``flaggems_results.txt`` in the run
+directory repeats the points in FlagGems' own table format.
+
+Without ``--flaggems-dir`` / ``FLAGGEMS_DIR`` the extension passes every OP on (built-in ops
+keep working); ``OP:OP_FILE`` without a checkout is an error.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Optional
+
+from zlf import UsageError, hookimpl
+
+from . import checkout as _checkout
+from . import harness as _harness
+from .adapter import BenchmarkOp
+from .table import render
+
+ENV_FLAGTUNE = "USE_FLAGTUNE"
+LEVELS = ("core", "comprehensive")
+MODES = ("kernel", "operator", "wrapper", "cudagraph")
+RESULTS_FILE = "flaggems_results.txt"
+
+
+class FlagGems:
+    """The ``flaggems`` extension (entry point ``zlf_flaggems.plugin:FlagGems``)."""
+
+    def __init__(self):
+        self.checkout: Optional[_checkout.Checkout] = None
+        self.settings: Optional[_harness.Settings] = None
+        self.harness = None
+        self.ops: dict = {}         # op name -> BenchmarkOp
+        self.flagtune: Optional[str] = None
+
+    # ------------------------------------------------------------------ command line
+    @hookimpl
+    def add_options(self, parser):
+        g = parser.add_argument_group("flaggems (extension)")
+        g.add_argument("--flaggems-dir", metavar="DIR",
+                       help=f"FlagGems source checkout whose benchmark/ is run (also {_checkout.ENV_DIR}); "
+                            "OPs are then OP[:OP_FILE[::TEST]]: tests marked OP in benchmark/test_<OP_FILE>.py")
+        g.add_argument("--flaggems-level", choices=LEVELS, default="core",
+                       help="FlagGems --level: comprehensive adds set_more_shapes() and extra input variants (default core)")
+        g.add_argument("--flaggems-mode", choices=MODES, default="kernel",
+                       help="FlagGems --mode: kernel (zlf's timer) or cudagraph (needs --ext cudagraph); "
+                            "operator/wrapper are FlagGems' host timers and are refused: zlf's time_fn times every point")
+        g.add_argument("--dtypes", action="append", metavar="D",
+                       help="FlagGems --dtypes: dtypes by torch name (repeatable or comma-separated); "
+                            "checked against each op's supported dtypes")
+        g.add_argument("--flaggems-flagtune", choices=("0", "1"),
+                       help=f"set {ENV_FLAGTUNE} before flag_gems is imported (default: the environment's)")
+
+    @hookimpl
+    def configure(self, session):
+        opts = session.options
+        if getattr(opts, "command", None) != "run":
+            return
+        self.checkout = _checkout.checkout_from_options(opts)
+        if self.checkout is None:
+            return
+        mode = opts.flaggems_mode
+        if mode in ("operator", "wrapper"):
+            raise UsageError(f"--flaggems-mode {mode}: FlagGems' host-side timer; zlf times every point with its "
+                             "time_fn (use kernel, or cudagraph with --ext cudagraph)")
+        if mode == "cudagraph" and not any(i.name == "cudagraph" and i.status == "active" for i in session.hooks.infos):
+            raise UsageError("--flaggems-mode cudagraph: add --ext cudagraph (zlf's graph timer, with per-point fallback markers)")
+        dtypes = tuple(d.strip() for v in opts.dtypes or () for d in v.split(",") if d.strip())
+        if dtypes and not getattr(opts, "dtype", None):
+            opts.dtype = [",".join(dtypes)]  # zlf's points follow FlagGems' --dtypes
+        if opts.flaggems_flagtune is not None:
+            os.environ[ENV_FLAGTUNE] = opts.flaggems_flagtune  # flag_gems reads it at import
+        self.flagtune = os.environ.get(ENV_FLAGTUNE)
+        self.settings = _harness.Settings(level=opts.flaggems_level, mode=mode, dtypes=dtypes)
+
+    # ------------------------------------------------------------------ ops
+    @hookimpl
+    def resolve_ops(self, spec, session):
+        head = spec.split("::")[0]
+        if head.endswith(".py") and ":" not in head:
+            return None  # FILE.py[::NAME]: a user's op file, core's
+        if self.checkout is None:
+            if ":" in spec:
+                raise UsageError(f"FlagGems op {spec!r}: no FlagGems checkout given: use --flaggems-dir DIR "
+                                 f"or {_checkout.ENV_DIR}=DIR")
+            return None
+        op, op_file, test = _checkout.parse_spec(spec)
+        paths = _checkout.op_file_candidates(self.checkout, op, op_file)
+        if self.harness is None:
+            self.harness = _harness.load(self.checkout, self.settings)
+        found, errors = [], []
+        for path in paths:
+            try:
+                module = _harness.import_test_module(self.harness, path)
+            except Exception as exc:
+                errors.append(f"{path.name}: {type(exc).__name__}: {exc}")
+                if op_file or len(paths) == 1:
+                    raise UsageError(f"FlagGems op file {path} failed to import: {type(exc).__name__}: {exc}") from exc
+                continue
+            found.extend(c for c in _harness.cases_of(module) if _harness.matches(c, op, test))
+        if not found:
+            where = str(paths[0]) if op_file else f"{self.checkout.bench_dir}/test_*.py ({len(paths)} mention it)"
+            what = f"test function {test!r} marked {op!r}" if test else f"a test marked {op!r} (or test_{op})"
+            note = f"; files that failed to import: {'; '.join(errors)}" if errors else ""
+            raise UsageError(f"unknown FlagGems op {op!r}: looked for {what} in {where}{note}")
+        runnable = [c for c in found if not c.skip_reason()]
+        if not runnable:
+            reasons = "; ".join(f"{c.node_id}: {c.skip_reason()}" for c in found)
+            raise UsageError(f"FlagGems skips every test of op {op!r} here: {reasons}")
+        ops = []
+        for case in runnable:
+            benches = _harness.capture(self.harness, case)
+            if not benches:
+                raise UsageError(f"FlagGems test {case.node_id} built no Benchmark (it never called run())")
+            for bench in benches:
+                adapter = BenchmarkOp(self.harness, bench, case)
+                self.ops[bench.op_name] = adapter
+                ops.append(adapter.to_op())
+        return ops
+
+    # ------------------------------------------------------------------ run lifecycle
+    @hookimpl
+    def before_run(self, run):
+        if not self.ops:
+            return
+        fg = self.harness.flag_gems
+        run.meta["flaggems"] = {
+            "dir": str(self.checkout.root), "layout": self.checkout.layout,
+            "harness": f"benchmark/{self.checkout.harness_module}.py",
+            "flag_gems_version": getattr(fg, "__version__", None),
+            "flag_gems_path": os.path.dirname(getattr(fg, "__file__", "") or ""),
+            "level": self.settings.level, "mode": self.settings.mode,
+            "dtypes": list(self.settings.dtypes) or None,
+            ENV_FLAGTUNE: self.flagtune,
+            "ops": {name: a.describe() for name, a in self.ops.items()},
+        }
+        for name, a in self.ops.items():
+            if a.dropped:
+                run.log.info(f"flaggems: {name} ({a.class_name}): built-in shape entries that are not int "
+                             f"lists were left out: {', '.join(a.dropped)}")
+
+    @hookimpl(tryfirst=True)
+    def after_point(self, run, point, record):
+        adapter = self.ops.get(point.op)
+        if adapter is None:
+            return
+        adapter.exit_gems()  # the torch side, and every other extension's after_point, run plain torch
+        call = adapter.current.pop("call", None)
+        run.annotate("flaggems", {"test": adapter.case.node_id, "class": adapter.class_name, "kind": adapter.kind})
+        if call is None:
+            return
+        run.annotate("size_detail", call.detail)
+        if record.status != "ok":
+            return
+        try:
+            timing = run.hooks.time_fn(call.torch, point, run.backend, run.options,
+                                       op=run.current_op, inputs=run.current_inputs)
+        except Exception as exc:  # the FlagGems point stands; only its torch column is missing
+            run.annotate("torch_error", f"{type(exc).__name__}: {exc}"[:300])
+            return
+        if timing is None:
+            return
+        run.annotate("torch_ms", timing.value_ms)
+        run.annotate("torch_timer", timing.timer)
+        if timing.fallback_reason:
+            run.annotate("torch_fallback_reason", timing.fallback_reason)
+        if record.median_ms:
+            run.annotate("speedup", timing.value_ms / record.median_ms)
+        amount = adapter.current.get("bytes")
+        if amount and timing.value_ms:
+            run.annotate("torch_gbps", amount / (timing.value_ms * 1e-3) / 1e9)
+
+    @hookimpl
+    def after_run(self, run, results):
+        if not self.ops:
+            return
+        for adapter in self.ops.values():
+            adapter.exit_gems()
+        text = render(results, self.settings.mode, self.settings.level)
+        if text:
+            (run.dir / RESULTS_FILE).write_text(text)
+            run.log.info(f"flaggems: FlagGems-format table in {RESULTS_FILE}")

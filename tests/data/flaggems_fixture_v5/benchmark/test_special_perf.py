@@ -1,0 +1,73 @@
+import pytest
+import torch
+
+from benchmark.attri_util import FLOAT_DTYPES
+from benchmark.performance_utils import Benchmark, GenericBenchmark, generate_tensor_input
+
+
+class AvgPool2dBenchmark(GenericBenchmark):
+    """Shapes hard-coded inside get_input_iter (core_shapes.yaml is not read for them)."""
+
+    def get_input_iter(self, cur_dtype):
+        shapes_4d = [(2, 3, 32, 32), (4, 8, 16, 16)]
+        for shape in shapes_4d:
+            yield from self.input_fn(shape, cur_dtype, self.device)
+
+
+def avg_pool2d_input_fn(shape, dtype, device):
+    yield generate_tensor_input(shape, dtype, device), {"kernel_size": 3, "stride": 2, "padding": 1}
+
+
+@pytest.mark.avg_pool2d
+def test_avg_pool2d_perf():
+    bench = AvgPool2dBenchmark(input_fn=avg_pool2d_input_fn, op_name="avg_pool2d",
+                               torch_op=torch.nn.functional.avg_pool2d, dtypes=FLOAT_DTYPES)
+    bench.run()
+
+
+def softmax_topk(gating, k, renormalize):
+    weights, ids = torch.topk(torch.softmax(gating.float(), dim=-1), k, dim=-1)
+    return weights / weights.sum(-1, keepdim=True) if renormalize else weights
+
+
+class SoftmaxTopKBenchmark(Benchmark):
+    """set_shapes overridden with a built-in config list; two inputs per config."""
+
+    def set_shapes(self, shape_file_path=None):
+        self.shapes = [(64, 16, 4), (128, 32, 8)]  # (num_tokens, num_experts, topk)
+
+    def get_input_iter(self, cur_dtype):
+        for tokens, experts, k in self.shapes:
+            gating = torch.randn(tokens, experts, dtype=cur_dtype, device=self.device)
+            for renormalize in (False, True):
+                yield gating, k, renormalize
+
+
+@pytest.mark.softmax_topk
+def test_softmax_topk_perf():
+    bench = SoftmaxTopKBenchmark(op_name="softmax_topk", torch_op=softmax_topk, dtypes=[torch.float32])
+    bench.run()
+
+
+class UpsampleBicubic2dAaBackwardBenchmark(Benchmark):
+    """Inputs built from a private config list (special inputs)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._cfgs = [
+            (2, 3, 8, 8, 4, 4, False, "2x down"),
+            (1, 2, 8, 8, 16, 16, False, "2x up"),
+        ]
+
+    def get_input_iter(self, cur_dtype):
+        for n, c, hi, wi, ho, wo, ac, label in self._cfgs:
+            grad = torch.randn([n, c, ho, wo], device=self.device, dtype=cur_dtype)
+            yield grad, [ho, wo], [n, c, hi, wi], ac, None, None, label
+
+
+@pytest.mark.upsample_bicubic2d_aa_backward
+def test_upsample_bicubic2d_aa_backward_perf():
+    bench = UpsampleBicubic2dAaBackwardBenchmark(op_name="upsample_bicubic2d_aa_backward",
+                                                 torch_op=torch.ops.aten._upsample_bicubic2d_aa_backward,
+                                                 dtypes=[torch.float32])
+    bench.run()
