@@ -9,5 +9,6 @@ setup:
 run: setup
 	$(PYTHON) -m zlf run
 
-test: setup
+test:
+	$(PYTHON) scripts/setup.py --tests
 	$(PYTHON) -m pytest -q

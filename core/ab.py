@@ -17,10 +17,12 @@ from pathlib import Path
 
 from . import stats
 from .campaign import (C_COMPLETE, C_INTERRUPTED, C_RUNNING, FAILED, OK, PENDING, RUNNING, SKIPPED,
-                       SUMMARY_JSON, Campaign, OpSpec, Side, now)
+                       SUMMARY_JSON, SUMMARY_LOG, Campaign, CampaignJob, OpSpec, Side, campaign_units, now)
 from .console import paint, warn
 from .errors import UsageError
+from .executors import add_scale_arguments, make_executor, parse_gpus, pin_variable
 from .rundir import RunDir
+from .scheduler import Scheduler, gpu_label
 
 EPILOG = """\
 examples:
@@ -30,6 +32,9 @@ examples:
   zlf ab --a-python venvA/bin/python --b-python venvB/bin/python softmax
   zlf ab --switch X --until-confident --max-rounds 12 --ext autotune_replay
   zlf ab --resume runs/ab_X_20250101-120000      finish an interrupted campaign
+  zlf ab --task PKG --a-candidate a.py --b-candidate b.py --rounds 4   two task-package candidates
+  zlf ab --switch X --gpus 0,1,2,3               one worker per GPU; a round's A and B share a GPU
+  zlf ab --switch X --executor ray --ray-address HEAD:6379   Ray tasks of one GPU each
 verdicts (B against A): FASTER, SLOWER, SAME, UNSURE -- the rule is in docs/ab.md
 exit codes: 0 done, 1 an op failed (or --fail-on-slower and a point is SLOWER), 2 bad input, 130 interrupted
 """
@@ -42,6 +47,11 @@ REPLAY_EXTENSION = "autotune_replay"
 _DEFAULTS = stats.Settings()
 #: run options ``zlf ab`` owns itself; an extension's option of the same name is not passed on.
 OWN_RUN_OPTIONS = ("replay_from",)
+#: the extension whose ``zlf task`` command judges task packages (``--task``).
+TASK_EXTENSION = "task"
+#: ``zlf task`` options a task campaign passes on to every run (dest, flag).
+TASK_OPTIONS = (("cases", "--cases"), ("rtol", "--rtol"), ("atol", "--atol"), ("time_limit", "--time-limit"))
+UNITS = ("pair", "op")
 
 
 # ----------------------------------------------------------------------------- command line
@@ -70,6 +80,14 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     s.add_argument("--a-python", metavar="PATH", help="interpreter of side A (a compiler build with zlf installed)")
     s.add_argument("--b-python", metavar="PATH", help="interpreter of side B")
     s.add_argument("--aa", action="store_true", help="A/A calibration: B is a copy of A; measures the noise floor")
+    t = parser.add_argument_group("task packages (zlf task, docs/taskpkg.md): the op is the package")
+    t.add_argument("--task", action="append", metavar="PKG_DIR", help="judge this task package in every run instead of OPs (repeatable)")
+    t.add_argument("--a-candidate", metavar="FILE", help="run_kernel candidate of side A (--candidate of its zlf task runs)")
+    t.add_argument("--b-candidate", metavar="FILE", help="run_kernel candidate of side B")
+    t.add_argument("--cases", metavar="LIST", help="cases to judge, e.g. 1,3-5 (default: all)")
+    t.add_argument("--rtol", type=float, help="rtol given to the package's check")
+    t.add_argument("--atol", type=float, help="atol given to the package's check")
+    t.add_argument("--time-limit", type=float, metavar="SEC", help="per-case limit of the candidate")
     r = parser.add_argument_group("rounds")
     r.add_argument("--rounds", type=int, metavar="N",
                    help=f"rounds of A+B runs (default {DEFAULT_ROUNDS}; with --until-confident the first look, default {DEFAULT_FIRST_LOOK})")
@@ -100,6 +118,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     o.add_argument("--fail-on-slower", action="store_true", help="exit 1 when any point is SLOWER")
     o.add_argument("--dry-run", action="store_true", help="print the sides, the runs and the guards; run nothing")
     _run_pass_through(parser)
+    add_scale_arguments(parser)
+    parser.add_argument("--unit", choices=UNITS, default=None,
+                        help="work unit with --gpus / --executor: a round pair (default) or a whole op")
 
 
 def _parse_env(items, flag) -> dict:
@@ -126,35 +147,56 @@ def build_sides(args) -> tuple:
         path = getattr(args, flag)
         if path and not (os.path.isfile(path) and os.access(path, os.X_OK)):
             raise UsageError(f"--{flag.replace('_', '-')} {path!r} is not an executable file")
-    a = Side("A", a_env, os.path.abspath(args.a_python) if args.a_python else "")
+    a_args, b_args = (_candidate_args(args, flag) for flag in ("a_candidate", "b_candidate"))
+    a = Side("A", a_env, os.path.abspath(args.a_python) if args.a_python else "", a_args)
     if args.aa:
-        if args.switch or args.b_env or args.b_python:
-            raise UsageError("--aa makes B a copy of A: drop --switch, --b-env and --b-python")
-        return a, Side("B", dict(a.env), a.python)
-    b = Side("B", b_env, os.path.abspath(args.b_python) if args.b_python else "")
-    if not (args.switch or args.a_env or args.b_env or args.a_python or args.b_python):
+        if args.switch or args.b_env or args.b_python or b_args:
+            raise UsageError("--aa makes B a copy of A: drop --switch, --b-env, --b-python and --b-candidate")
+        return a, Side("B", dict(a.env), a.python, a.args)
+    b = Side("B", b_env, os.path.abspath(args.b_python) if args.b_python else "", b_args)
+    if not (args.switch or args.a_env or args.b_env or args.a_python or args.b_python or a_args or b_args):
         raise UsageError("say what differs between the sides: --switch NAME, --a-env/--b-env K=V, "
-                         "--a-python/--b-python PATH, or --aa for an A/A calibration")
-    if (a.env, a.interpreter) == (b.env, b.interpreter):
+                         "--a-python/--b-python PATH, --a-candidate/--b-candidate FILE, or --aa for an A/A calibration")
+    if getattr(args, "task", None):
+        for side in (a, b):
+            if not side.args and "ZLF_TASK_CANDIDATE" not in side.env:
+                raise UsageError(f"--task: side {side.name} has no candidate "
+                                 f"(--{side.name.lower()}-candidate FILE or --{side.name.lower()}-env ZLF_TASK_CANDIDATE=FILE)")
+    if (a.env, a.interpreter, a.args) == (b.env, b.interpreter, b.args):
         warn("sides A and B are defined identically: this is an A/A campaign (use --aa to say so)")
     return a, b
 
 
-def pass_through_args(args, hooks) -> list:
+def _candidate_args(args, flag) -> list:
+    path = getattr(args, flag, None)
+    if not path:
+        return []
+    if not getattr(args, "task", None):
+        raise UsageError(f"--{flag.replace('_', '-')} needs --task PKG_DIR")
+    if not os.path.isfile(path):
+        raise UsageError(f"--{flag.replace('_', '-')} {path!r} is not a file")
+    return ["--candidate", os.path.abspath(path)]
+
+
+def pass_through_args(args, hooks, add_core=_run_pass_through, own=OWN_RUN_OPTIONS, skip=()) -> list:
     """The run options given to ``zlf ab`` (core's and the active extensions'), re-spelt for
-    ``zlf run``: argparse actions know how each was written."""
+    ``zlf run``: argparse actions know how each was written.
+
+    :param add_core: adds the core options to pass on; ``own``: options that are an error here;
+        ``skip``: destinations never passed on (a sharded ``zlf run`` sets its own ``--out``).
+    """
     scratch = argparse.ArgumentParser(add_help=False)
-    _run_pass_through(scratch)
+    add_core(scratch)
     hooks.add_options(scratch)
     out, done = [], set()
     for action in scratch._actions:
         dest = action.dest
-        if dest in done or not action.option_strings or not hasattr(args, dest):
+        if dest in done or dest in skip or not action.option_strings or not hasattr(args, dest):
             continue
         value = getattr(args, dest)
         if value is None or value == action.default:
             continue
-        if dest in OWN_RUN_OPTIONS:
+        if dest in own:
             raise UsageError(f"{action.option_strings[0]} is set by zlf ab itself (round 1 A records, every other run replays)")
         flag = action.option_strings[0]
         if isinstance(action, (argparse._StoreConstAction, argparse._StoreTrueAction, argparse._StoreFalseAction)):
@@ -174,12 +216,44 @@ def pass_through_args(args, hooks) -> list:
     return out
 
 
-def extension_args(hooks) -> list:
-    """Select in every run exactly the extensions active here (install order never decides)."""
+def extension_args(hooks, need_task: bool = False) -> list:
+    """Select in every run exactly the extensions active here (install order never decides);
+    a task campaign's runs also need the extension that provides ``zlf task``."""
     active = [i.name for i in hooks.infos if i.status == "active"]
+    if need_task and TASK_EXTENSION not in active:
+        active.append(TASK_EXTENSION)
     if active:
         return [a for name in active for a in ("--ext", name)]
     return [a for i in hooks.infos for a in ("--no-ext", i.name)]
+
+
+def task_args(args) -> list:
+    """Options every ``zlf task`` run of a task campaign gets: one worker process per run (as a
+    ``zlf run`` is one process), then the task options given to ``zlf ab``."""
+    if not getattr(args, "task", None):
+        return []
+    out = ["--reuse-worker"]
+    for dest, flag in TASK_OPTIONS:
+        value = getattr(args, dest, None)
+        if value is not None:
+            out += [flag, str(value)]
+    return out
+
+
+def scale_options(args, previous) -> "dict | None":
+    """``--gpus`` / ``--executor`` / ``--ray-address`` / ``--retries`` / ``--unit`` as stored in
+    campaign.json; given with --resume they replace the stored ones (the node may be gone)."""
+    given = {k: getattr(args, k, None) for k in ("gpus", "executor", "ray_address", "retries", "unit")}
+    if not any(v is not None for v in given.values()):
+        return previous
+    out = dict(previous or {})
+    out.update({k: v for k, v in given.items() if v is not None})
+    out["gpus"] = parse_gpus(out["gpus"]) if isinstance(out.get("gpus"), str) else out.get("gpus") or []
+    if not out["gpus"] and out.get("executor") != "ray":
+        raise UsageError("--executor local, --retries and --unit need --gpus LIST")
+    if out.get("ray_address") and out.get("executor") != "ray":
+        raise UsageError("--ray-address needs --executor ray")
+    return out
 
 
 # ----------------------------------------------------------------------------- guards
@@ -417,7 +491,8 @@ class Printer:
         took = f" {run['seconds']:.1f}s" if run.get("seconds") else ""
         error = f" ({run['error']})" if run.get("error") else ""
         flags = paint(" [busy/throttled]", "yellow", sys.stderr) if run.get("flags") else ""
-        print(f"[{finished}/{len(runs)}] {run['op']} r{run['round']}_{run['side']} {what}{took}{flags}{error}"
+        where = f" on {gpu_label(run['gpu'])}" if run.get("gpu") else ""
+        print(f"[{finished}/{len(runs)}] {run['op']} r{run['round']}_{run['side']} {what}{where}{took}{flags}{error}"
               f"  (elapsed {_clock(time.monotonic() - self.t0)}{eta})", file=sys.stderr, flush=True)
 
     def line(self, text: str) -> None:
@@ -452,11 +527,58 @@ def run_pending(campaign, printer, busy=None, idle_wait=60.0) -> None:
         printer.done(run)
 
 
-def drive(campaign, printer, busy=None, idle_wait=60.0) -> None:
+class Scaled:
+    """Pending runs as work units on an executor (``--gpus`` / ``--executor ray``); per-worker
+    counts summed over the batches of an adaptive campaign."""
+
+    def __init__(self, executor, unit: str = "pair"):
+        self.executor = executor
+        self.unit = unit
+        self.stats: dict = {}
+
+    def run_pending(self, campaign, printer) -> None:
+        units = campaign_units(campaign, self.unit)
+        if not units:
+            return
+        scheduler = Scheduler(units, retries=self.executor.retries)
+        try:
+            self.executor.run(CampaignJob(campaign, printer), scheduler)
+        finally:
+            self._add(scheduler)
+            campaign.data["workers"] = list(self.stats.values())
+            campaign.save()
+        missing = scheduler.given_up()
+        left = scheduler.queued()
+        if missing or left:
+            why = "; ".join(f"{u}: {r}" for u, r in missing.items()) or "no worker left"
+            raise Stopped(f"{len(missing) + len(left)} unit(s) not run ({why})")
+
+    def _add(self, scheduler) -> None:
+        for row in scheduler.summary_rows():
+            old = self.stats.get(row["worker"])
+            if old is None:
+                self.stats[row["worker"]] = row
+                continue
+            for k in ("units", "runs", "seconds", "failed_runs", "lost"):
+                old[k] += row[k]
+            old["identity"] = old["identity"] or row["identity"]
+
+    def table(self) -> str:
+        from tabulate import tabulate
+
+        rows = [[gpu_label(r["worker"]), r["identity"] or "-", r["units"], r["runs"], _clock(r["seconds"]), r["failed_runs"], r["lost"]]
+                for r in self.stats.values()]
+        return tabulate(rows, headers=["worker", "device", "units", "runs", "busy", "failed runs", "lost units"])
+
+
+def drive(campaign, printer, busy=None, idle_wait=60.0, scaled=None) -> None:
     """Run every pending run; when adaptive, look after each round and add rounds as needed."""
     s = campaign.data["statistics"]
     while True:
-        run_pending(campaign, printer, busy, idle_wait)
+        if scaled is not None:
+            scaled.run_pending(campaign, printer)
+        else:
+            run_pending(campaign, printer, busy, idle_wait)
         if not s.get("until_confident"):
             return
         n = campaign.planned_rounds()
@@ -475,14 +597,24 @@ def drive(campaign, printer, busy=None, idle_wait=60.0) -> None:
 # ----------------------------------------------------------------------------- the command
 def _new_campaign(args, session):
     a, b = build_sides(args)
-    ops = [OpSpec.parse(t) for t in (args.ops or ["add", "softmax", "matmul"])]
+    if args.task:
+        if args.ops:
+            raise UsageError(f"give either OPs or --task PKG_DIR, not both ({' '.join(args.ops)})")
+        if args.dtype:
+            raise UsageError("--dtype does not apply to --task (the package generates its inputs)")
+        ops = [OpSpec.task(t) for t in args.task]
+    else:
+        for dest, flag in TASK_OPTIONS:
+            if getattr(args, dest, None) is not None:
+                raise UsageError(f"{flag} needs --task PKG_DIR")
+        ops = [OpSpec.parse(t) for t in (args.ops or ["add", "softmax", "matmul"])]
     if any(o.run_spec in ("builtin", "all") for o in ops):
         raise UsageError("name the ops (add softmax matmul) instead of 'builtin': each op gets its own runs")
     names = [o.name for o in ops]
     if len(set(names)) != len(names):
         raise UsageError(f"op named twice: {sorted({n for n in names if names.count(n) > 1})[0]!r}")
     for o in ops:
-        if o.source and not os.path.isfile(o.source):
+        if o.source and not os.path.exists(o.source):
             raise UsageError(f"op file {o.source!r} not found")
     first = args.rounds or (DEFAULT_FIRST_LOOK if args.until_confident else DEFAULT_ROUNDS)
     if first < 1:
@@ -494,7 +626,7 @@ def _new_campaign(args, session):
     floors = load_floors(args.noise_from)
     replay = any(i.name == REPLAY_EXTENSION and i.status == "active" for i in session.hooks.infos)
     data = {
-        "label": args.label or ("aa" if args.aa else (args.switch or "ab")),
+        "label": args.label or ("aa" if args.aa else (args.switch or (ops[0].name if args.task else "ab"))),
         "command": ["zlf", *sys.argv[1:]],
         "cwd": os.getcwd(),
         "driver_pid": os.getpid(),
@@ -502,8 +634,9 @@ def _new_campaign(args, session):
         "switch": args.switch,
         "sides": [a.to_json(), b.to_json()],
         "ops": [o.to_json() for o in ops],
-        "run_args": pass_through_args(args, session.hooks),
-        "extension_args": extension_args(session.hooks),
+        "run_args": pass_through_args(args, session.hooks) + task_args(args),
+        "extension_args": extension_args(session.hooks, need_task=bool(args.task)),
+        "scale": scale_options(args, None),
         "replay": replay,
         "backend": args.backend,
         "device": args.device,
@@ -553,6 +686,7 @@ def main(args, session) -> int:
 
     if args.resume:
         campaign = Campaign.open(args.resume)
+        campaign.data["scale"] = scale_options(args, campaign.data.get("scale"))
         pid = campaign.data.get("driver_pid")
         if campaign.data["status"] == C_RUNNING and pid and pid != os.getpid() and _alive(pid):
             raise UsageError(f"campaign {args.resume!r} is still being run by process {pid}")
@@ -574,8 +708,11 @@ def main(args, session) -> int:
                  f"  {len(campaign.ops)} op(s) x {campaign.planned_rounds()} rounds x 2 sides; {pending} run(s) to go; "
                  f"autotune replay {'on' if d['replay'] else 'OFF (autotune_replay not active: every run tunes for itself)'}")
     busy = busy_backend(session, d.get("backend"), d.get("device", 0)) if d.get("require_idle") else None
+    scaled = _scaled(campaign, session)
+    if scaled is not None:
+        printer.line(f"  {scaled.executor.describe()}; unit of work: {'a round pair (A and B on one GPU)' if scaled.unit == 'pair' else 'an op'}")
     try:
-        drive(campaign, printer, busy, d.get("idle_wait", 60.0))
+        drive(campaign, printer, busy, d.get("idle_wait", 60.0), scaled)
     except KeyboardInterrupt:
         campaign.data.update(status=C_INTERRUPTED)
         campaign.save()
@@ -594,12 +731,32 @@ def main(args, session) -> int:
     reported = [o.name for o in campaign.ops if o.name not in campaign.failed_ops()]
     text = ab_report.write(campaign, results, remarks, excluded, alpha, ir_guard(campaign, reported))
     print(text)
+    if scaled is not None and scaled.stats:
+        table = "per worker (GPU):\n" + scaled.table()
+        print(table)
+        with open(campaign.path / SUMMARY_LOG, "a") as f:
+            f.write("\n" + table + "\n")
     print(f"campaign dir: {campaign.path}")
     if campaign.failed_ops():
         return 1
     if d.get("fail_on_slower") and any(r.verdict == stats.SLOWER for r in results):
         return 1
     return 0
+
+
+def _scaled(campaign, session) -> "Scaled | None":
+    """The executor of a campaign with ``--gpus`` or ``--executor ray``; None for the plain path."""
+    opts = campaign.data.get("scale")
+    if not opts:
+        return None
+    d = campaign.data
+    if d.get("device") not in (None, 0) and opts.get("gpus"):
+        raise UsageError("--gpus pins each worker to its GPU: drop --device")
+    if d.get("require_idle"):
+        raise UsageError("--require-idle is not supported with --gpus / --executor ray yet")
+    pin = pin_variable(session, d.get("backend"))
+    executor = make_executor(opts.get("executor"), opts.get("gpus") or [], pin, opts.get("retries"), opts.get("ray_address"))
+    return Scaled(executor, opts.get("unit") or "pair")
 
 
 def _alive(pid: int) -> bool:

@@ -12,7 +12,10 @@ Layout::
       <op>/logs/r<k>_<A|B>.txt   that run's stdout and stderr
       triton_cache/<A|B>-<hash>/ one Triton cache per side definition (unless --triton-cache)
 
-Runs are independent ``zlf run`` processes; the campaign process never imports a kernel.
+Runs are independent ``zlf run`` processes (``zlf task`` for a task package); the campaign
+process never imports a kernel. A run is described by a JSON-able *run spec* (:meth:`Campaign.run_spec`)
+whose paths are relative to ``{campaign}``, so that a worker process or a Ray task elsewhere can
+execute it (:func:`execute_spec`) and the driver files the outcome (:meth:`Campaign.file`).
 """
 from __future__ import annotations
 
@@ -35,6 +38,8 @@ from .errors import UsageError
 from .rundir import RunDir
 
 CAMPAIGN = "campaign.json"
+#: placeholder for the campaign directory in a run spec (replaced where the run executes).
+ROOT = "{campaign}"
 SUMMARY_LOG = "summary.log"
 SUMMARY_JSON = "summary.json"
 REPORT = "report.md"
@@ -62,11 +67,13 @@ def _write_atomic(path: Path, text: str) -> None:
 
 @attrs.frozen
 class Side:
-    """One side of the campaign: the interpreter and the environment its runs get."""
+    """One side of the campaign: the interpreter, the environment and the extra arguments
+    (``--candidate FILE`` of a task campaign) its runs get."""
 
     name: str  # "A" or "B"
     env: dict = attrs.field(factory=dict)
     python: str = ""
+    args: tuple = attrs.field(default=(), converter=tuple)
 
     @property
     def interpreter(self) -> str:
@@ -75,30 +82,40 @@ class Side:
     def cache_key(self) -> str:
         """Short hash of the side's definition: runs share a Triton cache only with runs of
         the same side letter and the same definition (safe to reuse across campaigns)."""
-        text = json.dumps({"python": self.interpreter, "env": self.env}, sort_keys=True)
+        definition = {"python": self.interpreter, "env": self.env}
+        if self.args:  # keeps the keys of campaigns without side arguments as they were
+            definition["args"] = list(self.args)
+        text = json.dumps(definition, sort_keys=True)
         return f"{self.name}-{hashlib.sha256(text.encode()).hexdigest()[:10]}"
 
     def describe(self) -> str:
         parts = [f"{k}={v}" for k, v in sorted(self.env.items())]
         if self.python:
             parts.append(f"python={self.python}")
+        parts.extend(self.args)
         return " ".join(parts) or "(unchanged environment)"
 
     def to_json(self) -> dict:
-        return {"name": self.name, "env": dict(self.env), "python": self.python}
+        return {"name": self.name, "env": dict(self.env), "python": self.python, "args": list(self.args)}
 
     @classmethod
     def from_json(cls, d: dict) -> "Side":
-        return cls(name=d["name"], env=dict(d.get("env") or {}), python=d.get("python") or "")
+        return cls(name=d["name"], env=dict(d.get("env") or {}), python=d.get("python") or "",
+                   args=tuple(d.get("args") or ()))
 
 
 @attrs.frozen
 class OpSpec:
-    """One op of the campaign: its directory name and the OP argument ``zlf run`` gets."""
+    """One op of the campaign: its directory name and the OP argument its command gets.
+
+    ``command`` is the zlf sub-command a run starts: ``run`` (an op), or ``task`` (``run_spec``
+    is then a task package folder, judged with each side's ``--candidate``).
+    """
 
     name: str
     run_spec: str
     source: str = ""  # the op's file, for the switch guard ("" = built-in or an extension's)
+    command: str = "run"
 
     @classmethod
     def parse(cls, text: str) -> "OpSpec":
@@ -115,6 +132,19 @@ class OpSpec:
         if text.endswith(".py"):
             return cls(Path(text).stem, os.path.abspath(text), os.path.abspath(text))
         return cls(text, text)
+
+    @classmethod
+    def task(cls, package: str) -> "OpSpec":
+        """A task package: its op name is the package's name (metadata ``name``, else the folder),
+        the one its runs give their points."""
+        path = os.path.abspath(package)
+        if not os.path.isdir(path):
+            raise UsageError(f"--task {package!r} is not a directory")
+        try:
+            from zlf_taskpkg.package import TaskPackage  # reads metadata only; imports no kernel
+        except ImportError:
+            raise UsageError("--task needs the task extension (pip install -e extensions/taskpkg)") from None
+        return cls(TaskPackage.open(path).name, path, path, command="task")
 
     def to_json(self) -> dict:
         return attrs.asdict(self)
@@ -201,28 +231,52 @@ class Campaign:
         return self.path / run["op"] / LOGS / f"r{run['round']}_{run['side']}.txt"
 
     # ------------------------------------------------------------------ one run
-    def command(self, run: dict, staging: Path) -> list:
-        """The ``zlf run`` command line of one run (without the interpreter's environment)."""
+    def command(self, run: dict, staging: Path, root=None) -> list:
+        """The ``zlf run`` (or ``zlf task``) command line of one run, without its environment.
+
+        :param root: the campaign directory as the executing side sees it (default: this one).
+        """
         side = self.sides[run["side"]]
         op = next(o for o in self.ops if o.name == run["op"])
-        cmd = [side.interpreter, "-m", "zlf", "run", op.run_spec, "--out", str(staging),
+        root = Path(root) if root is not None else self.path
+        cmd = [side.interpreter, "-m", "zlf", op.command, op.run_spec, "--out", str(staging),
                "--name", f"r{run['round']}_{run['side']}"]
-        cmd += self.data["extension_args"] + self.data["run_args"]
-        record = self.path / op.name / "r1_A"
+        cmd += self.data["extension_args"] + self.data["run_args"] + list(side.args)
         # An op whose kernels are not autotuned leaves no record: nothing to replay, nothing to pin.
-        if self.data.get("replay") and run["dir"] != f"{op.name}/r1_A" and (record / RECORDS_DIR).is_dir():
-            cmd += ["--replay-from", str(record)]
+        if self.data.get("replay") and run["dir"] != f"{op.name}/r1_A" and self.replay_record(op.name).is_dir():
+            cmd += ["--replay-from", str(root / op.name / "r1_A")]
         return cmd
 
-    def environment(self, run: dict) -> dict:
+    def replay_record(self, op: str) -> Path:
+        return self.path / op / "r1_A" / RECORDS_DIR
+
+    def env_overrides(self, run: dict, root=None) -> dict:
+        """What a run's environment adds to the executing process's own."""
         side = self.sides[run["side"]]
-        env = dict(os.environ)
-        env.update(side.env)
-        env["TRITON_CACHE_DIR"] = str(Path(self.data["triton_cache"]) / side.cache_key())
+        cache = Path(self.data["triton_cache"]) / side.cache_key()
+        if root is not None and _inside(cache, self.path):
+            cache = Path(root) / cache.relative_to(self.path)
+        env = dict(side.env)
+        env["TRITON_CACHE_DIR"] = str(cache)
         env["ZLF_NO_PROGRESS"] = "1"  # plain per-point lines into the run's log file
         env["NO_COLOR"] = "1"
-        env.pop("FORCE_COLOR", None)
         return env
+
+    def environment(self, run: dict) -> dict:
+        return _environment(self.env_overrides(run))
+
+    def run_spec(self, run: dict) -> dict:
+        """Everything needed to execute ``run`` anywhere: paths relative to :data:`ROOT`.
+
+        ``needs``: campaign-relative folders the run reads (the autotune record it replays).
+        """
+        root = Path(ROOT)
+        staging = self._staging(run).relative_to(self.path)
+        argv = self.command(run, root / staging, root=root)
+        needs = [f"{run['op']}/r1_A/{RECORDS_DIR}"] if "--replay-from" in argv else []
+        return {"key": run["dir"], "argv": argv, "env": self.env_overrides(run, root=root), "cwd": self.data["cwd"],
+                "staging": str(staging), "dir": run["dir"], "log": str(self.log_path(run).relative_to(self.path)),
+                "needs": needs}
 
     def discard_partial(self, run: dict) -> None:
         """Remove what an interrupted run left (it is re-run whole)."""
@@ -233,51 +287,116 @@ class Campaign:
     def _staging(self, run: dict) -> Path:
         return self.path / run["op"] / STAGING / f"r{run['round']}_{run['side']}"
 
+    def start(self, run: dict, worker: Optional[dict] = None) -> None:
+        run.update(status=RUNNING, started=now(), finished=None, rc=None, error=None, flags=[])
+        if worker:
+            run.update(worker)
+        self.save()
+
     def execute(self, run: dict) -> dict:
         """Start one run as a fresh ``zlf run`` process, wait, file its directory and status.
 
         Raises KeyboardInterrupt (after marking the run) when the user interrupts.
         """
-        self.discard_partial(run)
-        staging = self._staging(run)
-        staging.mkdir(parents=True)
-        log = self.log_path(run)
-        log.parent.mkdir(parents=True, exist_ok=True)
-        cmd = self.command(run, staging)
-        run.update(status=RUNNING, started=now(), finished=None, rc=None, error=None, flags=[])
-        self.save()
-        t0 = time.monotonic()
-        with open(log, "w") as out:
-            out.write("$ " + " ".join(cmd) + "\n")
-            out.flush()
-            proc = subprocess.Popen(cmd, cwd=self.data["cwd"], env=self.environment(run), stdout=out,
-                                    stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
-            try:
-                rc = proc.wait()
-            except KeyboardInterrupt:
-                _stop(proc)
-                run.update(status=PENDING, started=None)  # re-run whole on --resume
-                self.save()
-                raise
-        made = [p for p in staging.iterdir() if p.is_dir()] if staging.is_dir() else []
+        self.start(run)
+        try:
+            outcome = execute_spec(self.run_spec(run), self.path)
+        except KeyboardInterrupt:
+            run.update(status=PENDING, started=None)  # re-run whole on --resume
+            self.save()
+            raise
+        if not self.file(run, outcome):
+            raise KeyboardInterrupt
+        return run
+
+    def file(self, run: dict, outcome: dict) -> bool:
+        """Record a run's outcome (its directory is already in place). False when the run was
+        interrupted by the user: it is pending again."""
+        rc = outcome["rc"]
         final = self.run_dir(run)
-        if made:
-            os.replace(made[0], final)
-        shutil.rmtree(staging, ignore_errors=True)
-        run.update(rc=rc, finished=now(), seconds=round(time.monotonic() - t0, 2))
+        made = outcome["made"] and final.is_dir()
+        run.update(rc=rc, finished=outcome["finished"], seconds=outcome["seconds"])
+        if outcome.get("started"):
+            run["started"] = outcome["started"]
         if rc == 130 or rc == -signal.SIGINT:
             run.update(status=PENDING, started=None, finished=None)
             self.save()
-            raise KeyboardInterrupt
+            return False
         if rc == 0 and made:
             run["status"] = OK
         else:
             run["status"] = FAILED
-            run["error"] = _failure_reason(rc, final if made else None, log)
+            run["error"] = _failure_reason(rc, final if made else None, self.path / outcome["log"])
         if made:
             run["flags"] = device_flags(final)
+            if "gpu" in run:
+                run["device_id"] = device_identity(final)
         self.save()
-        return run
+        return True
+
+
+def _inside(path: Path, parent: Path) -> bool:
+    try:
+        Path(path).relative_to(parent)
+        return True
+    except ValueError:
+        return False
+
+
+def _environment(overrides: dict) -> dict:
+    env = dict(os.environ)
+    env.update(overrides)
+    env.pop("FORCE_COLOR", None)
+    return env
+
+
+def _place(text: str, root: str) -> str:
+    return text.replace(ROOT, root)
+
+
+def execute_spec(spec: dict, root, extra_env: Optional[dict] = None) -> dict:
+    """Run one run spec under ``root`` (the campaign directory, or a scratch folder on a Ray
+    node): a fresh process whose output goes to the spec's log; its run directory is moved from
+    the staging folder to ``dir`` once the process has exited.
+
+    :return: ``{"key", "rc", "made", "started", "finished", "seconds", "log"}`` (JSON-able).
+    Raises KeyboardInterrupt after stopping the process when the user interrupts.
+    """
+    root = Path(root)
+    staging, final, log = root / spec["staging"], root / spec["dir"], root / spec["log"]
+    for p in (staging, final):
+        if p.exists():
+            shutil.rmtree(p, ignore_errors=True)
+    staging.mkdir(parents=True)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    cmd = [_place(a, str(root)) for a in spec["argv"]]
+    env = _environment({k: _place(v, str(root)) for k, v in {**spec["env"], **(extra_env or {})}.items()})
+    started, t0 = now(), time.monotonic()
+    with open(log, "w") as out:
+        out.write("$ " + " ".join(cmd) + "\n")
+        out.flush()
+        proc = subprocess.Popen(cmd, cwd=spec["cwd"], env=env, stdout=out, stderr=subprocess.STDOUT,
+                                preexec_fn=_die_with_parent)
+        try:
+            rc = proc.wait()
+        except KeyboardInterrupt:
+            _stop(proc)
+            raise
+    made = [p for p in staging.iterdir() if p.is_dir()] if staging.is_dir() else []
+    if made:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(made[0], final)
+    shutil.rmtree(staging, ignore_errors=True)
+    return {"key": spec["key"], "rc": rc, "made": bool(made), "name": made[0].name if made else None,
+            "started": started, "finished": now(),
+            "seconds": round(time.monotonic() - t0, 2), "log": spec["log"]}
+
+
+def device_identity(run_dir: Path) -> str:
+    """The device a run measured on, from its meta.json: uuid, else PCI bus id, else the name
+    (two GPUs of one model still differ by a few percent)."""
+    fp = RunDir(run_dir).meta().get("fingerprint") or {}
+    return str(fp.get("uuid") or fp.get("pci.bus_id") or fp.get("device_name") or "")
 
 
 def _die_with_parent() -> None:
@@ -329,3 +448,86 @@ def device_flags(run_dir: Path) -> list:
         if state.get("other_processes"):
             flags.append(f"other processes at {when[len('device_state_'):]}: " + "; ".join(state["other_processes"]))
     return list(dict.fromkeys(flags))
+
+
+# ----------------------------------------------------------------------------- scaled out
+def campaign_units(campaign: Campaign, per: str = "pair") -> list:
+    """The pending runs as work units (:class:`zlf.scheduler.Unit`): one per round pair
+    (``per="pair"``) or one per op (``per="op"``), runs in the campaign's order.
+
+    A and B of a round always run in the same unit, hence on the same GPU: a pair half-done by
+    a scaled-out campaign that was stopped is run again whole. With autotune replay, an op's
+    later units wait for the unit that runs r1_A (it writes the record they replay).
+    """
+    from .scheduler import Unit
+
+    groups: dict = {}
+    for run in campaign.runs:
+        groups.setdefault((run["op"], run["round"] if per == "pair" else 0), []).append(run)
+    units = []
+    for (op, k), runs in groups.items():
+        todo = [r for r in runs if r["status"] in (PENDING, RUNNING)]
+        if not todo:
+            continue
+        if per == "pair" and len(todo) < len(runs) and any("gpu" in r for r in runs if r not in todo):
+            todo = [r for r in runs if r["status"] != SKIPPED]
+        units.append(Unit(f"{op}/r{k}" if per == "pair" else op, [r["dir"] for r in todo], group=op))
+    if campaign.data.get("replay"):
+        first = {u.group: u.id for u in units if f"{u.group}/r1_A" in u.keys}
+        units = [Unit(u.id, u.keys, u.group, (first[u.group],)) if u.group in first and first[u.group] != u.id else u
+                 for u in units]
+    return units
+
+
+class CampaignJob:
+    """The campaign as an executor sees it (zlf.executors): specs out, outcomes filed."""
+
+    def __init__(self, campaign: Campaign, printer):
+        self.campaign = campaign
+        self.printer = printer
+        self.root = campaign.path
+        self._runs = {r["dir"]: r for r in campaign.runs}
+
+    def spec(self, key: str) -> dict:
+        return self.campaign.run_spec(self._runs[key])
+
+    def skip(self, unit) -> Optional[str]:
+        failed = self.campaign.failed_ops().get(unit.group)
+        if not failed:
+            return None
+        reason = f"op failed in r{failed['round']}_{failed['side']}"
+        self.skipped(unit.keys, reason)
+        return reason
+
+    def started(self, key: str, worker: dict) -> None:
+        self.campaign.start(self._runs[key], worker)
+
+    def finished(self, key: str, outcome: dict, worker: dict) -> bool:
+        run = self._runs[key]
+        run.update(worker)
+        filed = self.campaign.file(run, outcome)
+        self.printer.done(run)
+        return filed and run["status"] == OK
+
+    def skipped(self, keys, reason: str) -> None:
+        for key in keys:
+            run = self._runs[key]
+            if run["status"] in (PENDING, RUNNING):
+                run.update(status=SKIPPED, error=reason)
+                self.printer.done(run)
+        self.campaign.save()
+
+    def lost(self, unit) -> None:
+        for key in unit.keys:
+            run = self._runs[key]
+            run.update(status=PENDING, started=None, finished=None, rc=None)  # re-run whole, the pair together
+        self.campaign.save()
+
+    def discard(self, key: str) -> None:
+        self.campaign.discard_partial(self._runs[key])
+
+    def identity(self, key: str) -> str:
+        return self._runs[key].get("device_id") or ""
+
+    def note(self, text: str) -> None:
+        self.printer.line(text)

@@ -26,6 +26,7 @@ examples:
   zlf run my_ops.py::relu                  an op from your own file (see docs/ops.md)
   zlf run --ext cudagraph --ext ir_dump    exactly these extensions (plus core)
   zlf run --no-ext seed                    every installed extension but one
+  zlf run --gpus 0,1,2,3                   one worker per GPU, one op per unit, one merged run dir
 environment: ZLF_EXTENSIONS=a,b  ZLF_DISABLE=a,b  ZLF_BACKEND=cpu|cuda|...  NO_COLOR=1
 exit codes: 0 all points ok, 1 a point FAILED, 2 bad input, 130 interrupted
 """
@@ -98,6 +99,9 @@ def build_parser(hooks=None) -> argparse.ArgumentParser:
                          formatter_class=argparse.RawDescriptionHelpFormatter,
                          description="Check every point against its reference, time it, and write a run directory.")
     add_run_arguments(run)
+    from .executors import add_scale_arguments
+
+    add_scale_arguments(run)
     _selection_args(run)
     if hooks is not None:
         hooks.add_options(run)
@@ -180,6 +184,10 @@ def cmd_run(args, session) -> int:
     from .rundir import RunDir
     from .session import shapes_by_op
 
+    if getattr(args, "gpus", None) or getattr(args, "executor", None):
+        from .sharded_run import main as run_sharded  # the driver never sets up a device
+
+        return run_sharded(args, session)
     backend = session.choose_backend(args.backend, args.device)
     ops = session.resolve_ops(args.ops)
     plan = session.plan(ops, _split_dtypes(args.dtype))

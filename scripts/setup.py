@@ -1,5 +1,8 @@
 """Install core and every extension in editable mode (one command for development).
 
+``--tests`` also installs what the test suite needs: pytest, and the optional Ray executor
+(zlf[ray]) so that its tests run instead of skipping.
+
 torch is installed first only when missing (vendor stacks bring their own builds; 2.13.0 is the
 CPU build a laptop wants). Builds run without isolation so an offline GPU box can install too.
 """
@@ -30,6 +33,9 @@ extensions = sorted(p.parent for p in (root / "extensions").glob("*/pyproject.to
 args = ["--no-build-isolation", "-e", str(root)]
 for ext in extensions:
     args += ["-e", str(ext)]
-extra = ["pytest>=7"] if missing("pytest") else []
+extra = []
+if "--tests" in sys.argv[1:]:
+    extra += ["pytest>=7"] if missing("pytest") else []
+    extra += ["ray>=2.9"] if missing("ray") else []
 subprocess.check_call(pip + args + extra)
 print(f"installed zlf and {len(extensions)} extensions: {', '.join(e.name for e in extensions)}")

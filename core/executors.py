@@ -1,0 +1,446 @@
+"""Where work units run: one worker process per GPU of this host (``--gpus``), or Ray tasks that
+each ask for one GPU (``--executor ray``). docs/scale.md describes both.
+
+An executor takes a *job* and a :class:`~zlf.scheduler.Scheduler`. The job is the campaign (or the
+sharded ``zlf run``) seen through a few methods, all called in the driver's main thread, so the
+state on disk has one writer:
+
+* ``root`` -- the directory run specs are relative to; ``spec(key)`` -- a run spec
+  (:meth:`zlf.campaign.Campaign.run_spec`);
+* ``skip(unit)`` -- a reason not to run the unit any more (its op failed; the job files its runs
+  as skipped), or None;
+* ``started(key, worker)``, ``finished(key, outcome, worker) -> bool`` (False: the run failed,
+  the rest of its unit is not run), ``skipped(keys, reason)``, ``lost(unit)`` (its runs are
+  pending again), ``discard(key)`` (remove a run's old output before results are written back),
+  ``identity(key)`` -- the device a finished run measured on, ``note(text)`` -- a progress line.
+
+A run is always a separate ``zlf`` process (:func:`zlf.campaign.execute_spec`); a worker only
+starts them one after another, pinned to its GPU with the backend's visible-devices variable.
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import queue
+import socket
+import subprocess
+import sys
+import tarfile
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Optional
+
+from .campaign import _die_with_parent, execute_spec
+from .errors import UsageError
+
+EXECUTORS = ("local", "ray")
+DEFAULT_RETRIES = 1
+#: how long a worker gets to exit after its input is closed.
+STOP_GRACE_S = 10.0
+
+
+# ----------------------------------------------------------------------------- command line
+def add_scale_arguments(parser) -> None:
+    """``--gpus`` and friends, shared by ``zlf run`` and ``zlf ab``."""
+    g = parser.add_argument_group("scale out (docs/scale.md)")
+    g.add_argument("--gpus", metavar="LIST",
+                   help="one worker per GPU, e.g. 0,1,2,3 (each pinned with the backend's visible-devices variable)")
+    g.add_argument("--executor", choices=EXECUTORS, default=None,
+                   help="local worker processes (default with --gpus) or ray tasks of one GPU each")
+    g.add_argument("--ray-address", metavar="ADDR",
+                   help="Ray cluster to use (default: start a local one with the --gpus count as its GPUs)")
+    g.add_argument("--retries", type=int, default=None, metavar="N",
+                   help=f"times a unit whose worker or node died is run again elsewhere (default {DEFAULT_RETRIES})")
+
+
+def parse_gpus(text: Optional[str]) -> list:
+    """``"0,1,3"`` -> ``["0", "1", "3"]`` (labels, as the visible-devices variable takes them)."""
+    if text is None:
+        return []
+    gpus = [g.strip() for g in str(text).split(",") if g.strip()]
+    if not gpus:
+        raise UsageError(f"--gpus {text!r}: expected a list such as 0,1,2,3")
+    if len(set(gpus)) != len(gpus):
+        raise UsageError(f"--gpus {text!r}: a GPU is listed twice")
+    return gpus
+
+
+def pin_variable(session, backend_name: Optional[str]) -> Optional[str]:
+    """The visible-devices variable of the backend the runs will use (never set up here: the
+    driver must not hold a GPU)."""
+    known = session.backends()
+    name = backend_name or os.environ.get("ZLF_BACKEND")
+    if name:
+        if name not in known:
+            raise UsageError(f"unknown backend {name!r}; known: {', '.join(sorted(known))}")
+        return known[name].visible_devices_env
+    available = [c for c in known.values() if c.is_available()]
+    return max(available, key=lambda c: c.priority).visible_devices_env if available else None
+
+
+def make_executor(executor: Optional[str], gpus: list, pin_env: Optional[str], retries: Optional[int],
+                  ray_address: Optional[str] = None):
+    retries = DEFAULT_RETRIES if retries is None else retries
+    if retries < 0:
+        raise UsageError("--retries must be 0 or more")
+    if (executor or "local") == "ray":
+        return RayPool(ray_address, gpus, pin_env, retries)
+    if ray_address:
+        raise UsageError("--ray-address needs --executor ray")
+    return LocalPool(gpus, pin_env, retries)
+
+
+# ----------------------------------------------------------------------------- one worker process
+def worker_main(stdin=None, stdout=None) -> int:
+    """Body of ``python -m zlf.executors``: read units (JSON lines), run their specs in order,
+    report each start and outcome. A failed run ends its unit (the op has failed)."""
+    stdin, stdout = stdin or sys.stdin, stdout or sys.stdout
+
+    def say(event: dict) -> None:
+        stdout.write(json.dumps(event) + "\n")
+        stdout.flush()
+
+    say({"event": "hello", "pid": os.getpid(), "host": socket.gethostname()})
+    for line in stdin:
+        if not line.strip():
+            continue
+        msg = json.loads(line)
+        for spec in msg["runs"]:
+            say({"event": "start", "key": spec["key"]})
+            outcome = execute_spec(spec, msg["root"])
+            say({"event": "outcome", "key": spec["key"], "outcome": outcome})
+            if outcome["rc"] != 0:
+                break
+        say({"event": "unit_done", "unit": msg["unit"]})
+    return 0
+
+
+class _UnitTally:
+    def __init__(self, unit):
+        self.unit = unit
+        self.reported: list = []
+        self.seconds = 0.0
+        self.failed = 0
+
+    def add(self, key: str, outcome: dict, ok: bool) -> None:
+        self.reported.append(key)
+        self.seconds += outcome.get("seconds") or 0.0
+        self.failed += 0 if ok else 1
+
+    def finish(self, job, scheduler, worker: str) -> None:
+        rest = [k for k in self.unit.keys if k not in self.reported]
+        if rest:
+            job.skipped(rest, f"{self.reported[-1]} failed")
+        identity = next((job.identity(k) for k in self.reported if job.identity(k)), "")
+        scheduler.done(self.unit.id, worker, round(self.seconds, 2), len(self.reported), self.failed, identity)
+
+
+class _Slot:
+    """One GPU of this host: its worker process, the unit it runs, how often it died."""
+
+    def __init__(self, gpu: str):
+        self.gpu = gpu
+        self.proc: Optional[subprocess.Popen] = None
+        self.generation = 0
+        self.tally: Optional[_UnitTally] = None
+        self.deaths = 0
+        self.pid = None
+
+
+class LocalPool:
+    """One worker process per GPU of this host; units from the shared scheduler queue."""
+
+    name = "local"
+
+    def __init__(self, gpus: list, pin_env: Optional[str], retries: int = DEFAULT_RETRIES, worker_cmd=None):
+        self.gpus = list(gpus) or ["0"]
+        self.pin_env = pin_env
+        self.retries = retries
+        self.worker_cmd = list(worker_cmd or [sys.executable, "-m", "zlf.executors"])
+        self.events: queue.Queue = queue.Queue()
+
+    def describe(self) -> str:
+        pin = f"pinned with {self.pin_env}" if self.pin_env else "not pinned (the backend has no visible-devices variable)"
+        return f"{len(self.gpus)} local worker(s) on GPU {','.join(self.gpus)}, {pin}"
+
+    def worker_info(self, slot: _Slot) -> dict:
+        info = {"gpu": slot.gpu, "worker_pid": slot.pid}
+        if self.pin_env:
+            info["pin"] = f"{self.pin_env}={slot.gpu}"
+        return info
+
+    def _start(self, slot: _Slot) -> None:
+        env = dict(os.environ)
+        if self.pin_env:
+            env[self.pin_env] = slot.gpu
+        env["ZLF_GPU"] = slot.gpu  # the label, for logs; zlf itself reads only the pin variable
+        slot.generation += 1
+        slot.proc = subprocess.Popen(self.worker_cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
+                                     text=True, preexec_fn=_die_with_parent)
+        slot.pid = slot.proc.pid
+        gen, out = slot.generation, slot.proc.stdout
+
+        def read() -> None:
+            for line in out:
+                try:
+                    self.events.put((slot, gen, json.loads(line)))
+                except json.JSONDecodeError:
+                    continue  # a stray print of the worker is not an event
+            self.events.put((slot, gen, None))
+
+        threading.Thread(target=read, daemon=True).start()
+
+    def _send(self, slot: _Slot, job, unit) -> bool:
+        msg = {"unit": unit.id, "root": str(job.root), "runs": [job.spec(k) for k in unit.keys]}
+        try:
+            slot.proc.stdin.write(json.dumps(msg) + "\n")
+            slot.proc.stdin.flush()
+            return True
+        except (BrokenPipeError, OSError, ValueError):
+            return False
+
+    def run(self, job, scheduler) -> None:
+        """Run every unit the scheduler hands out; returns when none is left or no worker is."""
+        slots = [_Slot(g) for g in self.gpus]
+        for slot in slots:
+            scheduler.add_worker(slot.gpu)
+            self._start(slot)
+        try:
+            while True:
+                for slot in slots:
+                    if slot.proc is None or slot.tally is not None or slot.gpu not in scheduler.live:
+                        continue
+                    unit = scheduler.take(slot.gpu, job.skip)
+                    if unit is None:
+                        continue
+                    slot.tally = _UnitTally(unit)
+                    if not self._send(slot, job, unit):
+                        continue  # its end-of-output event files the loss
+                if scheduler.finished or not scheduler.live:
+                    return
+                if not any(s.tally for s in slots) and not scheduler.running():
+                    return  # queued units wait for nothing that can still finish
+                try:
+                    slot, gen, event = self.events.get(timeout=1.0)
+                except queue.Empty:
+                    continue
+                if gen != slot.generation:
+                    continue  # a restarted worker's predecessor
+                self._handle(slot, event, job, scheduler)
+        except BaseException:
+            self._abandon(slots, job, scheduler)
+            raise
+        finally:
+            self._stop(slots)
+
+    def _handle(self, slot: _Slot, event, job, scheduler) -> None:
+        info = self.worker_info(slot)
+        if event is None:
+            self._lost(slot, job, scheduler)
+            return
+        kind = event.get("event")
+        if kind == "hello":
+            slot.pid = event.get("pid")
+        elif kind == "start":
+            job.started(event["key"], info)
+        elif kind == "outcome":
+            ok = job.finished(event["key"], event["outcome"], info)
+            slot.tally.add(event["key"], event["outcome"], ok)
+        elif kind == "unit_done" and slot.tally is not None:
+            tally, slot.tally = slot.tally, None
+            tally.finish(job, scheduler, slot.gpu)
+
+    def _lost(self, slot: _Slot, job, scheduler) -> None:
+        rc = slot.proc.wait() if slot.proc else None
+        slot.proc = None
+        slot.deaths += 1
+        reason = f"worker on GPU {slot.gpu} died (exit code {rc})"
+        if slot.tally is not None:
+            unit, slot.tally = slot.tally.unit, None
+            job.lost(unit)
+            again = scheduler.lost(unit.id, slot.gpu, reason)
+            job.note(f"{reason} during {unit.id}: " + ("queued again" if again else "given up; --resume runs it"))
+        if slot.deaths > self.retries:
+            scheduler.retire_worker(slot.gpu)
+            job.note(f"GPU {slot.gpu} retired after {slot.deaths} worker deaths")
+        else:
+            self._start(slot)
+
+    def _abandon(self, slots, job, scheduler) -> None:
+        """Interrupted: the units in flight are pending again (their runs die with the workers)."""
+        for slot in slots:
+            if slot.tally is not None:
+                job.lost(slot.tally.unit)
+                slot.tally = None
+
+    def _stop(self, slots) -> None:
+        for slot in slots:
+            if slot.proc is None:
+                continue
+            try:
+                slot.proc.stdin.close()
+            except (BrokenPipeError, OSError):
+                pass
+        deadline = time.monotonic() + STOP_GRACE_S
+        for slot in slots:
+            if slot.proc is None:
+                continue
+            try:
+                slot.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                slot.proc.kill()
+                slot.proc.wait()
+
+
+# ----------------------------------------------------------------------------- Ray
+def _pack(root: Path, rel_paths) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for rel in rel_paths:
+            if (root / rel).exists():
+                tar.add(str(root / rel), arcname=rel)
+    return buf.getvalue()
+
+
+def _unpack(data: bytes, root: Path) -> None:
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+        if hasattr(tarfile, "data_filter"):
+            tar.extractall(str(root), filter="data")
+        else:  # Python < 3.11.4; the archive comes from our own task
+            tar.extractall(str(root))
+
+
+def run_unit_remote(payload: dict, pin_env: Optional[str]) -> dict:
+    """A Ray task: run one unit's specs in a scratch folder on whatever node Ray chose, return
+    the outcomes and the produced run directories and logs as one archive."""
+    import ray
+
+    from .campaign import ROOT
+
+    gpus = [str(g) for g in ray.get_gpu_ids()]
+    extra = {pin_env: ",".join(gpus)} if pin_env and gpus else {}
+    # Triton caches inside the campaign stay on the node across tasks, as they stay on the host
+    # across runs without Ray (compiling is never timed, but it costs the same on every run).
+    caches = Path(tempfile.gettempdir()) / "zlf-ray-cache" / payload.get("cache", "campaign")
+    with tempfile.TemporaryDirectory(prefix="zlf-ray-") as scratch:
+        root = Path(scratch)
+        if payload.get("inputs"):
+            _unpack(payload["inputs"], root)
+        outcomes = []
+        for spec in payload["runs"]:
+            cache = spec["env"].get("TRITON_CACHE_DIR", "")
+            here = {**extra, "TRITON_CACHE_DIR": cache.replace(ROOT, str(caches))} if ROOT in cache else extra
+            outcome = execute_spec(spec, root, here)
+            outcomes.append(outcome)
+            if outcome["rc"] != 0:
+                break
+        files = _pack(root, [p for o, s in zip(outcomes, payload["runs"]) for p in (s["dir"], s["log"])])
+    return {"outcomes": outcomes, "files": files, "host": socket.gethostname(), "gpus": gpus,
+            "node": ray.get_runtime_context().get_node_id()}
+
+
+class RayPool:
+    """Ray tasks of one GPU each; results are written back into the job's root on the driver.
+
+    Ray's own task retries are off: a lost task is re-submitted through the scheduler, so the
+    ``--retries`` budget and the per-worker counts stay in one place.
+    """
+
+    name = "ray"
+
+    def __init__(self, address: Optional[str], gpus: list, pin_env: Optional[str], retries: int = DEFAULT_RETRIES):
+        self.address = None if address in (None, "", "local") else address
+        self.gpus = list(gpus)
+        self.pin_env = pin_env
+        self.retries = retries
+        self.capacity = 0
+
+    def describe(self) -> str:
+        where = self.address or f"a local Ray instance with {len(self.gpus) or 'the detected'} GPU(s)"
+        return f"Ray tasks of one GPU each on {where}"
+
+    def _init(self):
+        try:
+            import ray
+        except ImportError:
+            raise UsageError("--executor ray needs Ray: pip install 'zlf[ray]'") from None
+        if ray.is_initialized():
+            return ray, False
+        kwargs = dict(include_dashboard=False, log_to_driver=False, configure_logging=False)
+        if self.address:
+            ray.init(address=self.address, **kwargs)
+        else:
+            if self.gpus:
+                kwargs["num_gpus"] = len(self.gpus)  # on a CPU machine: fake GPU resources (tests)
+            ray.init(**kwargs)
+        return ray, True
+
+    def run(self, job, scheduler) -> None:
+        ray, owned = self._init()
+        try:
+            self.capacity = int(ray.cluster_resources().get("GPU", 0))
+            if self.capacity < 1:
+                raise UsageError("the Ray cluster has no GPU resources (start it with --num-gpus, or give --gpus)")
+            task = ray.remote(num_gpus=1, max_retries=0)(run_unit_remote)
+            inflight: dict = {}
+            try:
+                self._loop(ray, task, job, scheduler, inflight)
+            except BaseException:
+                for ref, unit in inflight.items():
+                    ray.cancel(ref, force=True)
+                    job.lost(unit)
+                raise
+        finally:
+            if owned:
+                ray.shutdown()
+
+    def _loop(self, ray, task, job, scheduler, inflight) -> None:
+        while True:
+            while len(inflight) < self.capacity:
+                unit = scheduler.take(self.name, job.skip)
+                if unit is None:
+                    break
+                specs = [job.spec(k) for k in unit.keys]
+                needs = sorted({n for s in specs for n in s.get("needs", ())})
+                payload = {"unit": unit.id, "runs": specs, "inputs": _pack(Path(job.root), needs) if needs else b"",
+                           "cache": Path(job.root).name}
+                for k in unit.keys:
+                    job.started(k, {"gpu": "ray"})
+                inflight[task.remote(payload, self.pin_env)] = unit
+            if not inflight:
+                return
+            ready, _ = ray.wait(list(inflight), num_returns=1, timeout=1.0)
+            for ref in ready:
+                unit = inflight.pop(ref)
+                try:
+                    result = ray.get(ref)
+                except ray.exceptions.RayError as exc:
+                    job.lost(unit)
+                    reason = f"Ray task lost: {type(exc).__name__}"
+                    again = scheduler.lost(unit.id, self.name, reason)
+                    job.note(f"{reason} during {unit.id}: " + ("queued again" if again else "given up; --resume runs it"))
+                    continue
+                self._file(result, unit, job, scheduler)
+
+    def _file(self, result: dict, unit, job, scheduler) -> None:
+        root = Path(job.root)
+        for key in unit.keys:
+            job.discard(key)
+        _unpack(result["files"], root)
+        worker = f"{result['host']}:gpu{','.join(result['gpus']) or '?'}"
+        info = {"gpu": worker, "node": result["node"]}
+        tally = _UnitTally(unit)
+        for outcome in result["outcomes"]:
+            job.started(outcome["key"], info)
+            tally.add(outcome["key"], outcome, job.finished(outcome["key"], outcome, info))
+        if tally.reported:
+            tally.finish(job, scheduler, worker)
+        else:
+            scheduler.done(unit.id, worker)
+
+
+if __name__ == "__main__":
+    sys.exit(worker_main())

@@ -1,0 +1,68 @@
+"""``zlf ab --task PKG --a-candidate A --b-candidate B``: a campaign of two task-package candidates."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from zlf import ab
+from zlf.campaign import OK, Campaign, OpSpec
+from zlf.errors import UsageError
+
+from test_ab import FakeHooks, Info, campaign_data, parse
+
+pytest.importorskip("zlf_taskpkg")
+
+PKG = Path(__file__).parent / "data" / "taskpkg_vecadd"
+CANDIDATES = PKG / "candidates"
+
+
+def test_candidates_define_the_sides():
+    a, b = ab.build_sides(parse("--task", str(PKG), "--a-candidate", str(CANDIDATES / "correct.py"),
+                                "--b-candidate", str(CANDIDATES / "correct_triton.py")))
+    assert a.args == ("--candidate", str(CANDIDATES / "correct.py"))
+    assert b.args == ("--candidate", str(CANDIDATES / "correct_triton.py"))
+    assert a.cache_key() != b.cache_key() and "correct_triton.py" in b.describe()
+    a, b = ab.build_sides(parse("--task", str(PKG), "--aa", "--a-candidate", str(CANDIDATES / "correct.py")))
+    assert a.args == b.args
+    with pytest.raises(UsageError, match="needs --task"):
+        ab.build_sides(parse("--a-candidate", str(CANDIDATES / "correct.py")))
+    with pytest.raises(UsageError, match="side B has no candidate"):
+        ab.build_sides(parse("--task", str(PKG), "--a-candidate", str(CANDIDATES / "correct.py"), "--switch", "S"))
+    with pytest.raises(UsageError, match="not a file"):
+        ab.build_sides(parse("--task", str(PKG), "--a-candidate", "nope.py", "--b-candidate", "nope.py"))
+
+
+def test_task_op_and_its_command_line(tmp_path):
+    op = OpSpec.task(str(PKG))
+    assert (op.name, op.command, op.run_spec) == ("vecadd", "task", str(PKG))
+    args = parse("--task", str(PKG), "--a-candidate", "a.py", "--cases", "1,2")
+    assert ab.task_args(args) == ["--reuse-worker", "--cases", "1,2"]
+    assert ab.extension_args(FakeHooks([Info("seed")]), need_task=True) == ["--ext", "seed", "--ext", "task"]
+    data = campaign_data(tmp_path)
+    data["ops"] = [op.to_json()]
+    data["sides"][0]["args"] = ["--candidate", "/c/a.py"]
+    data["sides"][1]["args"] = ["--candidate", "/c/b.py"]
+    c = Campaign.create(tmp_path / "o", "t", data)
+    c.add_round(1)
+    cmd = c.command(c.runs[1], Path("/s"))
+    assert cmd[3:5] == ["task", str(PKG)] and cmd[-2:] == ["--candidate", "/c/b.py"]  # the last --candidate wins
+    assert [r["dir"] for r in c.runs] == ["vecadd/r1_A", "vecadd/r1_B"]
+
+
+@pytest.mark.slow
+def test_two_correct_candidates_end_to_end(zlf_cli, tmp_path):
+    proc = zlf_cli("ab", "--task", PKG, "--a-candidate", CANDIDATES / "correct.py",
+                   "--b-candidate", CANDIDATES / "correct_triton.py", "--rounds", "2", "--cases", "1,2",
+                   "--rep-ms", "5", "--ext", "seed", "--out", "o", check_rc=0)
+    (camp,) = (tmp_path / "o").glob("ab_vecadd_*")
+    state = json.loads((camp / "campaign.json").read_text())
+    assert [(r["dir"], r["status"]) for r in state["runs"]] == [
+        ("vecadd/r1_A", OK), ("vecadd/r1_B", OK), ("vecadd/r2_B", OK), ("vecadd/r2_A", OK)]
+    for r in state["runs"]:
+        meta = json.loads((camp / r["dir"] / "meta.json").read_text())
+        assert meta["task"]["candidate"]["path"].endswith("correct.py" if r["side"] == "A" else "correct_triton.py")
+    summary = json.loads((camp / "summary.json").read_text())
+    assert sorted(p["point"] for p in summary["points"]) == ["vecadd/1000/float32/case1", "vecadd/4096/float32/case2"]
+    assert "verdicts:" in proc.stdout and "--candidate" in proc.stderr

@@ -1,0 +1,241 @@
+"""Scale-out: the scheduler with fake workers, worker pools with fake runs (a killed worker is
+recovered), ``zlf run --gpus`` merge and layout, ``zlf ab --gpus`` and a Ray local cluster with fake
+GPU resources running a tiny campaign end to end."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from zlf.campaign import OK, PENDING, ROOT, Campaign, campaign_units
+from zlf.executors import LocalPool, RayPool, parse_gpus
+from zlf.errors import UsageError
+from zlf.scheduler import DONE, GAVE_UP, SKIPPED, Scheduler, Unit
+
+from conftest import read_records, run_dir_from
+from test_ab import campaign_data
+
+
+# ----------------------------------------------------------------------------- the scheduler alone
+def test_units_go_to_free_workers_and_wait_for_their_record():
+    s = Scheduler([Unit("add/r1", ["add/r1_A", "add/r1_B"], "add"),
+                   Unit("add/r2", ["add/r2_B", "add/r2_A"], "add", after=("add/r1",)),
+                   Unit("mm/r1", ["mm/r1_A", "mm/r1_B"], "mm")])
+    for w in ("0", "1"):
+        s.add_worker(w)
+    assert s.take("0").id == "add/r1"
+    assert s.take("1").id == "mm/r1"  # add/r2 waits for the run that writes its replay record
+    assert s.take("1") is None
+    s.done("add/r1", "0", seconds=2.0, runs=2)
+    assert s.take("1").id == "add/r2"
+    s.done("mm/r1", "1", runs=2, failed_runs=1)
+    s.done("add/r2", "1", runs=2)
+    assert s.finished
+    assert {r["worker"]: (r["units"], r["runs"], r["failed_runs"]) for r in s.summary_rows()} == {"0": (1, 2, 0), "1": (2, 4, 1)}
+
+
+def test_a_lost_unit_is_retried_elsewhere_then_given_up():
+    s = Scheduler([Unit("u", ["a", "b"]), Unit("v", ["c"], after=("u",))], retries=1)
+    for w in ("0", "1"):
+        s.add_worker(w)
+    assert s.take("0").id == "u"
+    assert s.lost("u", "0", "worker died") is True
+    assert s.take("0") is None  # not back to the worker it died on while another one is free
+    assert s.take("1").id == "u"
+    assert s.lost("u", "1", "worker died") is False
+    assert s.state["u"] == GAVE_UP and "tried 2 times: 0, 1" in s.given_up()["u"]
+    assert s.take("0") is None and s.state["v"] == GAVE_UP  # it needed u's record
+    assert s.finished and {r["worker"]: r["lost"] for r in s.summary_rows()} == {"0": 1, "1": 1}
+
+
+def test_a_failed_op_skips_its_remaining_units():
+    s = Scheduler([Unit("bad/r1", ["x"], "bad"), Unit("bad/r2", ["y"], "bad"), Unit("ok/r1", ["z"], "ok")])
+    s.add_worker("0")
+    unit = s.take("0", skip=lambda u: "op failed" if u.group == "bad" else None)
+    assert unit.id == "ok/r1" and s.state["bad/r1"] == s.state["bad/r2"] == SKIPPED
+
+
+def test_parse_gpus():
+    assert parse_gpus("0, 1,3") == ["0", "1", "3"]
+    for bad in ("", "0,0"):
+        with pytest.raises(UsageError):
+            parse_gpus(bad)
+
+
+def test_campaign_units_keep_pairs_together(tmp_path):
+    data = campaign_data(tmp_path, ops=("add", "mm"))
+    data["replay"] = True
+    c = Campaign.create(tmp_path / "o", "t", data)
+    c.add_round(1)
+    c.add_round(2)
+    units = {u.id: u for u in campaign_units(c)}
+    assert units["add/r1"].keys == ("add/r1_A", "add/r1_B") and units["add/r2"].keys == ("add/r2_B", "add/r2_A")
+    assert units["add/r2"].after == ("add/r1",) and units["add/r1"].after == ()
+    assert [u.keys for u in campaign_units(c, per="op")][0] == ("add/r1_A", "add/r1_B", "add/r2_B", "add/r2_A")
+    # a pair half done on some GPU when the campaign stopped is run again whole
+    c.find("mm", 2, "B").update(status=OK, gpu="1")
+    assert {u.id: u for u in campaign_units(c)}["mm/r2"].keys == ("mm/r2_B", "mm/r2_A")
+    c.find("add", 1, "A").update(status=OK)  # the plain path's resume runs only what is missing
+    assert {u.id: u for u in campaign_units(c)}["add/r1"].keys == ("add/r1_B",)
+
+
+# ----------------------------------------------------------------------------- pools with fake runs
+FAKE_RUN = """
+import os, pathlib, sys
+staging, mark = pathlib.Path(sys.argv[1]), sys.argv[2]
+if mark != "-" and not pathlib.Path(mark).exists():
+    pathlib.Path(mark).write_text("died once")
+    os.kill(os.getppid(), 9)  # the worker that started this run dies (a lost GPU or node)
+d = staging / "r_x"
+d.mkdir(parents=True)
+(d / "results.jsonl").write_text("{}\\n")
+(d / "meta.json").write_text('{"fingerprint": {"uuid": "GPU-%s"}}' % os.environ.get("ZLF_GPU", "ray"))
+print("ran", sys.argv[1])
+"""
+
+
+class FakeJob:
+    """What an executor needs of a campaign, recording every call."""
+
+    def __init__(self, root, keys, kill_mark=None):
+        self.root = Path(root)
+        self.events, self.status, self.where = [], {}, {}
+        self.specs = {}
+        for k in keys:
+            mark = str(kill_mark) if kill_mark and k == keys[0] else "-"
+            self.specs[k] = {"key": k, "argv": [sys.executable, "-c", FAKE_RUN, f"{ROOT}/{k}/.staging", mark],
+                             "env": {}, "cwd": str(root), "staging": f"{k}/.staging", "dir": f"{k}/run",
+                             "log": f"logs/{k}.txt", "needs": []}
+
+    def spec(self, key):
+        return self.specs[key]
+
+    def skip(self, unit):
+        return None
+
+    def started(self, key, worker):
+        self.events.append(("start", key, worker["gpu"]))
+
+    def finished(self, key, outcome, worker):
+        self.status[key], self.where[key] = outcome["rc"], worker["gpu"]
+        return outcome["rc"] == 0
+
+    def skipped(self, keys, reason):
+        self.events.append(("skipped", tuple(keys)))
+
+    def lost(self, unit):
+        self.events.append(("lost", unit.id))
+        for k in unit.keys:
+            self.status.pop(k, None)
+
+    def discard(self, key):
+        pass
+
+    def identity(self, key):
+        meta = self.root / self.specs[key]["dir"] / "meta.json"
+        return json.loads(meta.read_text())["fingerprint"]["uuid"] if meta.is_file() else ""
+
+    def note(self, text):
+        self.events.append(("note", text))
+
+
+def _pair_units(keys):
+    return [Unit(f"u{i}", keys[2 * i:2 * i + 2]) for i in range(len(keys) // 2)]
+
+
+def test_local_pool_recovers_a_killed_worker(tmp_path):
+    keys = [f"k{i}" for i in range(6)]
+    job = FakeJob(tmp_path, keys, kill_mark=tmp_path / "killed")
+    scheduler = Scheduler(_pair_units(keys), retries=1)
+    LocalPool(["0", "1"], pin_env="ZLF_TEST_VISIBLE", retries=1).run(job, scheduler)
+    assert (tmp_path / "killed").is_file()
+    assert scheduler.finished and all(s == DONE for s in scheduler.state.values())
+    assert job.status == {k: 0 for k in keys}
+    assert ("lost", "u0") in job.events
+    assert job.where["k0"] == job.where["k1"]  # a pair is re-run whole, on one worker
+    for k in keys:
+        assert (tmp_path / k / "run" / "results.jsonl").is_file()
+    rows = {r["worker"]: r for r in scheduler.summary_rows()}
+    assert sum(r["lost"] for r in rows.values()) == 1 and sum(r["units"] for r in rows.values()) == 3
+    assert {r["identity"] for r in rows.values() if r["units"]} <= {"GPU-0", "GPU-1"}
+
+
+def test_local_pool_with_one_gpu_gives_up_after_its_retries(tmp_path):
+    job = FakeJob(tmp_path, ["a", "b"], kill_mark=tmp_path / "killed")
+    scheduler = Scheduler([Unit("u", ["a", "b"])], retries=0)
+    LocalPool(["0"], pin_env=None, retries=0).run(job, scheduler)
+    assert scheduler.given_up() and job.status == {}  # left for --resume
+    assert any(e[0] == "note" and "retired" in e[1] for e in job.events)
+
+
+
+@pytest.mark.slow
+def test_ray_pool_with_fake_gpus_recovers_a_killed_task(tmp_path):
+    pytest.importorskip("ray")
+    keys = [f"k{i}" for i in range(4)]
+    job = FakeJob(tmp_path, keys, kill_mark=tmp_path / "killed")
+    scheduler = Scheduler(_pair_units(keys), retries=1)
+    RayPool(None, ["0", "1"], pin_env="ZLF_TEST_VISIBLE", retries=1).run(job, scheduler)
+    assert job.status == {k: 0 for k in keys} and ("lost", "u0") in job.events
+    for k in keys:  # written back into the driver's directory
+        assert (tmp_path / k / "run" / "results.jsonl").is_file() and (tmp_path / "logs" / f"{k}.txt").is_file()
+    assert job.where["k0"] == job.where["k1"] and ":gpu" in job.where["k0"]
+
+
+# ----------------------------------------------------------------------------- real zlf processes (CPU)
+def _layout(run_dir: Path) -> list:
+    return sorted(str(p.relative_to(run_dir)) for p in run_dir.rglob("*"))
+
+
+@pytest.mark.slow
+def test_run_gpus_0_is_the_plain_layout_and_gpus_0_1_merges(zlf_cli, tmp_path):
+    plain = run_dir_from(zlf_cli("run", "add", "--rep-ms", "5", "--ext", "seed", "--out", "p", check_rc=0).stdout, tmp_path)
+    one = run_dir_from(zlf_cli("run", "add", "--rep-ms", "5", "--ext", "seed", "--out", "g", "--gpus", "0",
+                               check_rc=0).stdout, tmp_path)
+    assert _layout(one) == _layout(plain) and one.name.startswith("add_")
+    assert [r["point"] for r in read_records(one)] == [r["point"] for r in read_records(plain)]
+    assert json.loads((one / "meta.json").read_text())["scale"]["shards"][0]["gpu"] == "0"
+    two = run_dir_from(zlf_cli("run", "add", "softmax", "--rep-ms", "5", "--ext", "seed", "--out", "m", "--gpus", "0,1",
+                               check_rc=0).stdout, tmp_path)
+    assert _layout(two) == _layout(plain) and two.name.startswith("suite_")
+    assert [r["op"] for r in read_records(two)] == ["add", "add", "softmax", "softmax"]
+    meta = json.loads((two / "meta.json").read_text())
+    assert meta["ops"] == ["add", "softmax"] and meta["counts"]["ok"] == 4 and meta["status"] == "complete"
+    assert {s["gpu"] for s in meta["scale"]["shards"]} == {"0", "1"}
+    assert not list((tmp_path / "m").glob(".zlf-shards-*"))
+
+
+def _campaign(tmp_path, out) -> tuple:
+    (camp,) = (tmp_path / out).glob("ab_*")
+    return camp, json.loads((camp / "campaign.json").read_text())
+
+
+@pytest.mark.slow
+def test_ab_on_two_gpus_keeps_pairs_on_one_gpu(zlf_cli, tmp_path):
+    proc = zlf_cli("ab", "add", "--switch", "ZLF_SCALE_NULL", "--rounds", "2", "--rep-ms", "5", "--ext", "seed",
+                   "--out", "o", "--gpus", "0,1", check_rc=0)
+    camp, state = _campaign(tmp_path, "o")
+    assert [r["dir"] for r in state["runs"]] == ["add/r1_A", "add/r1_B", "add/r2_B", "add/r2_A"]
+    assert all(r["status"] == OK and r["device_id"] for r in state["runs"])
+    gpu = {(r["round"], r["side"]): r["gpu"] for r in state["runs"]}
+    assert gpu[(1, "A")] == gpu[(1, "B")] and gpu[(2, "A")] == gpu[(2, "B")]
+    assert sum(w["units"] for w in state["workers"]) == 2
+    assert "per worker (GPU):" in proc.stdout and "per worker (GPU):" in (camp / "summary.log").read_text()
+    assert "add/65536/float32" in (camp / "summary.log").read_text()
+
+
+@pytest.mark.slow
+def test_ray_local_cluster_with_fake_gpus_runs_a_campaign(zlf_cli, tmp_path):
+    pytest.importorskip("ray")
+    zlf_cli("ab", "add", "--switch", "ZLF_SCALE_NULL", "--rounds", "2", "--rep-ms", "5", "--ext", "seed",
+            "--out", "o", "--executor", "ray", "--gpus", "0,1", check_rc=0, timeout=300)
+    camp, state = _campaign(tmp_path, "o")
+    assert all(r["status"] == OK and ":gpu" in r["gpu"] for r in state["runs"])
+    for r in state["runs"]:  # written back into the campaign directory on the driver
+        assert len(read_records(camp / r["dir"])) == 2
+        assert (camp / "add" / "logs" / f"r{r['round']}_{r['side']}.txt").is_file()
+    gpu = {(r["round"], r["side"]): r["gpu"] for r in state["runs"]}
+    assert gpu[(1, "A")] == gpu[(1, "B")] and gpu[(2, "A")] == gpu[(2, "B")]
+    assert "add/1024/float32" in (camp / "summary.log").read_text()
