@@ -3,7 +3,6 @@ soon as it exists, so a crash or Ctrl-C loses nothing already measured."""
 from __future__ import annotations
 
 import datetime as _dt
-import logging
 import os
 import sys
 import traceback

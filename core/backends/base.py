@@ -102,6 +102,7 @@ CONTRACT = (
     ContractItem("busy_warnings", "method", "device", "lines warning that timings may be distorted"),
     ContractItem("visible_devices_env", "attribute", "optional", "CUDA_VISIBLE_DEVICES-like variable"),
     ContractItem("fingerprint", "method", "device", "versions and identity for meta.json"),
+    ContractItem("device_properties", "method", "optional", "capability, multiprocessors, memory for the fingerprint"),
     ContractItem("ir_kinds", "attribute", "optional", "IR files the platform's Triton produces"),
     ContractItem("triton_target", "attribute", "device", "Triton target backend string"),
     ContractItem("warp_size", "attribute", "optional", "threads per warp of the Triton target"),
@@ -282,6 +283,19 @@ class Backend:
         except Exception as exc:  # a broken compiler build is worth recording, not fatal
             info["triton"] = f"unavailable: {exc}"
         return info
+
+    def device_properties(self) -> dict:
+        """Capability, multiprocessor count and memory from ``torch_device_module``'s
+        ``get_device_properties``, for :meth:`fingerprint`; the reason when they are unavailable."""
+        try:
+            props = self.torch_device_module.get_device_properties(self.index)
+            return {
+                "capability": f"{props.major}.{props.minor}",
+                "mp_count": getattr(props, "multi_processor_count", None),
+                "total_memory_gib": round(props.total_memory / 2**30, 1),
+            }
+        except Exception as exc:  # properties are informative; their absence is recorded, not fatal
+            return {"device_properties": f"unavailable: {exc}"}
 
     def device_state(self) -> dict:
         """Clocks, temperature, throttle reasons and other processes on the device, if known."""

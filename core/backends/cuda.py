@@ -1,28 +1,14 @@
 """The ``cuda`` backend: NVIDIA GPUs through torch.cuda, timed with CUDA events."""
 from __future__ import annotations
 
-import contextlib
 import os
-import shutil
-import subprocess
 
-from .base import Backend
+from .base import Backend, run_vendor_cli
 
 _SMI_GPU_FIELDS = (
     "name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,temperature.gpu,power.draw,"
     "utilization.gpu,clocks_throttle_reasons.active,pci.bus_id,uuid"
 )
-
-
-def _smi(args, timeout=10):
-    exe = shutil.which("nvidia-smi")
-    if not exe:
-        return None
-    try:
-        out = subprocess.run([exe, *args], capture_output=True, text=True, timeout=timeout)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout if out.returncode == 0 else None
 
 
 class CudaBackend(Backend):
@@ -190,23 +176,17 @@ class CudaBackend(Backend):
         import torch
 
         info = super().fingerprint()
-        props = torch.cuda.get_device_properties(self.index)
-        info.update(
-            cuda_runtime=torch.version.cuda,
-            capability=f"{props.major}.{props.minor}",
-            sm_count=props.multi_processor_count,
-            total_memory_gib=round(props.total_memory / 2**30, 1),
-        )
+        info.update(cuda_runtime=torch.version.cuda, **self.device_properties())
         info.update({k: v for k, v in self.device_state().items() if k in ("driver_version", "uuid", "pci.bus_id")})
         return info
 
     def device_state(self) -> dict:
-        out = _smi(["-i", self._smi_index(), f"--query-gpu={_SMI_GPU_FIELDS}", "--format=csv,noheader,nounits"])
+        out = run_vendor_cli(self.smi_command, ["-i", self._smi_index(), f"--query-gpu={_SMI_GPU_FIELDS}", "--format=csv,noheader,nounits"])
         state = {}
         if out:
             values = [v.strip() for v in out.strip().splitlines()[0].split(",")]
             state = dict(zip(_SMI_GPU_FIELDS.split(","), values))
-        apps = _smi(["-i", self._smi_index(), "--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader"])
+        apps = run_vendor_cli(self.smi_command, ["-i", self._smi_index(), "--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader"])
         if apps is not None:
             own = os.getpid()
             others = []

@@ -72,15 +72,7 @@ class MacaBackend(CudaBackend):
         info = Backend.fingerprint(self)  # not cuda's: nvidia-smi fields mean nothing here
         info["maca_detection"] = maca_signals() or ["forced with --backend maca / ZLF_BACKEND=maca"]
         info["torch_version_cuda"] = getattr(torch.version, "cuda", None)
-        try:
-            props = torch.cuda.get_device_properties(self.index)
-            info.update(
-                capability=f"{props.major}.{props.minor}",
-                mp_count=getattr(props, "multi_processor_count", None),
-                total_memory_gib=round(props.total_memory / 2**30, 1),
-            )
-        except Exception as exc:  # properties are informative; their absence is recorded, not fatal
-            info["device_properties"] = f"unavailable: {exc}"
+        info.update(self.device_properties())
         state = self.device_state()
         keys = ("driver_version", "maca_version", "bios_version", "mx_smi_version", "pci.bus_id")
         info.update({k: state[k] for k in keys if k in state})

@@ -169,19 +169,11 @@ class MusaBackend(Backend):
         import torch
 
         info = super().fingerprint()
-        musa = _musa()
+        _musa()  # imports torch_musa, whose version is recorded
         torch_musa = sys.modules.get("torch_musa")
         info["torch_musa"] = getattr(torch_musa, "__version__", "?")
         info["musa_runtime"] = getattr(torch.version, "musa", None)
-        try:
-            props = musa.get_device_properties(self.index)
-            info.update(
-                capability=f"{props.major}.{props.minor}",
-                mp_count=getattr(props, "multi_processor_count", None),
-                total_memory_gib=round(props.total_memory / 2**30, 1),
-            )
-        except Exception as exc:  # properties are informative; their absence is recorded, not fatal
-            info["device_properties"] = f"unavailable: {exc}"
+        info.update(self.device_properties())
         state = self.device_state()
         info.update({k: state[k] for k in ("driver_version", "mtbios_version", "uuid", "pci.bus_id") if k in state})
         return info

@@ -17,7 +17,6 @@ keep working); ``OP:OP_FILE`` without a checkout is an error.
 from __future__ import annotations
 
 import os
-import sys
 from typing import Optional
 
 from zlf import UsageError, hookimpl
