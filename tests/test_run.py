@@ -164,8 +164,11 @@ def test_ctrl_c_keeps_finished_points_and_says_so(tmp_path):
     import time
 
     env = dict(os.environ, ZLF_NO_PROGRESS="1")
+    # A shell that starts jobs in the background (nohup, CI) ignores SIGINT in them, and Python
+    # then never raises KeyboardInterrupt: give the child the default disposition, as a terminal does.
     proc = subprocess.Popen([sys.executable, "-m", "zlf", "run", "add", "softmax", "--ext", "seed", "--rep-ms", "300"],
-                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     runs = tmp_path / "runs"
     deadline = time.time() + 120
     while time.time() < deadline:  # interrupt once the first point is on disk
