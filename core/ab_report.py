@@ -72,7 +72,13 @@ def _context_lines(campaign, alpha) -> list:
     lines.append("  autotune replay: " + ("on (round 1 A records, every other run replays it)" if d.get("replay")
                                           else "OFF -- autotune_replay not active: every run tuned for itself"))
     run_args = " ".join(d["extension_args"] + d["run_args"])
-    lines.append(f"  every run: zlf run OP {run_args}".rstrip())
+    # A task campaign runs `zlf task PKG --candidate FILE` (the side's candidate last), not `zlf run`.
+    commands = sorted({o.get("command", "run") for o in d.get("ops", [])}) or ["run"]
+    for command in commands:
+        if command == "task":
+            lines.append(f"  every run: zlf task PKG {run_args} --candidate <the side's>")
+        else:
+            lines.append(f"  every run: zlf {command} OP {run_args}".rstrip())
     return lines
 
 
