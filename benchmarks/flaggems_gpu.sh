@@ -3,7 +3,8 @@
 #   1. softmax with --ext cudagraph --ext ir_dump   (table + IR tree listing)
 #   2. mm (autotuned, libtuner) with a shape yaml
 #   3. zlf ab --switch DISABLE_MMA_V3 on mm, 3 rounds
-# Needs a FlagGems checkout in .flaggems/ (tag v5.0.2) and its runtime wheels in .whl/, both
+# Needs a FlagGems checkout in .flaggems/v5.0.2 (tag v5.0.2; FLAGGEMS_DIR overrides; a checkout
+# directly in .flaggems/ also works) and its runtime wheels in .whl/, both
 # prepared on a machine with network access (docs/flaggems.md, "GPU session").
 #
 #   bash benchmarks/flaggems_gpu.sh --out DIR
@@ -20,7 +21,11 @@ done
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 mkdir -p "$OUT"; OUT="$(cd "$OUT" && pwd)"
 export ZLF_NO_PROGRESS=1
-export FLAGGEMS_DIR="$ROOT/.flaggems"
+if [ -z "${FLAGGEMS_DIR:-}" ]; then
+  FLAGGEMS_DIR="$ROOT/.flaggems"
+  [ -d "$ROOT/.flaggems/v5.0.2/benchmark" ] && FLAGGEMS_DIR="$ROOT/.flaggems/v5.0.2"
+fi
+export FLAGGEMS_DIR
 PY=python3
 S="$OUT/summary.txt"; : > "$S"
 say() { echo "== $*" | tee -a "$S"; }
@@ -64,7 +69,7 @@ BlasBenchmark:            # FlagGems' class-name key, as in core_shapes.yaml
   shape_desc: "B, M, N, K"
 YAML
 TRITON_CACHE_DIR="$OUT/triton_cache/mm" timeout 240 \
-  zlf run --ext flaggems --ext cudagraph --ext autotune_replay --ext shapes --ext seed mm:blas_perf \
+  zlf run --ext flaggems --ext cudagraph --ext autotune_replay --ext shapes --ext seed mm:blas_perf::test_blas_benchmark \
   --shapes "$OUT/mm_shapes.yaml" "${COMMON[@]}" --name fg_mm 2>&1 | tee "$OUT/mm.txt" | tee -a "$S"
 D2="$(run_dir "$OUT/mm.txt")"
 [ -n "$D2" ] && cat "$D2/flaggems_results.txt" | tee -a "$S"
@@ -73,6 +78,6 @@ D2="$(run_dir "$OUT/mm.txt")"
 say "3/3 zlf ab --switch DISABLE_MMA_V3, 3 rounds, mm"
 timeout 300 zlf ab --switch DISABLE_MMA_V3 --rounds 3 --out "$OUT/ab" \
   --ext flaggems --ext cudagraph --ext autotune_replay --ext shapes --ext seed \
-  mm:blas_perf --shapes "$OUT/mm_shapes.yaml" --flaggems-level core --dtype bfloat16 \
+  mm:blas_perf::test_blas_benchmark --shapes "$OUT/mm_shapes.yaml" --flaggems-level core --dtype bfloat16 \
   --warmup-ms 10 --rep-ms 50 2>&1 | tee "$OUT/ab.txt" | tee -a "$S"
 say "done; everything under $OUT"

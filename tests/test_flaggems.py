@@ -81,6 +81,28 @@ def test_base_layout_comprehensive_variants_backward_and_failed_rows(zlf_cli, tm
     assert meta["flaggems"]["layout"] == "base" and meta["flaggems"]["level"] == "comprehensive"
 
 
+def test_every_point_is_checked_against_the_torch_op(zlf_cli, tmp_path):
+    ops = ("wrong_exp", "lazy_abs", "log", "max_dim", "add_", "rand_like")
+    proc = flaggems_run(zlf_cli, V5, *ops, "--dtypes", "float32", check_rc=1)
+    recs = by_point(read_records(run_dir_from(proc.stdout, tmp_path)))
+    first = {r["op"]: r for r in reversed(list(recs.values()))}
+    # a FlagGems kernel 1% off, and one that leaves half of its out= buffer unwritten
+    assert first["wrong_exp"]["status"] == "FAILED"
+    assert "wrong result (output 0): relative error 0.01 > 0.0001" in first["wrong_exp"]["error"]
+    assert first["lazy_abs"]["status"] == "FAILED" and "NaN or unwritten" in first["lazy_abs"]["error"]
+    # NaN on both sides (log of negatives), (values, indices), an in-place op: compared, ok
+    for op in ("log", "max_dim", "add_"):
+        assert first[op]["status"] == "ok" and first[op]["max_rel_err"] == 0.0, first[op]
+        assert "outside FlagGems' dispatch: 1 tensor(s) compared" in first[op]["extra"]["check"]
+    assert first["rand_like"]["status"] == "ok" and first["rand_like"]["max_rel_err"] is None
+    assert first["rand_like"]["extra"]["check"].startswith("not checked: rand_like has random")
+    assert "wrong result" in (run_dir_from(proc.stdout, tmp_path) / "flaggems_results.txt").read_text()
+    # a looser tolerance passes the 1% error; the reference itself stays on
+    proc = flaggems_run(zlf_cli, V5, "wrong_exp", "--dtypes", "float32", "--flaggems-tolerance", "float32=0.02",
+                        check_rc=0)
+    assert all(r["max_rel_err"] > 0.009 for r in read_records(run_dir_from(proc.stdout, tmp_path)))
+
+
 def test_seeds_apply_and_flagtune_passes_through(zlf_cli, tmp_path):
     fps = []
     for name in ("a", "b"):
@@ -103,6 +125,7 @@ def test_seeds_apply_and_flagtune_passes_through(zlf_cli, tmp_path):
     (["--flaggems-dir", str(V5), "softmax_topk", "--dtypes", "float16"], "can't be supported"),
     (["--flaggems-dir", str(V5), "softmax", "--flaggems-mode", "cudagraph"], "add --ext cudagraph"),
     (["softmax:reduction_perf"], "no FlagGems checkout given"),
+    (["--flaggems-dir", str(V5), "softmax", "--flaggems-tolerance", "float32"], "expected DTYPE=REL"),
 ])
 def test_usage_errors_are_one_line_exit_2(zlf_cli, tmp_path, args, expected):
     proc = zlf_cli("run", "--ext", "flaggems", *args, env={"FLAGGEMS_DIR": ""})

@@ -17,6 +17,10 @@ How a shape gets into a benchmark depends on the class (the ``kind``):
   list is read by running the iterator with a recording ``input_fn``.
 * ``bespoke``: the class builds its inputs from private configs; a handler in :data:`BESPOKE`
   maps a shape to those inputs.
+
+Every point is checked like any zlf op: the benchmark's torch op runs on clones of the inputs
+in ``make_inputs``, before FlagGems' dispatch is entered, and the FlagGems call's tensors are
+compared with it (relative L2 error, :data:`TOLERANCE`).
 """
 from __future__ import annotations
 
@@ -27,6 +31,16 @@ from typing import Callable, Optional
 import attrs
 
 from zlf import Op, UsageError
+
+#: relative L2 error allowed against the torch reference, by point dtype; other dtypes (ints,
+#: bool) must match exactly. fp32 is 10x core's default: the reference is torch's own fp32
+#: kernel, not a float64 one, and long reductions (prod, cumsum over 64K elements) in another
+#: order reach ~1e-5 (docs/flaggems.md).
+TOLERANCE = {"float64": 1e-7, "float32": 1e-4, "float16": 2e-3, "bfloat16": 1.6e-2,
+             "complex64": 1e-4, "complex128": 1e-7}
+#: words of op names (split at "_") whose output is random or uninitialised: never compared.
+UNCHECKED_WORDS = {"rand", "randn", "randint", "randperm", "dropout", "normal", "uniform", "exponential",
+                   "multinomial", "bernoulli", "poisson", "geometric", "cauchy", "empty"}
 
 KIND_YAML = "yaml"
 KIND_SET_SHAPES = "set_shapes"
@@ -105,12 +119,64 @@ def _tensors(args, kwargs) -> list:
     return out
 
 
+def _clone(value):
+    """A deep copy of the tensors in ``value`` (lists, tuples, dicts), keeping requires_grad."""
+    import torch
+
+    if torch.is_tensor(value):
+        copy = value.detach().clone()
+        return copy.requires_grad_() if value.requires_grad else copy
+    if isinstance(value, (list, tuple)) and type(value) in (list, tuple):
+        return type(value)(_clone(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _clone(v) for k, v in value.items()}
+    return value
+
+
+def _flat_tensors(value) -> list:
+    import torch
+
+    if torch.is_tensor(value):
+        return [value.detach()]
+    if isinstance(value, (list, tuple)):  # torch.return_types are tuples too
+        return [t for v in value for t in _flat_tensors(v)]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _flat_tensors(v)]
+    return []
+
+
+def comparable(value) -> list:
+    """The tensors of a result that are compared: the floating ones when there are any (index
+    outputs beside values, as of ``max(dim)`` or ``topk``, differ legitimately on ties), else all."""
+    tensors = _flat_tensors(value)
+    floats = [t for t in tensors if t.is_floating_point() or t.is_complex()]
+    return floats or tensors
+
+
+def _same_nonfinite(actual, expected) -> tuple:
+    """Zero the elements where both sides hold the same inf or NaN (``log`` of randn inputs):
+    core's relative error would turn them into NaN, which reads as an unwritten output."""
+    import torch
+
+    if actual.shape != expected.shape or actual.device != expected.device:
+        return actual, expected
+    bad = ~torch.isfinite(expected)
+    if not bool(bad.any()):
+        return actual, expected
+    same = bad & ((actual == expected) | (torch.isnan(actual) & torch.isnan(expected)))
+    return torch.where(same, 0, actual), torch.where(same, 0, expected)
+
+
 class BenchCall:
     """The per-point callables: FlagGems (the point under test) and torch (recorded alongside).
 
     Built like FlagGems' ``get_latency`` builds its ``fn``: a clone per call for in-place ops
     (when the harness does so), and for backward benchmarks one forward pass, then
     ``autograd.grad`` is what runs per call.
+
+    The first FlagGems call is the one zlf checks (``run_point`` calls ``fn`` once before
+    timing): it returns the result's comparable tensors, paired with :meth:`reference`. Later
+    calls return what FlagGems returns; nothing is added to the timed call.
     """
 
     def __init__(self, adapter: "BenchmarkOp", args, kwargs, detail: str):
@@ -118,6 +184,40 @@ class BenchCall:
         self.args, self.kwargs, self.detail = args, kwargs, detail
         self._gems = None
         self._torch = None
+        self.expected: Optional[list] = None  # the torch reference's comparable tensors
+        self.note = ""                        # how the point was checked, or why not
+        self._dout = None                     # backward: the same output gradient on both sides
+        self._checked = True
+
+    def compute_reference(self) -> None:
+        """The torch op on clones of the inputs; call outside FlagGems' dispatch."""
+        import torch
+
+        bench = self.adapter.bench
+        args, kwargs = _clone(list(self.args)), _clone(self.kwargs)
+        name = getattr(bench.torch_op, "__name__", type(bench.torch_op).__name__)
+        try:
+            if bench.is_backward:
+                out = bench.torch_op(*args, **kwargs)
+                self._dout = torch.randn_like(out)
+                xs = [a for a in args if torch.is_tensor(a) and a.requires_grad]
+                value = torch.autograd.grad((out,), xs, grad_outputs=(self._dout,))
+            else:
+                with torch.no_grad():
+                    value = bench.torch_op(*args, **kwargs)
+        except Exception as exc:
+            raise RuntimeError(f"reference (torch {name}) failed: {type(exc).__name__}: {exc}") from exc
+        self.expected = comparable(value)
+        self._checked = False
+        if self.expected:
+            self.note = f"torch {name} outside FlagGems' dispatch: {len(self.expected)} tensor(s) compared"
+        else:
+            self.note = f"not checked: torch {name} returned no tensor ({type(value).__name__})"
+
+    def reference(self) -> list:
+        """The expected tensors (handed over once; the point's timing does not hold them)."""
+        expected, self.expected = self.expected or [], None
+        return expected
 
     def __repr__(self) -> str:  # in the seed extension's input fingerprint: stable, short
         return f"FlagGemsCall({self.adapter.bench.op_name}, {self.detail})"
@@ -126,7 +226,16 @@ class BenchCall:
         if self._gems is None:
             bench = self.adapter.bench
             self._gems = self._build(bench.gems_op or bench.torch_op)
-        return self._gems()
+        if self._checked:
+            return self._gems()
+        self._checked = True
+        actual, expected = comparable(self._gems()), self.expected
+        if not expected:
+            return []  # nothing to compare: the note says so
+        if len(actual) == len(expected):
+            pairs = [_same_nonfinite(a, e) for a, e in zip(actual, expected)]
+            actual, self.expected = [a for a, _ in pairs], [e for _, e in pairs]
+        return actual
 
     def torch(self):
         if self._torch is None:
@@ -143,7 +252,7 @@ class BenchCall:
             fn = lambda: op(*args, **kwargs)  # noqa: E731
         if bench.is_backward:
             out = fn()
-            dout = torch.randn_like(out)
+            dout = self._dout if self._dout is not None else torch.randn_like(out)
             xs = [a for a in args if torch.is_tensor(a) and a.requires_grad]
             fn = lambda: torch.autograd.grad((out,), xs, grad_outputs=(dout,), retain_graph=True)  # noqa: E731
         return fn
@@ -152,8 +261,9 @@ class BenchCall:
 class BenchmarkOp:
     """A captured FlagGems Benchmark and everything zlf needs to run it point by point."""
 
-    def __init__(self, harness, bench, case):
+    def __init__(self, harness, bench, case, tolerance: Optional[dict] = None):
         self.harness, self.bench, self.case = harness, bench, case
+        self.tolerance = {**TOLERANCE, **(tolerance or {})}
         cls = type(bench)
         base = harness.benchmark_class
         self.class_name = cls.__name__
@@ -199,6 +309,8 @@ class BenchmarkOp:
                 f"{self.class_name} is a list of positive ints (e.g. {self.dropped[:1]}); it needs a "
                 f"bespoke handler (handlers: {', '.join(sorted(BESPOKE))})")
         self.dtypes = [_dtype_name(d) for d in bench.to_bench_dtypes]
+        random = sorted(UNCHECKED_WORDS & set(bench.op_name.split("_")))
+        self.unchecked = f"not checked: {bench.op_name} has random or uninitialised output" if random else ""
 
     # ------------------------------------------------------------------ shapes -> inputs
     def _recorded_shapes(self) -> list:
@@ -259,8 +371,9 @@ class BenchmarkOp:
     def make_inputs(self, shape, dtype_name, device, variant: str = ""):
         import torch
 
-        from zlf.ops import torch_dtype
+        from zlf.ops import poison, torch_dtype
 
+        self.exit_gems()  # inputs and the reference are built with plain torch
         index = int(variant[1:]) if variant else 0
         item, count = None, 0
         for count, item in enumerate(self.input_iter(tuple(shape), torch_dtype(dtype_name))):
@@ -272,11 +385,16 @@ class BenchmarkOp:
         bench = self.bench
         args, kwargs = bench.unpack_to_args_kwargs(item)
         for key, value in kwargs.items():
-            # torch.empty output buffers hold garbage: zeroed so input fingerprints repeat
+            # torch.empty output buffers hold garbage: poisoned as core poisons an op's outputs, so
+            # an unwritten element fails the check and input fingerprints repeat
             if key.startswith("out") and torch.is_tensor(value):
-                value.zero_()
+                value.fill_(True) if value.dtype == torch.bool else poison([value], [0])
         call = BenchCall(self, args, kwargs, str(bench.record_shapes(*args, **kwargs)))
         self.current = {"call": call, "bytes": self._bytes(args), "flops": self._flops(args, kwargs)}
+        if self.unchecked:
+            call.note = self.unchecked
+        else:
+            call.compute_reference()  # before FlagGems' dispatch is entered: plain torch
         self.enter_gems()
         return (call, *_tensors(args, kwargs))
 
@@ -335,6 +453,8 @@ class BenchmarkOp:
             name=self.bench.op_name,
             fn=lambda call, *tensors: call.gems(),
             make_inputs=self.make_inputs,
+            reference=None if self.unchecked else (lambda call, *tensors: call.reference()),
+            tolerance=dict(self.tolerance),
             shapes=self.shapes,
             dtypes=tuple(self.dtypes),
             bytes=self.amount("bytes") if self._has_gbps() else None,
@@ -350,4 +470,6 @@ class BenchmarkOp:
                 "kind": self.kind, "builtin_shapes": [list(s) for s in self.shapes],
                 "dropped_shape_entries": self.dropped, "gems_op": getattr(self.bench.gems_op, "__name__", None),
                 "torch_op": getattr(self.bench.torch_op, "__name__", repr(self.bench.torch_op)),
-                "is_backward": bool(self.bench.is_backward), "is_inplace": bool(self.bench.is_inplace)}
+                "is_backward": bool(self.bench.is_backward), "is_inplace": bool(self.bench.is_inplace),
+                "fixup": self.case.fixup or None,
+                "check": self.unchecked or "torch op on clones of the inputs, outside FlagGems' dispatch"}

@@ -100,8 +100,10 @@ def op_file_candidates(checkout: Checkout, op: str, op_file: Optional[str]) -> l
     """The benchmark files that may hold ``op``, most likely first.
 
     With OP_FILE: ``test_<OP_FILE>.py`` (also ``test_<OP_FILE>_perf.py``, or the file name as
-    given). Without: ``test_<OP>.py`` / ``test_<OP>_perf.py``, then every ``test_*.py`` whose
-    text mentions the op as a pytest mark or a quoted name (a cheap scan; nothing imported).
+    given). Without: ``test_<OP>.py`` / ``test_<OP>_perf.py`` when one exists (the later layout
+    has one file per op), else every ``test_*.py`` whose text mentions the op as a pytest mark
+    or a quoted name (a cheap scan; nothing imported), except FlagTune's multi-process drivers
+    ``test_*_parallel.py``: they rebuild the same benchmarks under the same op names.
     """
     bench = checkout.bench_dir
     if op_file:
@@ -115,9 +117,11 @@ def op_file_candidates(checkout: Checkout, op: str, op_file: Optional[str]) -> l
         return found[:1]
     direct = [bench / f"test_{op}.py", bench / f"test_{op}_perf.py"]
     found = [p for p in direct if p.is_file()]
+    if found:
+        return found
     pattern = re.compile(rf"""mark\.{re.escape(op)}\b|["']{re.escape(op)}["']""")
     for path in sorted(bench.glob("test_*.py")):
-        if path in found:
+        if path.stem.endswith("_parallel"):
             continue
         try:
             text = path.read_text(errors="replace")

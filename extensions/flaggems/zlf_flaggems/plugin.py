@@ -23,13 +23,31 @@ from zlf import UsageError, hookimpl
 
 from . import checkout as _checkout
 from . import harness as _harness
-from .adapter import BenchmarkOp
+from .adapter import TOLERANCE, BenchmarkOp
 from .table import render
 
 ENV_FLAGTUNE = "USE_FLAGTUNE"
 LEVELS = ("core", "comprehensive")
 MODES = ("kernel", "operator", "wrapper", "cudagraph")
 RESULTS_FILE = "flaggems_results.txt"
+
+
+def _tolerances(values) -> dict:
+    """``--flaggems-tolerance float32=1e-3`` (repeatable, or comma-separated) -> {dtype: float}."""
+    from zlf.ops import DTYPES
+
+    out = {}
+    for item in (i.strip() for v in values for i in v.split(",") if i.strip()):
+        dtype, _, value = item.partition("=")
+        try:
+            rel = float(value)
+        except ValueError:
+            rel = -1.0
+        if dtype not in DTYPES or not rel >= 0:
+            raise UsageError(f"--flaggems-tolerance {item!r}: expected DTYPE=REL with a dtype of "
+                             f"{', '.join(DTYPES)} and REL >= 0")
+        out[dtype] = rel
+    return out
 
 
 class FlagGems:
@@ -41,6 +59,7 @@ class FlagGems:
         self.harness = None
         self.ops: dict = {}         # op name -> BenchmarkOp
         self.flagtune: Optional[str] = None
+        self.tolerance: dict = {}
 
     # ------------------------------------------------------------------ command line
     @hookimpl
@@ -57,6 +76,10 @@ class FlagGems:
         g.add_argument("--dtypes", action="append", metavar="D",
                        help="FlagGems --dtypes: dtypes by torch name (repeatable or comma-separated); "
                             "checked against each op's supported dtypes")
+        g.add_argument("--flaggems-tolerance", action="append", metavar="DTYPE=REL",
+                       help="relative L2 error allowed against the torch reference, e.g. float32=1e-3 for TF32 "
+                            "kernels (repeatable; defaults: " +
+                            ", ".join(f"{k} {v:g}" for k, v in TOLERANCE.items()) + ", others exact)")
         g.add_argument("--flaggems-flagtune", choices=("0", "1"),
                        help=f"set {ENV_FLAGTUNE} before flag_gems is imported (default: the environment's)")
 
@@ -81,6 +104,7 @@ class FlagGems:
             os.environ[ENV_FLAGTUNE] = opts.flaggems_flagtune  # flag_gems reads it at import
         self.flagtune = os.environ.get(ENV_FLAGTUNE)
         self.settings = _harness.Settings(level=opts.flaggems_level, mode=mode, dtypes=dtypes)
+        self.tolerance = _tolerances(opts.flaggems_tolerance or ())
 
     # ------------------------------------------------------------------ ops
     @hookimpl
@@ -108,7 +132,13 @@ class FlagGems:
                 continue
             found.extend(c for c in _harness.cases_of(module) if _harness.matches(c, op, test))
         if not found:
-            where = str(paths[0]) if op_file else f"{self.checkout.bench_dir}/test_*.py ({len(paths)} mention it)"
+            if op_file:
+                where = str(paths[0])
+            elif paths:
+                names = ", ".join(p.name for p in paths[:4]) + (f" and {len(paths) - 4} more" if len(paths) > 4 else "")
+                where = f"{self.checkout.bench_dir}: {names}"
+            else:
+                where = f"{self.checkout.bench_dir}/test_*.py (none mentions it; test_*_parallel.py not searched)"
             what = f"test function {test!r} marked {op!r}" if test else f"a test marked {op!r} (or test_{op})"
             note = f"; files that failed to import: {'; '.join(errors)}" if errors else ""
             raise UsageError(f"unknown FlagGems op {op!r}: looked for {what} in {where}{note}")
@@ -122,7 +152,11 @@ class FlagGems:
             if not benches:
                 raise UsageError(f"FlagGems test {case.node_id} built no Benchmark (it never called run())")
             for bench in benches:
-                adapter = BenchmarkOp(self.harness, bench, case)
+                twin = self.ops.get(bench.op_name)
+                if twin is not None and twin.case.node_id != case.node_id:
+                    raise UsageError(f"FlagGems op name {bench.op_name!r} is built by both {twin.case.node_id} and "
+                                     f"{case.node_id}: their points would share ids; select one with OP:OP_FILE::TEST")
+                adapter = BenchmarkOp(self.harness, bench, case, self.tolerance)
                 self.ops[bench.op_name] = adapter
                 ops.append(adapter.to_op())
         return ops
@@ -159,6 +193,8 @@ class FlagGems:
         if call is None:
             return
         run.annotate("size_detail", call.detail)
+        if call.note:
+            run.annotate("check", call.note)
         if record.status != "ok":
             return
         try:
