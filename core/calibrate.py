@@ -102,10 +102,10 @@ def calibrate(backend, copy_mib=None, matmul_n=None, dtypes=None, reps=None) -> 
     import torch
 
     on_host = backend.host_timing
-    copy_mib = copy_mib or (64 if on_host else 1024)
-    matmul_n = matmul_n or (512 if on_host else 8192)
+    copy_mib = (64 if on_host else 1024) if copy_mib is None else copy_mib
+    matmul_n = (512 if on_host else 8192) if matmul_n is None else matmul_n
     dtypes = list(dtypes or (CPU_DTYPES if on_host else GPU_DTYPES))
-    reps = reps or (5 if on_host else 30)
+    reps = (5 if on_host else 30) if reps is None else reps
     warmup_s = 0.05 if on_host else 0.5
     if copy_mib <= 0 or matmul_n <= 0 or reps <= 0:
         raise UsageError("--copy-mib, --matmul-n and --reps must be positive")

@@ -188,12 +188,14 @@ def cmd_run(args, session) -> int:
         from .sharded_run import main as run_sharded  # the driver never sets up a device
 
         return run_sharded(args, session)
+    session.hooks.check_exclusive()
     backend = session.choose_backend(args.backend, args.device)
     ops = session.resolve_ops(args.ops)
     plan = session.plan(ops, _split_dtypes(args.dtype))
     if not plan:
         raise UsageError("nothing to run: no shapes or dtypes left for the selected ops")
-    label = args.name or (ops[0].name if len(ops) == 1 else ("builtin" if not args.ops else "suite"))
+    implicit = not args.ops or list(args.ops) in (["builtin"], ["all"])
+    label = args.name or (ops[0].name if len(ops) == 1 else ("builtin" if implicit else "suite"))
     rundir = RunDir.create(args.out, label)
     rundir.write_shapes(shapes_by_op(plan))
     run = Run(session, rundir, plan, argv=["zlf", *sys.argv[1:]])

@@ -160,10 +160,19 @@ class Hooks:
     def __init__(self, pm: pluggy.PluginManager, infos=(), preferred: Optional[dict] = None):
         self.pm = pm
         self.infos = list(infos)
+        self._preferred = dict(preferred or {})
         self._callers = {}
-        preferred = preferred or {}
+
+    def check_exclusive(self) -> None:
+        """Raise now if two extensions race for an exclusive hook. Commands that start runs call
+        this before anything is written; others (``plugins``, ``compare``) never need to."""
         for hook in EXCLUSIVE_HOOKS:
-            self._callers[hook] = self._exclusive_caller(hook, preferred.get(hook))
+            self._caller(hook)
+
+    def _caller(self, hook: str):
+        if hook not in self._callers:
+            self._callers[hook] = self._exclusive_caller(hook, self._preferred.get(hook))
+        return self._callers[hook]
 
     def _providers(self, hook: str) -> list:
         return [impl.plugin_name for impl in getattr(self.pm.hook, hook).get_hookimpls() if impl.plugin_name != CORE_PLUGIN]
@@ -211,7 +220,7 @@ class Hooks:
         return self.pm.hook.resolve_ops(spec=spec, session=session)
 
     def op_shapes(self, op, shapes, session):
-        return self._callers["op_shapes"](op=op, shapes=shapes, session=session)
+        return self._caller("op_shapes")(op=op, shapes=shapes, session=session)
 
     # run lifecycle
     def before_run(self, run):
@@ -221,10 +230,10 @@ class Hooks:
         self.pm.hook.before_point(run=run, point=point)
 
     def make_inputs(self, op, point, backend):
-        return self._callers["make_inputs"](op=op, point=point, backend=backend)
+        return self._caller("make_inputs")(op=op, point=point, backend=backend)
 
     def time_fn(self, fn, point, backend, options, op=None, inputs=None):
-        return self._callers["time_fn"](fn=fn, point=point, backend=backend, options=options, op=op, inputs=inputs)
+        return self._caller("time_fn")(fn=fn, point=point, backend=backend, options=options, op=op, inputs=inputs)
 
     def on_compile(self, event):
         self.pm.hook.on_compile(event=event)

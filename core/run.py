@@ -9,6 +9,8 @@ import traceback
 from pathlib import Path
 from typing import Optional
 
+import attrs
+
 from . import __version__
 from .console import Progress
 from .ops import check_output, poison
@@ -163,9 +165,15 @@ def run_point(run: Run, planned, compiler_hooks) -> PointRecord:
         fallback_reason=timing.fallback_reason if timing else None,
         max_rel_err=max_err, extra={**(timing.extra if timing else {}), **run._extra},
     )
-    hooks.after_point(run, point, record)
+    try:
+        hooks.after_point(run, point, record)
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:  # an observer's failure must not lose the point it observed
+        run.annotate("after_point_error", _one_line(exc))
+        run.log.info(f"after_point of {point.id} raised:\n{traceback.format_exc().rstrip()}")
     if run._extra or run._markers != list(record.markers):  # after_point may have annotated
-        record = PointRecord.from_json({**record.to_json(), "markers": run._markers, "extra": {**record.extra, **run._extra}})
+        record = attrs.evolve(record, markers=tuple(run._markers), extra={**record.extra, **run._extra})
     run.current_point = run.current_op = run.current_inputs = None
     try:
         backend.free_memory()

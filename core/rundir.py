@@ -61,6 +61,8 @@ class RunDir:
                 path.mkdir()
             except FileExistsError:
                 continue
+            except OSError as exc:  # read-only parent, a name with a slash, /proc ...
+                raise UsageError(f"cannot create run directory {str(path)!r}: {exc.strerror or exc}") from exc
             return cls(path)
         raise UsageError(f"cannot create a fresh run directory under {str(parent)!r}")
 
@@ -108,8 +110,11 @@ class RunDir:
             if not line.strip():
                 continue
             try:
-                records.append(PointRecord.from_json(json.loads(line)))
-            except (json.JSONDecodeError, TypeError):
+                doc = json.loads(line)
+                if not isinstance(doc, dict):
+                    raise TypeError("not a record")
+                records.append(PointRecord.from_json(doc))
+            except (json.JSONDecodeError, TypeError, ValueError):
                 skipped += 1
         return records, skipped
 

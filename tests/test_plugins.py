@@ -92,13 +92,17 @@ class TimerB:
 def test_two_timers_are_an_error_unless_one_is_chosen():
     sel = Selection(only=("timer_a", "timer_b"))
     pm, infos = build_plugin_manager(sel, extra_plugins=[("timer_a", TimerA()), ("timer_b", TimerB())])
+    hooks = Hooks(pm, infos)  # listing extensions or comparing runs needs no timer: no error yet
     with pytest.raises(ExtensionError) as err:
-        Hooks(pm, infos)
+        hooks.check_exclusive()
     assert "timer_a" in str(err.value) and "timer_b" in str(err.value) and "--timer" in str(err.value)
+    with pytest.raises(ExtensionError):
+        hooks.time_fn(fn=None, point=None, backend=None, options=None)
     hooks = Hooks(pm, infos, preferred={"time_fn": "timer_b"})
+    hooks.check_exclusive()
     assert hooks.time_fn(fn=None, point=None, backend=None, options=None) == "B"
     with pytest.raises(UsageError):
-        Hooks(pm, infos, preferred={"time_fn": "nobody"})
+        Hooks(pm, infos, preferred={"time_fn": "nobody"}).check_exclusive()
 
 
 def test_disabled_wins_over_selected():

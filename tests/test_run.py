@@ -185,3 +185,51 @@ def test_ctrl_c_keeps_finished_points_and_says_so(tmp_path):
     assert meta["status"] == "interrupted"
     assert 1 <= len(read_records(run)) < 6
     assert "interrupted by the user" in (run / "run.log").read_text()
+
+
+def test_bool_and_complex_outputs_and_inputs_are_handled(zlf_cli, tmp_path):
+    (tmp_path / "odd.py").write_text('''
+import torch, zlf
+
+def mk(shape, dtype, device):
+    x = torch.randn(shape, device=device)
+    return (x, torch.empty(shape, dtype=torch.bool, device=device), torch.randn(shape, dtype=torch.complex128))
+
+def gt(x, out, c):
+    torch.gt(x, 0, out=out)
+
+gt_op = zlf.Op(name="gt", fn=gt, make_inputs=mk, shapes=[(64,)], reference=lambda x, out, c: x > 0, outputs=(1,))
+''')
+    proc = zlf_cli("run", "odd.py", "--ext", "seed", "--rep-ms", "2", check_rc=0)
+    [record] = read_records(run_dir_from(proc.stdout, tmp_path))
+    assert record["status"] == "ok" and record["extra"]["inputs_fingerprint"]
+
+
+def test_a_failing_after_point_hook_does_not_lose_the_point(zlf_cli, tmp_path):
+    from test_plugins import make_fake_distribution
+
+    site = tmp_path / "site"
+    site.mkdir()
+    make_fake_distribution(site, "zlf-clumsy", "0.1", "clumsy", "zlf_fake_clumsy", """
+        from zlf import hookimpl
+
+        @hookimpl
+        def after_point(run, point, record):
+            raise KeyError("oops")
+    """)
+    proc = zlf_cli("run", "add", "--ext", "clumsy", "--rep-ms", "2", env={"PYTHONPATH": str(site)}, check_rc=0)
+    records = read_records(run_dir_from(proc.stdout, tmp_path))
+    assert len(records) == 2 and all(r["status"] == "ok" for r in records)
+    assert records[0]["extra"]["after_point_error"] == "KeyError: 'oops'"
+
+
+def test_unusable_output_directory_and_damaged_lines(zlf_cli, tmp_path):
+    (tmp_path / "file").write_text("")
+    proc = zlf_cli("run", "add", "--ext", "seed", "--out", "file/sub")
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    from zlf.rundir import RunDir
+
+    rd = RunDir.create(tmp_path, "d")
+    (rd.path / "results.jsonl").write_text('5\n[1, 2]\n{"point": "a/1/float32", "op": "a", "shape": [1], "dtype": "float32", "status": "ok"}\n')
+    records, skipped = RunDir.open(rd.path).records()
+    assert [r.point for r in records] == ["a/1/float32"] and skipped == 2

@@ -123,16 +123,23 @@ class Op:
         return self.tolerance.get(dtype, DEFAULT_TOLERANCE.get(dtype, 0.0))
 
 
-def poison(inputs, indices) -> None:
-    """Fill the output buffers with values a correct kernel overwrites (NaN, or int max)."""
+def poison_tensors(tensors) -> None:
+    """Fill tensors with values a correct kernel overwrites: NaN (floating and complex), the
+    largest value (integers), the negation of what is there (bool)."""
     import torch
 
-    for i in indices:
-        t = inputs[i]
-        if t.dtype.is_floating_point:
+    for t in tensors:
+        if t.dtype.is_floating_point or t.dtype.is_complex:
             t.fill_(float("nan"))
+        elif t.dtype == torch.bool:
+            t.logical_not_()
         else:
             t.fill_(torch.iinfo(t.dtype).max)
+
+
+def poison(inputs, indices) -> None:
+    """Poison the output buffers ``inputs[i]`` for ``i`` in ``indices`` before the checked call."""
+    poison_tensors(inputs[i] for i in indices)
 
 
 def relative_error(out, ref) -> float:

@@ -50,10 +50,10 @@ def fingerprint(tensors) -> str:
         if flat.numel() == 0:
             continue
         step = max(1, flat.numel() // SAMPLE_ELEMENTS)
-        sample = flat[::step].cpu()
-        h.update(sample.view(torch.uint8).numpy().tobytes() if sample.element_size() == 1 else sample.view(
-            {2: torch.int16, 4: torch.int32, 8: torch.int64}[sample.element_size()]).numpy().tobytes())
-        bits = flat.view({1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[flat.element_size()])
+        h.update(flat[::step].cpu().contiguous().view(torch.uint8).numpy().tobytes())
+        # Any element size (bool, complex128 ...): sum the bits as the widest integer that divides it.
+        width = next(w for w in (8, 4, 2, 1) if flat.element_size() % w == 0)
+        bits = flat.view({1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[width])
         h.update(str(int(bits.sum(dtype=torch.int64).item())).encode())
     return h.hexdigest()[:16]
 

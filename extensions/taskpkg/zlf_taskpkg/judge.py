@@ -177,6 +177,7 @@ class Judge:
             raise UsageError("zlf task: give the candidate with --candidate FILE (or ZLF_TASK_CANDIDATE)")
         self.package = TaskPackage.open(args.package)
         self.candidate = Candidate.open(candidate_path)
+        session.hooks.check_exclusive()  # before anything is written
         self.backend = session.choose_backend(args.backend, args.device)
         self.package.load()
         self.cases = parse_cases(args.cases, self.package.num_cases())

@@ -23,6 +23,7 @@ from typing import Optional
 
 import attrs
 
+from zlf.ops import poison_tensors
 from zlf.records import Timing
 
 from .capture_errors import CaptureFailure, classify
@@ -165,19 +166,6 @@ def _tensors(value) -> list:
     return []
 
 
-def _poison(tensors) -> None:
-    """Fill with values a replay that really runs the kernels overwrites (core's poison, plus bool)."""
-    import torch
-
-    for t in tensors:
-        if t.dtype.is_floating_point or t.dtype.is_complex:
-            t.fill_(float("nan"))
-        elif t.dtype == torch.bool:
-            t.logical_not_()
-        else:
-            t.fill_(torch.iinfo(t.dtype).max)
-
-
 def _mismatch(actual, expected, tolerance: float) -> Optional[str]:
     """Why ``actual`` (replayed) is not ``expected`` (a direct call's result), or None."""
     import torch
@@ -226,7 +214,7 @@ def verify_replay(backend, captured: Captured, fn, op=None, inputs=None, dtype: 
         backend.synchronize()
         if len(expected) != len(targets):
             return "unverifiable"
-    _poison(targets)
+    poison_tensors(targets)
     captured.graph.replay()
     backend.synchronize()
     tolerance = max(op.tolerance_for(dtype) if op is not None and dtype else 0.0, 1e-3)
