@@ -146,13 +146,21 @@ class IrCollector:
             for h in self.usage[shape]:
                 by_kernel[self.variants[h].kernel].append(self.variants[h])
             for kernel in sorted(by_kernel):
-                group = name_group(by_kernel[kernel])
-                legend[kernel].update(group.legend)
-                for v in sorted(by_kernel[kernel], key=lambda v: group.names[v.hash]):
+                # Files are named within the launched variants alone: a replaying side runs no
+                # sweep, and its names must still match the recording side's (diff -r A B).
+                launched = [v for v in by_kernel[kernel] if self.usage[shape][v.hash].launches]
+                others = [v for v in by_kernel[kernel] if not self.usage[shape][v.hash].launches]
+                names = {}
+                for members in (launched, others):
+                    if members:
+                        group = name_group(members)
+                        legend[kernel].update(group.legend)
+                        names.update(group.names)
+                for v in sorted(by_kernel[kernel], key=lambda v: (not self.usage[shape][v.hash].launches, names[v.hash])):
                     seen.add(v.hash)
                     use = self.usage[shape][v.hash]
                     status = LAUNCHED if use.launches else (SWEEP_LOSER if use.sweep_launches else NOT_LAUNCHED)
-                    name = group.names[v.hash]
+                    name = names[v.hash]
                     if status == LAUNCHED:
                         for kind, text in sorted(self.texts.get(v.hash, {}).items()):
                             files[f"{shape}/{_kernel_dir(kernel)}/{name}.{kind}"] = text

@@ -1,7 +1,8 @@
 """File names of dumped variants (FORMATS.md §4) -- pure functions, no Triton import.
 
-A (shape, kernel) group is every variant compiled for that kernel under that shape, sweep losers
-included, so that a name does not depend on which config won the autotune on this side. A name
+A (shape, kernel) group is every variant launched for that kernel under that shape (sweep losers
+are named among themselves, for index.tsv only), so a side that replays recorded autotune configs
+and runs no sweep names its files exactly as the side that recorded them. A name
 lists only the parameters whose values differ inside the group (``BM128_BN256_w8s3``); when none
 differ it is ``w<num_warps>s<num_stages>``. Collisions are resolved in this order: dtype suffix
 (``__fp16``), specialization suffix (``__EMdiv16``), then a prefix of the cache hash.
