@@ -405,3 +405,16 @@ def test_gpu_record_then_replay_gives_identical_configs(tmp_path, zlf_cli):
     rep = run_dir_from(zlf_cli("run", *common, "--replay-from", rec, check_rc=0).stdout, tmp_path)
     assert decisions_by_point(rep) == decisions_by_point(rec)
     assert all(d["how"] == "replayed" for r in read_records(rep) for d in r["extra"]["autotune"])
+
+
+def test_replay_options_are_refused_where_they_would_be_ignored(tmp_path):
+    import subprocess
+    import sys
+
+    pkg = Path(__file__).parent / "data" / "taskpkg_vecadd"
+    proc = subprocess.run([sys.executable, "-m", "zlf", "task", str(pkg), "--candidate", str(pkg / "candidates" / "correct.py"),
+                           "--ext", "task", "--ext", "autotune_replay", "--replay-from", str(tmp_path)],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "not with zlf task" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "runs").exists()

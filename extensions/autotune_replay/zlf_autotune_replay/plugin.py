@@ -64,7 +64,15 @@ class AutotuneReplay:
     @hookimpl(tryfirst=True)
     def configure(self, session):
         opts = session.options
-        if getattr(opts, "command", None) != "run":
+        command = getattr(opts, "command", None)
+        if command != "run":
+            # zlf ab hands these options on to its zlf run processes; any other command that
+            # accepts run options (zlf task) would silently ignore them: say so instead.
+            given = [flag for flag, dest in (("--replay-from", "replay_from"), ("--libtuner-cache", "libtuner_cache"))
+                     if getattr(opts, dest, None)]
+            if given and command != "ab":
+                raise UsageError(f"{' and '.join(given)}: autotune record/replay works with zlf run (and zlf ab), "
+                                 f"not with zlf {command}")
             return
         mode = getattr(opts, "libtuner_cache", None) or os.environ.get(ENV_LIBTUNER) or "shared"
         if mode not in MODES:
