@@ -16,6 +16,7 @@ from typing import Optional
 import attrs
 
 from .errors import UsageError
+from .rundir import write_atomic
 
 CEILINGS_DIR = "ceilings"
 
@@ -78,9 +79,7 @@ def save(ceilings: Ceilings) -> Path:
     path = ceilings_path(ceilings.device_name)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(json.dumps(ceilings.to_json(), indent=2, sort_keys=True) + "\n")
-        os.replace(tmp, path)
+        write_atomic(path, json.dumps(ceilings.to_json(), indent=2, sort_keys=True) + "\n")
     except OSError as exc:
         raise UsageError(f"cannot write {path}: {exc.strerror}; set ZLF_CACHE_DIR to a writable folder") from exc
     return path

@@ -174,7 +174,9 @@ def results_table(records, colour=True) -> str:
     for r in records:
         status = paint(r.status, status_colour(r.status)) if colour else r.status
         note = r.error or ("; ".join(m.split(" ")[0] for m in r.markers) if r.markers else "")
-        rows.append([r.point, status, r.timer or "", _fmt(r.median_ms), _fmt(r.gbps), _fmt(r.tflops), note[:80]])
+        # FORMATS §7: a point that did not fit reads OOM where its numbers would be.
+        numbers = ["OOM"] * 3 if r.status == "OOM" else [_fmt(r.median_ms), _fmt(r.gbps), _fmt(r.tflops)]
+        rows.append([r.point, status, r.timer or "", *numbers, note[:80]])
     return tabulate(rows, headers=["point", "status", "timer", "median ms", "GB/s", "TFLOP/s", "note"])
 
 

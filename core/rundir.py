@@ -33,9 +33,15 @@ def timestamp() -> str:
     return _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
 
 
-def _write_atomic(path: Path, text: str) -> None:
+def write_atomic(path, text: str) -> None:
+    """Replace ``path`` with ``text`` so that a reader (or a crash) sees the old or the new file,
+    never half of one: write a temporary file beside it, flush it to disk, rename it over."""
+    path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
     os.replace(tmp, path)
 
 
@@ -74,11 +80,11 @@ class RunDir:
             os.fsync(f.fileno())
 
     def write_meta(self, meta: dict) -> None:
-        _write_atomic(self.path / META, json.dumps(meta, indent=2, sort_keys=True, default=str) + "\n")
+        write_atomic(self.path / META, json.dumps(meta, indent=2, sort_keys=True, default=str) + "\n")
 
     def write_shapes(self, shapes_by_op: dict) -> None:
         doc = {op: {"shapes": [list(s) for s in shapes]} for op, shapes in shapes_by_op.items()}
-        _write_atomic(self.path / SHAPES, yaml.safe_dump(doc, sort_keys=False, default_flow_style=None))
+        write_atomic(self.path / SHAPES, yaml.safe_dump(doc, sort_keys=False, default_flow_style=None))
 
     # ------------------------------------------------------------------ reading
     @classmethod

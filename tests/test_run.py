@@ -233,3 +233,13 @@ def test_unusable_output_directory_and_damaged_lines(zlf_cli, tmp_path):
     (rd.path / "results.jsonl").write_text('5\n[1, 2]\n{"point": "a/1/float32", "op": "a", "shape": [1], "dtype": "float32", "status": "ok"}\n')
     records, skipped = RunDir.open(rd.path).records()
     assert [r.point for r in records] == ["a/1/float32"] and skipped == 2
+
+
+def test_a_point_that_did_not_fit_reads_oom_in_the_table():
+    from zlf.cli import results_table
+    from zlf.records import PointRecord
+
+    table = results_table([PointRecord(point="a/1/float32", op="a", shape=(1,), dtype="float32", status="OOM",
+                                       error="OutOfMemoryError: CUDA out of memory")], colour=False)
+    row = table.splitlines()[-1].split()
+    assert row[:2] == ["a/1/float32", "OOM"] and row[2:5] == ["OOM", "OOM", "OOM"]

@@ -30,7 +30,6 @@ import hashlib
 import inspect
 import json
 import math
-import os
 import re
 import textwrap
 from pathlib import Path
@@ -39,6 +38,7 @@ from typing import Optional
 import attrs
 
 from zlf import UsageError
+from zlf.rundir import write_atomic
 
 FORMAT = "zlf-autotune-record/1"
 RECORDS_DIR = "autotune_records"
@@ -137,10 +137,8 @@ def timings_to_json(configs_timings) -> list:
 
 
 # ----------------------------------------------------------------------------- writing
-def write_atomic(path: Path, doc: dict) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(doc, indent=1, sort_keys=False) + "\n")
-    os.replace(tmp, path)
+def write_record(path: Path, doc: dict) -> None:
+    write_atomic(path, json.dumps(doc, indent=1, sort_keys=False) + "\n")
 
 
 class RecordWriter:
@@ -174,7 +172,7 @@ class RecordWriter:
         path, doc = self._slot(identity, tuner)
         canon = json.dumps(decision["key"])
         doc["decisions"] = [d for d in doc["decisions"] if json.dumps(d["key"]) != canon] + [decision]
-        write_atomic(path, doc)
+        write_record(path, doc)
         return path
 
     def summary(self) -> dict:
