@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -131,6 +132,59 @@ def test_write_outside_output_is_caught(tmp_path, capsys):
     rc, out, records, _ = judge(tmp_path, capsys, "overflow.py", "--cases", "1")
     assert verdicts(records) == ["Runtime Error"]
     assert "wrote outside its output" in records[0]["extra"]["judge_output"]
+
+
+@pytest.mark.slow
+def test_write_outside_output_retires_a_reused_worker(tmp_path, capsys):
+    rc, out, records, run_dir = judge(tmp_path, capsys, "overflow.py", "--cases", "1-2", "--reuse-worker")
+    assert verdicts(records) == ["Runtime Error", "Runtime Error"]
+    assert len(list((run_dir / "task").glob("worker-case*.log"))) == 2  # a fresh process after the error
+
+
+@pytest.mark.slow
+def test_forged_verdict_is_rejected(tmp_path, capsys):
+    """A candidate that writes an "Accepted" result to every pipe of its process is not believed."""
+    rc, out, records, _ = judge(tmp_path, capsys, "forge.py", "--cases", "1-2", "--reuse-worker")
+    assert rc == 1 and verdicts(records) == ["Runtime Error", "Runtime Error"]
+    assert "forged verdict rejected" in records[0]["extra"]["judge_output"]
+    assert all(r["median_ms"] is None and r["extra"]["speedup"] is None for r in records)
+
+
+def test_cuda_compile_time_limit(tmp_path, capsys, monkeypatch):
+    """An nvcc that never finishes is killed at --compile-time-limit: Compile Error, no hang."""
+    fake = tmp_path / "bin" / "nvcc"
+    fake.parent.mkdir()
+    fake.write_text('#!/bin/sh\ncase "$1" in --version) echo "fake nvcc 12.0"; exit 0;; esac\nsleep 600\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    monkeypatch.setenv("ZLF_TASK_CACHE", str(tmp_path / "cache"))
+    t0 = time.monotonic()
+    rc, out, records, run_dir = judge(tmp_path, capsys, "correct.cu", "--cases", "1-2", "--backend", "cpu",
+                                      "--compile-time-limit", "1")
+    assert time.monotonic() - t0 < 30
+    assert rc == 1 and verdicts(records) == ["Compile Error", "Compile Error"]
+    assert "did not finish within the compile time limit of 1 s" in records[0]["error"]
+    assert json.loads((run_dir / "meta.json").read_text())["task"]["compile_time_limit_s"] == 1.0
+
+
+@pytest.mark.parametrize("problem_edit, meta_edit, message", [
+    (("return len(CASES)", "raise RuntimeError('boom')"), {}, "getNumOfTestcases() raised RuntimeError: boom"),
+    (None, {"time_limit_s": "abc"}, "time_limit_s 'abc' (from metadata meta.json) is not a positive number"),
+    (None, {"rtol": "tight"}, "rtol 'tight' (from metadata meta.json) is not a non-negative number"),
+])
+def test_bad_package_is_one_line_and_no_run_dir(tmp_path, capsys, problem_edit, meta_edit, message):
+    pkg = tmp_path / "badpkg"
+    pkg.mkdir()
+    source = (PKG / "problem.py").read_text()
+    if problem_edit:
+        source = source.replace(*problem_edit)
+    (pkg / "problem.py").write_text(source)
+    (pkg / "meta.json").write_text(json.dumps({**json.loads((PKG / "meta.json").read_text()), **meta_edit}))
+    rc = main(["task", str(pkg), "--candidate", str(CANDIDATES / "correct.py"), "--ext", "task",
+               "--out", str(tmp_path / "runs")])
+    err = capsys.readouterr().err
+    assert rc == 2 and message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 
 @pytest.mark.slow

@@ -13,6 +13,7 @@ import hashlib
 import importlib.util
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -102,14 +103,34 @@ def default_cache_dir() -> Path:
     return Path(base) / "zlf" / "taskpkg"
 
 
-def compile_cuda(candidate: Candidate, cache_dir, arch: str, extra_flags=()) -> Candidate:
+def _run_limited(cmd, timeout: Optional[float]) -> tuple:
+    """``(returncode, output)``; returncode None when ``cmd`` ran past ``timeout`` s. The command
+    gets its own process group, so the kill also takes nvcc's children (cicc, ptxas)."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+        return proc.returncode, out
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        out, _ = proc.communicate()
+        return None, out or ""
+
+
+def compile_cuda(candidate: Candidate, cache_dir, arch: str, extra_flags=(), timeout: Optional[float] = None) -> Candidate:
     """Compile once per hash; a cache hit costs a stat. Returns the candidate with ``library``
-    set, or with ``compile_failed`` and the compiler's output."""
+    set, or with ``compile_failed`` and the compiler's output (also when nvcc ran past
+    ``timeout`` seconds and was killed)."""
     nvcc = find_nvcc()
     if nvcc is None:
         return attrs.evolve(candidate, compile_failed=True,
                             compile_output="nvcc not found (PATH, CUDA_HOME, /usr/local/cuda): cannot compile a CUDA C++ candidate")
-    version = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout
+    rc, version = _run_limited([nvcc, "--version"], timeout)
+    if rc is None:
+        return attrs.evolve(candidate, compile_failed=True,
+                            compile_output=f"error: `{nvcc} --version` did not finish within the compile time limit of {timeout:g} s")
     flags = [*NVCC_FLAGS, f"-arch={arch}", *extra_flags]
     key = hashlib.sha256("\0".join([candidate.sha256, SHIM, " ".join(flags), version]).encode()).hexdigest()[:24]
     entry = Path(cache_dir) / key
@@ -124,9 +145,13 @@ def compile_cuda(candidate: Candidate, cache_dir, arch: str, extra_flags=()) -> 
         shim.write_text(SHIM)
         out = Path(tmp) / "candidate.so"
         cmd = [nvcc, *flags, f"-I{candidate.path.parent}", "-o", str(out), "-x", "cu", str(candidate.path), str(shim)]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        output = "$ " + " ".join(cmd) + "\n" + proc.stdout + proc.stderr
-        if proc.returncode != 0:
+        rc, text = _run_limited(cmd, timeout)
+        output = "$ " + " ".join(cmd) + "\n" + text
+        if rc is None:
+            output = (f"error: nvcc did not finish within the compile time limit of {timeout:g} s (killed; "
+                      "--compile-time-limit or metadata compile_time_limit_s raise it)\n" + output)
+            return attrs.evolve(candidate, compile_failed=True, compile_output=output)
+        if rc != 0:
             return attrs.evolve(candidate, compile_failed=True, compile_output=output)
         (entry / "nvcc.log").write_text(output)
         os.replace(out, library)  # atomic: a concurrent judge sees no half-written library

@@ -12,6 +12,7 @@ import datetime as _dt
 import json
 import math
 import os
+import secrets
 import select
 import signal
 import subprocess
@@ -42,7 +43,12 @@ EXIT_GRACE_S = 30.0
 LOG_TAIL_LINES = 25
 TASK_DIR = "task"
 
+#: default limit for compiling a CUDA C++ candidate (nvcc), separate from the per-case limit.
+COMPILE_TIME_LIMIT_S = 300.0
+
 _TIMEOUT = object()
+#: an event line that is not JSON or lacks the case's nonce: something else wrote to the pipe.
+_FORGED = object()
 
 
 def _signal_name(rc: int) -> str:
@@ -84,10 +90,14 @@ class WorkerProcess:
         self._evt = r_evt
         self._buf = b""
         self.meta: dict = {}
+        self.nonce: Optional[str] = None
+        self.forged_line = b""
 
     def send(self, case: int) -> bool:
+        # A fresh nonce per case: a thread the candidate left behind cannot replay an old one.
+        self.nonce = secrets.token_hex(16)
         try:
-            self._ctrl.write(json.dumps({"case": case}) + "\n")
+            self._ctrl.write(json.dumps({"case": case, "nonce": self.nonce}) + "\n")
             self._ctrl.flush()
             return True
         except (BrokenPipeError, ValueError):
@@ -100,7 +110,8 @@ class WorkerProcess:
             pass
 
     def next_event(self, timeout: float):
-        """The next event dict, ``_TIMEOUT``, or None when the worker closed its pipe (exited)."""
+        """The next event dict, ``_TIMEOUT``, ``_FORGED`` (a line without the case's nonce), or
+        None when the worker closed its pipe (exited)."""
         deadline = time.monotonic() + timeout
         while b"\n" not in self._buf:
             remaining = deadline - time.monotonic()
@@ -114,7 +125,13 @@ class WorkerProcess:
                 return None
             self._buf += chunk
         line, self._buf = self._buf.split(b"\n", 1)
-        event = json.loads(line)
+        try:
+            event = json.loads(line)
+        except ValueError:
+            event = None
+        if not isinstance(event, dict) or event.get("nonce") != self.nonce or self.nonce is None:
+            self.forged_line = line[:200]
+            return _FORGED
         if event.get("event") == "meta":
             self.meta.update(event.get("meta") or {})
             return self.next_event(max(0.0, deadline - time.monotonic()))
@@ -134,7 +151,7 @@ class WorkerProcess:
         deadline = time.monotonic() + EXIT_GRACE_S
         while time.monotonic() < deadline:
             event = self.next_event(deadline - time.monotonic())
-            if event is None or event is _TIMEOUT:
+            if event is None or event is _TIMEOUT or event is _FORGED:
                 break
         try:
             self.proc.wait(timeout=max(1.0, deadline - time.monotonic()))
@@ -171,6 +188,7 @@ class Judge:
 
     # ------------------------------------------------------------------ setup
     def prepare(self):
+        """Everything that can reject the input, before a run directory exists."""
         args, session = self.args, self.session
         candidate_path = args.candidate or os.environ.get("ZLF_TASK_CANDIDATE")
         if not candidate_path:
@@ -181,11 +199,17 @@ class Judge:
         self.backend = session.choose_backend(args.backend, args.device)
         self.package.load()
         self.cases = parse_cases(args.cases, self.package.num_cases())
-        self.time_limit = float(args.time_limit if args.time_limit is not None else self.package.meta.get("time_limit_s", 60))
+        self.time_limit = self.package.limit("time_limit_s", args.time_limit, 60)
+        self.compile_time_limit = self.package.limit("compile_time_limit_s", args.compile_time_limit,
+                                                     COMPILE_TIME_LIMIT_S)
+        self.tolerances = self.package.tolerances(args.rtol, args.atol)
+        self.base_seed = self.package.base_seed()
+        self.outputs = self.package.declared_outputs()
         if self.candidate.kind == KIND_CUDA:
             arch = args.nvcc_arch or default_arch(self.backend)
             cache = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
-            self.candidate = compile_cuda(self.candidate, cache, arch, args.nvcc_flag or ())
+            self.candidate = compile_cuda(self.candidate, cache, arch, args.nvcc_flag or (),
+                                          timeout=self.compile_time_limit)
             if self.candidate.compile_failed:
                 self.load_failure = self.candidate.compile_output
             elif self.backend.host_timing:
@@ -205,13 +229,13 @@ class Judge:
         if state:
             meta["device_state_start"] = state
         meta["warnings"] = backend.busy_warnings()
-        tolerances = self.package.tolerances(args.rtol, args.atol)
+        tolerances = self.tolerances
         meta["task"] = {
             "package": str(self.package.root), "problem_module": self.package.module_path.name,
             "metadata": self.package.meta if is_jsonable(self.package.meta) else str(self.package.meta),
-            "candidate": self.candidate.to_json(), "cases": self.cases, "base_seed": self.package.base_seed(),
+            "candidate": self.candidate.to_json(), "cases": self.cases, "base_seed": self.base_seed,
             "seed_scheme": "base_seed + case number, set before genTestCase", "tolerances": tolerances,
-            "time_limit_s": self.time_limit, "isolation": "one worker per case" if not args.reuse_worker
+            "time_limit_s": self.time_limit, "compile_time_limit_s": self.compile_time_limit, "isolation": "one worker per case" if not args.reuse_worker
             else "one worker reused until a case fails",
             "warmup_iters_override": [args.warmup, args.iters],
         }
@@ -222,7 +246,7 @@ class Judge:
         spec = {
             "options": options, "package": str(self.package.root), "run_dir": str(self.rundir.path),
             "argv": self.run.meta["command"], "candidate": self.candidate.to_json(),
-            "base_seed": self.package.base_seed(), "outputs": self.package.declared_outputs(),
+            "base_seed": self.base_seed, "outputs": self.outputs,
             "tolerances": tolerances,
         }
         self.spec_path = self.rundir.path / TASK_DIR / "worker.json"
@@ -279,6 +303,13 @@ class Judge:
                     return V.case_record(point, V.TIME_LIMIT_EXCEEDED, text, baseline=baseline), False
                 return V.case_record(point, V.JUDGE_ERROR, f"the package took over {PACKAGE_TIME_LIMIT_S:g} s "
                                      "before the candidate ran", baseline=baseline), False
+            if event is _FORGED:
+                worker.kill()
+                self.worker = None
+                text = ("the judge's event pipe received a line without this case's nonce: something in the "
+                        "candidate's process wrote to it (forged verdict rejected)\n"
+                        f"line: {worker.forged_line.decode(errors='replace')}")
+                return V.case_record(point, V.RUNTIME_ERROR, text, baseline=baseline), False
             if event is None:
                 what = worker.exit_description()
                 worker.kill()

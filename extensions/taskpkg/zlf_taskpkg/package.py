@@ -9,7 +9,8 @@ Accepted unchanged::
                             meta.yaml, problem.yaml)
 
 Metadata keys read, all optional: ``name``, ``rtol``, ``atol``, ``seed`` (base seed),
-``outputs`` (indices of the arguments the kernel writes), ``time_limit_s``. Other keys are kept
+``outputs`` (indices of the arguments the kernel writes), ``time_limit_s``,
+``compile_time_limit_s``. Other keys are kept
 in meta.json and ignored.
 """
 from __future__ import annotations
@@ -129,8 +130,11 @@ class TaskPackage:
         return module
 
     def num_cases(self) -> int:
-        n = self.load().getNumOfTestcases()
-        if not isinstance(n, int) or n < 1:
+        try:
+            n = self.load().getNumOfTestcases()
+        except Exception as exc:
+            raise UsageError(f"{self.module_path.name}: getNumOfTestcases() raised {type(exc).__name__}: {exc}") from exc
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise UsageError(f"{self.module_path.name}: getNumOfTestcases() returned {n!r}, not a positive int")
         return n
 
@@ -177,8 +181,24 @@ class TaskPackage:
         """Keyword tolerances for ``check``: the command line's, else the metadata's, else none
         (the check's own defaults apply)."""
         out = {}
-        for key, value in (("rtol", rtol), ("atol", atol)):
-            value = value if value is not None else self.meta.get(key)
+        for key, given in (("rtol", rtol), ("atol", atol)):
+            value = given if given is not None else self.meta.get(key)
             if value is not None:
-                out[key] = float(value)
+                out[key] = self._number(key, value, from_meta=given is None, allow_zero=True)
         return out
+
+    def limit(self, key: str, given=None, default: float = 60.0) -> float:
+        """A time limit in seconds: the command line's, else the metadata's ``key``, else ``default``."""
+        return self._number(key, given if given is not None else self.meta.get(key, default), from_meta=given is None)
+
+    def _number(self, key: str, value, from_meta: bool, allow_zero: bool = False) -> float:
+        """``value`` as a finite float, ``>= 0`` (``> 0`` for limits), or a one-line UsageError."""
+        try:
+            number = float(value) if not isinstance(value, bool) else float("nan")
+        except (TypeError, ValueError):
+            number = float("nan")
+        if not (number > 0 or (allow_zero and number == 0)) or number == float("inf"):
+            where = f"metadata {self.meta_path.name}" if from_meta and self.meta_path else "the command line"
+            raise UsageError(f"task package {self.name!r}: {key} {value!r} (from {where}) is not a "
+                             f"{'non-negative' if allow_zero else 'positive'} number")
+        return number

@@ -37,6 +37,9 @@ def add_commands(subparsers):
     p.add_argument("--atol", type=float, help="atol given to the package's check (default: metadata, else check's own)")
     p.add_argument("--time-limit", type=float, metavar="SEC",
                    help="per-case limit for the candidate (first call, check, timing); default: metadata time_limit_s, else 60")
+    p.add_argument("--compile-time-limit", type=float, metavar="SEC",
+                   help="limit for compiling a CUDA C++ candidate (nvcc); past it: Compile Error; "
+                        "default: metadata compile_time_limit_s, else 300")
     p.add_argument("--reuse-worker", action="store_true",
                    help="keep one worker process across cases until a case fails (faster; default: a fresh process per case)")
     p.add_argument("--out", default="runs", metavar="PARENT", help="parent of the run directory (default: runs/)")

@@ -1,8 +1,9 @@
 """The judge's child process: the package and the candidate run here, never in ``zlf task``.
 
 Started as ``python -m zlf_taskpkg.worker SPEC.json CTRL_FD EVENT_FD`` (stdin carries the
-first case number, as a package expects). It reads ``{"case": k}`` lines from CTRL_FD until
-that pipe closes and writes one JSON event per line to EVENT_FD:
+first case number, as a package expects). It reads ``{"case": k, "nonce": N}`` lines from
+CTRL_FD until that pipe closes and writes one JSON event per line to EVENT_FD, each carrying the
+case's nonce (the judge drops a worker whose events lack it: see :func:`main`):
 
 - ``case``            the point judged and the case's sizes (inputs exist, baseline has run)
 - ``baseline``        the baseline's timing
@@ -133,6 +134,7 @@ class Worker:
         self.spec = spec
         self.events = events
         self.kernel = None
+        self.nonce = None
         options = argparse.Namespace(**spec["options"])
         self.options = options
         self.session = Session.create(options)
@@ -153,7 +155,7 @@ class Worker:
 
     # ------------------------------------------------------------------ protocol
     def emit(self, event: str, **fields) -> None:
-        self.events.write(json.dumps({"event": event, **fields}, default=str) + "\n")
+        self.events.write(json.dumps({"event": event, "nonce": self.nonce, **fields}, default=str) + "\n")
         self.events.flush()
 
     def finish(self) -> None:
@@ -273,8 +275,9 @@ class Worker:
             return V.RUNTIME_ERROR, f"run_kernel left a launch error: {launch_error}", None, None, True, False
 
         damage = self.memory_damage(original, args, outputs, guards)
+        # An out-of-bounds write may have hit memory no guard covers: this process is not reused.
         if damage and damage[0] == V.RUNTIME_ERROR:
-            return damage[0], damage[1], None, None, False, False
+            return damage[0], damage[1], None, None, True, False
         ok, text = self.check(arg_shapes, original, args, base_args)
         max_err = self.max_rel_err(args, base_args, outputs)
         if not ok:
@@ -298,7 +301,7 @@ class Worker:
         damage = self.memory_damage(original, args, outputs, guards)
         ok, text2 = self.check(arg_shapes, original, args, base_args)
         if damage:
-            return damage[0], "after timing: " + damage[1], None, max_err, False, False
+            return damage[0], "after timing: " + damage[1], None, max_err, damage[0] == V.RUNTIME_ERROR, False
         if not ok:
             return (V.WRONG_ANSWER, "the result was right once but wrong when called again after timing:\n" + text2,
                     None, max_err, False, False)
@@ -394,19 +397,30 @@ def _short_traceback(limit: int = 40) -> str:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     spec = json.loads(Path(argv[0]).read_text())
+    # The candidate runs in this process: it must not read the pipes' numbers off sys.argv. The
+    # per-case nonce arrives on the control pipe before the candidate is imported; events without
+    # it are rejected. This stops a naive forged verdict, not a hostile one (docs/taskpkg.md).
+    del sys.argv[1:]
     faulthandler.enable()  # a segfault in the candidate leaves its Python stack in the log
     events = os.fdopen(int(argv[2]), "w", buffering=1)
     ctrl = os.fdopen(int(argv[1]), "r")
+    first = ctrl.readline()
+    if not first:
+        return 0
+    request = json.loads(first)
     try:
         worker = Worker(spec, events)
     except Exception:
-        events.write(json.dumps({"event": "result", "verdict": V.JUDGE_ERROR, "fatal": True,
+        events.write(json.dumps({"event": "result", "verdict": V.JUDGE_ERROR, "fatal": True, "nonce": request.get("nonce"),
                                  "text": "the judge's worker failed to start:\n" + traceback.format_exc()}) + "\n")
         return 3
     try:
-        for line in ctrl:
-            if not worker.judge(int(json.loads(line)["case"])):
+        while request:
+            worker.nonce = request.get("nonce")
+            if not worker.judge(int(request["case"])):
                 break
+            line = ctrl.readline()
+            request = json.loads(line) if line else None
     finally:
         worker.finish()
     return 0
