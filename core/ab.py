@@ -52,6 +52,8 @@ TASK_EXTENSION = "task"
 #: ``zlf task`` options a task campaign passes on to every run (dest, flag).
 TASK_OPTIONS = (("cases", "--cases"), ("rtol", "--rtol"), ("atol", "--atol"), ("time_limit", "--time-limit"))
 UNITS = ("pair", "op")
+#: side variables that are no compiler switch: the switch guard leaves them out.
+NOT_SWITCHES = ("ZLF_TASK_CANDIDATE",)
 
 
 # ----------------------------------------------------------------------------- command line
@@ -320,7 +322,8 @@ def switch_guard(sides, ops, sources=None) -> list:
     :return: ``[{"name", "found": [files], "searched": [paths]}]``.
     """
     a, b = sides
-    keys = sorted(k for k in set(a.env) | set(b.env) if a.env.get(k) != b.env.get(k))
+    # the task candidate differs by design and is read by zlf task, not by the code under test
+    keys = sorted(k for k in set(a.env) | set(b.env) if a.env.get(k) != b.env.get(k) and k not in NOT_SWITCHES)
     if not keys:
         return []
     searched = list(sources) if sources else default_switch_sources(sides, ops)
@@ -389,14 +392,15 @@ def wait_until_idle(backend, wait_s: float, poll_s: float = 5.0) -> list:
 
 # ----------------------------------------------------------------------------- statistics over run dirs
 def collect(campaign, rounds=None):
-    """Per-point values of every op with no failed run.
+    """Per-point values of every op whose every planned run (up to ``rounds``) finished ok.
 
     :return: ``(values, blockers, remarks, excluded)``: ``{point: (A ms, B ms)}`` over the rounds
         where both runs of the point's op are done; ``{point: why no direction}``;
         ``{point: [remarks]}``; ``{point: why left out}``.
     """
-    failed = campaign.failed_ops()
     rounds = rounds or campaign.planned_rounds()
+    # FORMATS.md §5: a report missing rounds reads exactly like a complete one
+    failed = {**campaign.failed_ops(), **campaign.incomplete_ops(rounds)}
     values, blockers, remarks, excluded = {}, {}, {}, {}
     for op in campaign.ops:
         if op.name in failed:
@@ -552,6 +556,9 @@ class Scaled:
         if missing or left:
             why = "; ".join(f"{u}: {r}" for u, r in missing.items()) or "no worker left"
             raise Stopped(f"{len(missing) + len(left)} unit(s) not run ({why})")
+        pending = [f"{r['op']} r{r['round']}_{r['side']}" for r in campaign.runs if r["status"] in (PENDING, RUNNING)]
+        if pending:  # a run interrupted on its own (exit 130) is pending again, not failed
+            raise Stopped(f"{len(pending)} run(s) not finished: {', '.join(pending)}")
 
     def _add(self, scheduler) -> None:
         for row in scheduler.summary_rows():
@@ -650,6 +657,7 @@ def _new_campaign(args, session):
             "max_rounds": args.max_rounds if args.until_confident else first,
         },
     }
+    _preflight(data, session)  # refuse before anything is written: a refused campaign cannot be resumed
     guard = switch_guard((a, b), ops, args.switch_source)
     data["guards"] = {"switch_source": guard}
     if args.dry_run:
@@ -673,7 +681,7 @@ def _print_dry_run(data, a, b, ops, guard) -> None:
     print(f"ops: {', '.join(o.name for o in ops)}; {rounds}; autotune replay: {'on' if data['replay'] else 'off'}")
     extra = " ".join(data["extension_args"] + data["run_args"])
     for o in ops:
-        print(f"  zlf run {o.run_spec} {extra}".rstrip())
+        print(f"  zlf {o.command} {o.run_spec} {extra}".rstrip())
     for r in guard:
         where = ", ".join(r["found"]) if r["found"] else "NOT FOUND"
         print(f"switch {r['name']} referenced in: {where}")
@@ -686,10 +694,12 @@ def main(args, session) -> int:
 
     if args.resume:
         campaign = Campaign.open(args.resume)
-        campaign.data["scale"] = scale_options(args, campaign.data.get("scale"))
+        scale = scale_options(args, campaign.data.get("scale"))
         pid = campaign.data.get("driver_pid")
         if campaign.data["status"] == C_RUNNING and pid and pid != os.getpid() and _alive(pid):
             raise UsageError(f"campaign {args.resume!r} is still being run by process {pid}")
+        _preflight({**campaign.data, "scale": scale}, session)
+        campaign.data["scale"] = scale
         stale = [r for r in campaign.runs if r["status"] in (PENDING, RUNNING)]
         for run in stale:
             run.update(status=PENDING, started=None)  # a run in flight when it stopped is re-run whole
@@ -708,7 +718,7 @@ def main(args, session) -> int:
                  f"  {len(campaign.ops)} op(s) x {campaign.planned_rounds()} rounds x 2 sides; {pending} run(s) to go; "
                  f"autotune replay {'on' if d['replay'] else 'OFF (autotune_replay not active: every run tunes for itself)'}")
     busy = busy_backend(session, d.get("backend"), d.get("device", 0)) if d.get("require_idle") else None
-    scaled = _scaled(campaign, session)
+    scaled = _scaled(d, session)
     if scaled is not None:
         printer.line(f"  {scaled.executor.describe()}; unit of work: {'a round pair (A and B on one GPU)' if scaled.unit == 'pair' else 'an op'}")
     try:
@@ -728,7 +738,8 @@ def main(args, session) -> int:
     campaign.data["status"] = C_COMPLETE
     campaign.save()
     results, remarks, excluded, alpha = analyse(campaign)
-    reported = [o.name for o in campaign.ops if o.name not in campaign.failed_ops()]
+    unreported = {**campaign.failed_ops(), **campaign.incomplete_ops()}
+    reported = [o.name for o in campaign.ops if o.name not in unreported]
     text = ab_report.write(campaign, results, remarks, excluded, alpha, ir_guard(campaign, reported))
     print(text)
     if scaled is not None and scaled.stats:
@@ -737,19 +748,26 @@ def main(args, session) -> int:
         with open(campaign.path / SUMMARY_LOG, "a") as f:
             f.write("\n" + table + "\n")
     print(f"campaign dir: {campaign.path}")
-    if campaign.failed_ops():
+    if unreported:
         return 1
     if d.get("fail_on_slower") and any(r.verdict == stats.SLOWER for r in results):
         return 1
     return 0
 
 
-def _scaled(campaign, session) -> "Scaled | None":
-    """The executor of a campaign with ``--gpus`` or ``--executor ray``; None for the plain path."""
-    opts = campaign.data.get("scale")
+def _preflight(data: dict, session) -> None:
+    """Every check of the option combination that can refuse a campaign (UsageError), made before
+    campaign.json is created or rewritten."""
+    _scaled(data, session)
+    if data.get("require_idle"):
+        busy_backend(session, data.get("backend"), data.get("device", 0))
+
+
+def _scaled(d: dict, session) -> "Scaled | None":
+    """The executor of a campaign (its data) with ``--gpus`` or ``--executor ray``; None for the plain path."""
+    opts = d.get("scale")
     if not opts:
         return None
-    d = campaign.data
     if d.get("device") not in (None, 0) and opts.get("gpus"):
         raise UsageError("--gpus pins each worker to its GPU: drop --device")
     if d.get("require_idle"):

@@ -97,6 +97,8 @@ def _problem_lines(campaign, excluded) -> list:
     for op, run in campaign.failed_ops().items():
         lines.append(f"NO REPORT for {op}: run r{run['round']}_{run['side']} failed ({run['error']}); "
                      f"its runs stay in {campaign.path / op}")
+    for op, missing in campaign.incomplete_ops().items():
+        lines.append(f"NO REPORT for {op}: run(s) not done: {', '.join(missing)}; its runs stay in {campaign.path / op}")
     flagged = [r for r in campaign.runs if r.get("flags")]
     for r in flagged:
         lines.append(f"busy/throttled: {r['op']} r{r['round']}_{r['side']}: {'; '.join(r['flags'])}")
@@ -200,6 +202,7 @@ def write(campaign, results, remarks, excluded, alpha, ir_lines) -> str:
         "written": now(), "aa": bool(campaign.data.get("aa")), "alpha_final_look": alpha,
         "rounds": campaign.planned_rounds(), "counts": stats.counts(results),
         "failed_ops": {op: r["error"] for op, r in campaign.failed_ops().items()},
+        "incomplete_ops": campaign.incomplete_ops(),
         "points": [r.to_json() for r in results], "excluded": excluded, "guards": list(_guard_lines(campaign, ir_lines)),
         "flagged_runs": [f"{r['op']}/r{r['round']}_{r['side']}" for r in campaign.runs if r.get("flags")],
         "runs": {s: sum(1 for r in campaign.runs if r["status"] == s) for s in (OK, FAILED, SKIPPED)},

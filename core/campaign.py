@@ -61,8 +61,21 @@ def now() -> str:
 
 def _write_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())  # else a reboot can leave an empty campaign.json behind the rename
     os.replace(tmp, path)
+    try:  # the rename itself lives in the directory
+        fd = os.open(path.parent, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 @attrs.frozen
@@ -128,7 +141,10 @@ class OpSpec:
             name, _, path = text.partition(":")
             if not name or not path:
                 raise UsageError(f"op {text!r}: expected OP or OP:OP_FILE")
-            return cls(name, f"{os.path.abspath(path)}::{name}", os.path.abspath(path))
+            if os.path.exists(path) or path.endswith(".py"):
+                return cls(name, f"{os.path.abspath(path)}::{name}", os.path.abspath(path))
+            # not a file: an extension's spelling (flaggems' ``mm:blas_perf``), passed on unchanged
+            return cls(name, text)
         if text.endswith(".py"):
             return cls(Path(text).stem, os.path.abspath(text), os.path.abspath(text))
         return cls(text, text)
@@ -227,14 +243,27 @@ class Campaign:
                 out.setdefault(r["op"], r)
         return out
 
+    def incomplete_ops(self, rounds: Optional[int] = None) -> dict:
+        """``{op: [r<k>_<side> not done]}`` for ops without a failed run but with a planned run
+        (up to ``rounds``) that did not finish ok: such an op gets no report either."""
+        failed = self.failed_ops()
+        rounds = rounds or self.planned_rounds()
+        out: dict = {}
+        for r in self.runs:
+            if r["op"] not in failed and r["round"] <= rounds and r["status"] != OK:
+                out.setdefault(r["op"], []).append(f"r{r['round']}_{r['side']} {r['status']}")
+        return out
+
     def log_path(self, run: dict) -> Path:
         return self.path / run["op"] / LOGS / f"r{run['round']}_{run['side']}.txt"
 
     # ------------------------------------------------------------------ one run
-    def command(self, run: dict, staging: Path, root=None) -> list:
+    def command(self, run: dict, staging: Path, root=None, replay: bool = True) -> list:
         """The ``zlf run`` (or ``zlf task``) command line of one run, without its environment.
 
         :param root: the campaign directory as the executing side sees it (default: this one).
+        :param replay: add ``--replay-from`` when round 1 A's record exists now (False: leave it
+            to :func:`execute_spec`, which decides when the run starts).
         """
         side = self.sides[run["side"]]
         op = next(o for o in self.ops if o.name == run["op"])
@@ -243,9 +272,13 @@ class Campaign:
                "--name", f"r{run['round']}_{run['side']}"]
         cmd += self.data["extension_args"] + self.data["run_args"] + list(side.args)
         # An op whose kernels are not autotuned leaves no record: nothing to replay, nothing to pin.
-        if self.data.get("replay") and run["dir"] != f"{op.name}/r1_A" and self.replay_record(op.name).is_dir():
+        if replay and self.replays(run) and self.replay_record(op.name).is_dir():
             cmd += ["--replay-from", str(root / op.name / "r1_A")]
         return cmd
+
+    def replays(self, run: dict) -> bool:
+        """Whether ``run`` replays round 1 A's record (every run of its op but r1_A, with replay on)."""
+        return bool(self.data.get("replay")) and run["dir"] != f"{run['op']}/r1_A"
 
     def replay_record(self, op: str) -> Path:
         return self.path / op / "r1_A" / RECORDS_DIR
@@ -269,14 +302,21 @@ class Campaign:
         """Everything needed to execute ``run`` anywhere: paths relative to :data:`ROOT`.
 
         ``needs``: campaign-relative folders the run reads (the autotune record it replays).
+        ``replay``: ``{"record", "args"}``: ``args`` are added when ``record`` exists as the run
+        starts -- a spec is built before its unit runs, when r1_A of the same unit has not yet
+        written the record (an op whose kernels are not autotuned never writes one).
         """
         root = Path(ROOT)
         staging = self._staging(run).relative_to(self.path)
-        argv = self.command(run, root / staging, root=root)
-        needs = [f"{run['op']}/r1_A/{RECORDS_DIR}"] if "--replay-from" in argv else []
-        return {"key": run["dir"], "argv": argv, "env": self.env_overrides(run, root=root), "cwd": self.data["cwd"],
+        argv = self.command(run, root / staging, root=root, replay=False)
+        spec = {"key": run["dir"], "argv": argv, "env": self.env_overrides(run, root=root), "cwd": self.data["cwd"],
                 "staging": str(staging), "dir": run["dir"], "log": str(self.log_path(run).relative_to(self.path)),
-                "needs": needs}
+                "needs": []}
+        if self.replays(run):
+            record = f"{run['op']}/r1_A/{RECORDS_DIR}"
+            spec["needs"] = [record]
+            spec["replay"] = {"record": record, "args": ["--replay-from", str(root / run["op"] / "r1_A")]}
+        return spec
 
     def discard_partial(self, run: dict) -> None:
         """Remove what an interrupted run left (it is re-run whole)."""
@@ -369,7 +409,11 @@ def execute_spec(spec: dict, root, extra_env: Optional[dict] = None) -> dict:
             shutil.rmtree(p, ignore_errors=True)
     staging.mkdir(parents=True)
     log.parent.mkdir(parents=True, exist_ok=True)
-    cmd = [_place(a, str(root)) for a in spec["argv"]]
+    argv = list(spec["argv"])
+    replay = spec.get("replay")
+    if replay and (root / replay["record"]).is_dir():
+        argv += replay["args"]
+    cmd = [_place(a, str(root)) for a in argv]
     env = _environment({k: _place(v, str(root)) for k, v in {**spec["env"], **(extra_env or {})}.items()})
     started, t0 = now(), time.monotonic()
     with open(log, "w") as out:

@@ -23,6 +23,7 @@ import io
 import json
 import os
 import queue
+import signal
 import socket
 import subprocess
 import sys
@@ -118,21 +119,33 @@ def worker_main(stdin=None, stdout=None) -> int:
     return 0
 
 
+def interrupted(outcome: dict) -> bool:
+    """The run was stopped by Ctrl-C (SIGINT), not failed: it is pending again, its op has not failed."""
+    return outcome.get("rc") in (130, -signal.SIGINT)
+
+
 class _UnitTally:
     def __init__(self, unit):
         self.unit = unit
         self.reported: list = []
         self.seconds = 0.0
         self.failed = 0
+        self.interrupted = False
 
     def add(self, key: str, outcome: dict, ok: bool) -> None:
         self.reported.append(key)
         self.seconds += outcome.get("seconds") or 0.0
-        self.failed += 0 if ok else 1
+        if interrupted(outcome):
+            self.interrupted = True
+        else:
+            self.failed += 0 if ok else 1
 
     def finish(self, job, scheduler, worker: str) -> None:
         rest = [k for k in self.unit.keys if k not in self.reported]
-        if rest:
+        if rest and self.interrupted:
+            # not a failure: the rest stays pending, and the campaign stops short of a report
+            job.note(f"{self.reported[-1]} was interrupted; {', '.join(rest)} not run (--resume runs them)")
+        elif rest:
             job.skipped(rest, f"{self.reported[-1]} failed")
         identity = next((job.identity(k) for k in self.reported if job.identity(k)), "")
         scheduler.done(self.unit.id, worker, round(self.seconds, 2), len(self.reported), self.failed, identity)
@@ -442,5 +455,16 @@ class RayPool:
             scheduler.done(unit.id, worker)
 
 
+def _worker_entry() -> int:
+    """``python -m zlf.executors``: Ctrl-C reaches the whole process group; the driver reports
+    it once, so a worker just stops (its run has already been stopped by execute_spec)."""
+    try:
+        return worker_main()
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # the driver is gone
+        return 1
+
+
 if __name__ == "__main__":
-    sys.exit(worker_main())
+    sys.exit(_worker_entry())

@@ -171,9 +171,19 @@ def main(args, session) -> int:
     except KeyboardInterrupt:
         print(f"\ninterrupted; shards so far kept in {root}", file=sys.stderr)
         return 130
-    shards, missing = [], []
+    except Exception:
+        shutil.rmtree(root, ignore_errors=True)
+        raise
+    shards, missing, crashed = [], [], {}
     for key, spec in specs.items():
         outcome = job.outcomes.get(key)
+        if outcome and outcome["rc"] != 0:
+            crashed[spec["label"]] = outcome["rc"]
+            log = root / spec["log"]
+            tail = log.read_text(errors="replace").strip().splitlines()[-5:] if log.is_file() else []
+            print(f"zlf: shard {spec['label']} failed (exit code {outcome['rc']})"
+                  + ("; its points so far are kept" if outcome["made"] else "") + "\n  " + "\n  ".join(tail),
+                  file=sys.stderr)
         if outcome and outcome["made"]:
             worker = job.workers.get(key) or {}
             shards.append((root / spec["dir"], {"ops": spec["ops"], "gpu": worker.get("gpu"), "pin": worker.get("pin"),
@@ -181,13 +191,17 @@ def main(args, session) -> int:
                                                 "rc": outcome["rc"], "name": outcome["name"]}))
         else:
             missing.append(spec["label"])
-            log = root / spec["log"]
-            tail = log.read_text(errors="replace").strip().splitlines()[-5:] if log.is_file() else []
-            print(f"zlf: {spec['label']}: no run directory ({scheduler.reasons.get(key) or 'see below'})\n  "
-                  + "\n  ".join(tail), file=sys.stderr)
+            if spec["label"] not in crashed:
+                log = root / spec["log"]
+                tail = log.read_text(errors="replace").strip().splitlines()[-5:] if log.is_file() else []
+                print(f"zlf: {spec['label']}: no run directory ({scheduler.reasons.get(key) or 'see below'})\n  "
+                      + "\n  ".join(tail), file=sys.stderr)
+    # bad input (exit 2) of a shard is bad input of the whole command
+    bad_rc = 2 if 2 in crashed.values() else 1
     if not shards:
-        print(f"zlf: nothing was run; outputs kept in {root}", file=sys.stderr)
-        return 1
+        shutil.rmtree(root, ignore_errors=True)
+        print("zlf: nothing was run", file=sys.stderr)
+        return bad_rc
     scale = {"gpus": gpus, "executor": executor.name, "pin": pin, "shards": [info for _, info in shards],
              "workers": scheduler.summary_rows()}
     if len(groups) == 1:
@@ -202,13 +216,16 @@ def main(args, session) -> int:
     RunDir(dest).write_meta(meta)
     shutil.rmtree(root, ignore_errors=True)
     records, _ = RunDir(dest).records()
-    failed = sum(1 for r in records if r.status == "FAILED") + len(missing)
+    failed = sum(1 for r in records if r.status == "FAILED") + len(missing) + len(crashed)
+    rc = bad_rc if crashed else (1 if failed else 0)
     if args.json:
         print(json.dumps({"run_dir": str(dest), "records": [r.to_json() for r in records]}, indent=2))
-        return 1 if failed else 0
+        return rc
     print(results_table(records))
     print("per worker (GPU):\n" + scheduler.summary_table(), file=sys.stderr)
     if missing:
         print(f"{len(missing)} unit(s) not run: {', '.join(missing)}")
+    if crashed:
+        print(f"{len(crashed)} shard(s) failed: " + ", ".join(f"{k} (exit code {v})" for k, v in crashed.items()))
     print(f"run dir: {dest}")
-    return 1 if failed else 0
+    return rc

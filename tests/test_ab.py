@@ -393,3 +393,57 @@ def test_an_op_failing_on_one_side_gets_no_report(tmp_path):
     assert "(no point has a complete pair of rounds)" in out
     assert (camp / "neg" / "r1_B" / "results.jsonl").is_file()  # the raw runs stay on disk
     assert "is not referenced" not in err  # the switch guard found it in the op file
+
+
+# ----------------------------------------------------------------------------- review fixes
+def test_an_incomplete_round_gets_no_report(tmp_path):
+    c = Campaign.create(tmp_path / "o", "t", campaign_data(tmp_path, ops=("add", "mm")))
+    for k in (1, 2):
+        c.add_round(k)
+    fill(c)
+    c.find("add", 2, "A").update(status=PENDING)  # e.g. a run that exited 130 under --gpus
+    c.find("add", 2, "B").update(status=SKIPPED)
+    assert c.incomplete_ops() == {"add": ["r2_B skipped", "r2_A pending"]}
+    values, _, _, _ = ab.collect(c)
+    assert values and all(p.startswith("mm/") for p in values)
+    text = ab_report.render(c, [], {}, {}, 0.05, [])
+    assert "NO REPORT for add: run(s) not done: r2_B skipped, r2_A pending" in text
+
+
+def test_op_spec_passes_an_extension_spelling_through(tmp_path):
+    assert OpSpec.parse("mm:blas_perf") == OpSpec("mm", "mm:blas_perf")
+    f = tmp_path / "ops.py"
+    assert OpSpec.parse(f"neg:{f}").source == str(f)  # .py: a file, even before it exists
+
+
+def test_task_candidate_is_no_switch_and_task_dry_run_names_zlf_task(capsys):
+    sides = (Side("A", {"ZLF_TASK_CANDIDATE": "/a.py"}), Side("B", {"ZLF_TASK_CANDIDATE": "/b.py"}))
+    assert ab.switch_guard(sides, [], ["/nonexistent"]) == []
+    data = {"statistics": {"first_look": 2, "until_confident": False, "max_rounds": 2}, "replay": False,
+            "extension_args": ["--ext", "seed"], "run_args": []}
+    ab._print_dry_run(data, *sides, [OpSpec("vecadd", "/pkg", "/pkg", command="task")], [])
+    assert "  zlf task /pkg --ext seed" in capsys.readouterr().out
+
+
+def test_campaign_json_is_fsynced_before_the_rename(tmp_path, monkeypatch):
+    from zlf import campaign as campaign_module
+
+    synced = []
+    real = os.fsync
+    monkeypatch.setattr(campaign_module.os, "fsync", lambda fd: (synced.append(fd), real(fd)))
+    campaign_module._write_atomic(tmp_path / "x.json", "{}\n")
+    assert synced and (tmp_path / "x.json").read_text() == "{}\n"
+
+
+def test_a_refused_option_combination_leaves_no_campaign(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    rc = cli.main(["ab", "add", "--switch", "S", "--require-idle", "--gpus", "0", "--ext", "seed", "--out", "o"])
+    assert rc == 2 and "--require-idle" in capsys.readouterr().err
+    assert not list(tmp_path.glob("o/ab_*"))
+    c = Campaign.create(tmp_path / "r", "t", campaign_data(tmp_path))
+    c.add_round(1)
+    c.data["require_idle"] = True
+    c.save()
+    before = (c.path / "campaign.json").read_text()
+    rc = cli.main(["ab", "--resume", str(c.path), "--gpus", "0", "--ext", "seed"])
+    assert rc == 2 and (c.path / "campaign.json").read_text() == before

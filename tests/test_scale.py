@@ -239,3 +239,73 @@ def test_ray_local_cluster_with_fake_gpus_runs_a_campaign(zlf_cli, tmp_path):
     gpu = {(r["round"], r["side"]): r["gpu"] for r in state["runs"]}
     assert gpu[(1, "A")] == gpu[(1, "B")] and gpu[(2, "A")] == gpu[(2, "B")]
     assert "add/1024/float32" in (camp / "summary.log").read_text()
+
+
+# ----------------------------------------------------------------------------- review fixes
+@pytest.mark.slow
+def test_ab_on_two_gpus_replays_round_1_a(zlf_cli, tmp_path):
+    zlf_cli("ab", "matmul", "--switch", "ZLF_SCALE_NULL", "--rounds", "2", "--rep-ms", "5", "--warmup-ms", "1",
+            "--ext", "seed", "--ext", "autotune_replay", "--out", "o", "--gpus", "0,1", check_rc=0)
+    camp, state = _campaign(tmp_path, "o")
+    assert state["replay"] and all(r["status"] == OK for r in state["runs"])
+    assert (camp / "matmul" / "r1_A" / "autotune_records").is_dir()
+    for r in state["runs"]:
+        if r["dir"] == "matmul/r1_A":
+            continue
+        command = (camp / "matmul" / "logs" / f"r{r['round']}_{r['side']}.txt").read_text().splitlines()[0]
+        assert f"--replay-from {camp / 'matmul' / 'r1_A'}" in command, command
+        assert not (camp / r["dir"] / "autotune_records").exists()
+
+
+def test_an_interrupted_run_leaves_its_unit_pending_not_skipped(tmp_path):
+    from zlf.executors import _UnitTally
+
+    job = FakeJob(tmp_path, ["a", "b"])
+    s = Scheduler([Unit("u", ["a", "b"])])
+    s.add_worker("0")
+    tally = _UnitTally(s.take("0"))
+    tally.add("a", {"rc": 130, "seconds": 1.0}, False)
+    tally.finish(job, s, "0")
+    assert not any(e[0] == "skipped" for e in job.events)
+    assert s.stats["0"].failed_runs == 0
+
+
+def test_a_worker_stops_quietly_on_ctrl_c(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "zlf.executors"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert json.loads(proc.stdout.readline())["event"] == "hello"
+    time.sleep(0.2)
+    os.kill(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130 and "Traceback" not in err, err
+
+
+DIES = '''
+import os, signal
+import torch
+import zlf
+
+
+def dies(x, out):
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+dies_op = zlf.Op(name="dies", fn=dies, make_inputs=lambda s, d, dev: (torch.ones(s), torch.empty(s)),
+                 shapes=[(256,)], reference=lambda x, out: x, outputs=(1,))
+'''
+
+
+@pytest.mark.slow
+def test_run_gpus_names_a_crashed_shard_and_passes_bad_input_on(zlf_cli, tmp_path):
+    (tmp_path / "dies.py").write_text(DIES)
+    proc = zlf_cli("run", "add", "dies.py", "--rep-ms", "5", "--ext", "seed", "--out", "c", "--gpus", "0,1", check_rc=1)
+    assert "shard dies.py failed" in proc.stderr and "1 shard(s) failed" in proc.stdout
+    assert "add/1024/float32" in proc.stdout  # the good shard's points are kept
+    assert not list((tmp_path / "c").glob(".zlf-shards-*"))
+    zlf_cli("run", "no_such_op", "--ext", "seed", "--out", "u", "--gpus", "0", check_rc=2)
+    assert not list((tmp_path / "u").glob(".zlf-shards-*"))
