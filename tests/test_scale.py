@@ -276,8 +276,10 @@ def test_a_worker_stops_quietly_on_ctrl_c(tmp_path):
     import subprocess
     import time
 
+    # Background shells (nohup, CI) start jobs with SIGINT ignored: give the worker a terminal's default.
     proc = subprocess.Popen([sys.executable, "-m", "zlf.executors"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert json.loads(proc.stdout.readline())["event"] == "hello"
     time.sleep(0.2)
     os.kill(proc.pid, signal.SIGINT)
