@@ -11,16 +11,7 @@
 #   ROUNDS=2 MAX_ROUNDS=3 bash benchmarks/ab_gpu.sh --out DIR    (a quicker smoke test, e.g. on CPU)
 set -uo pipefail
 
-OUT=""
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --out) OUT="$2"; shift 2 ;;
-    *) echo "usage: $0 --out DIR" >&2; exit 2 ;;
-  esac
-done
-[ -n "$OUT" ] || { echo "usage: $0 --out DIR" >&2; exit 2; }
-mkdir -p "$OUT"
-OUT="$(cd "$OUT" && pwd)"
+source "$(dirname "$0")/out_dir.sh" "$@"
 export ZLF_NO_PROGRESS=1 NO_COLOR=1
 SUMMARY="$OUT/summary.txt"
 : > "$SUMMARY"

@@ -10,16 +10,8 @@
 #   bash benchmarks/flaggems_gpu.sh --out DIR
 set -uo pipefail
 
-OUT=""
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --out) OUT="$2"; shift 2 ;;
-    *) echo "usage: $0 --out DIR" >&2; exit 2 ;;
-  esac
-done
-[ -n "$OUT" ] || { echo "usage: $0 --out DIR" >&2; exit 2; }
+source "$(dirname "$0")/out_dir.sh" "$@"
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
-mkdir -p "$OUT"; OUT="$(cd "$OUT" && pwd)"
 export ZLF_NO_PROGRESS=1
 if [ -z "${FLAGGEMS_DIR:-}" ]; then
   FLAGGEMS_DIR="$ROOT/.flaggems"

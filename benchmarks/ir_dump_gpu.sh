@@ -6,16 +6,7 @@
 #   bash benchmarks/ir_dump_gpu.sh --out DIR        (everything lands under DIR; < 4 minutes on an H200)
 set -euo pipefail
 
-OUT=""
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --out) OUT="$2"; shift 2 ;;
-    *) echo "usage: $0 --out DIR" >&2; exit 2 ;;
-  esac
-done
-[ -n "$OUT" ] || { echo "usage: $0 --out DIR" >&2; exit 2; }
-mkdir -p "$OUT"
-OUT="$(cd "$OUT" && pwd)"
+source "$(dirname "$0")/out_dir.sh" "$@"
 export ZLF_NO_PROGRESS=1
 # Each side its own compiler cache: a cache hit must never hide a compiler change.
 CACHE_BASE="$OUT/triton_cache"

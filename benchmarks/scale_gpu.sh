@@ -12,16 +12,7 @@
 #   SIDES="--aa" ...                                              (an A/A instead of DISABLE_MMA_V3)
 set -uo pipefail
 
-OUT=""
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --out) OUT="$2"; shift 2 ;;
-    *) echo "usage: $0 --out DIR" >&2; exit 2 ;;
-  esac
-done
-[ -n "$OUT" ] || { echo "usage: $0 --out DIR" >&2; exit 2; }
-mkdir -p "$OUT"
-OUT="$(cd "$OUT" && pwd)"
+source "$(dirname "$0")/out_dir.sh" "$@"
 export ZLF_NO_PROGRESS=1 NO_COLOR=1
 ROUNDS="${ROUNDS:-6}"
 read -r -a OPS <<< "${OPS:-add softmax matmul}"
