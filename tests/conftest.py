@@ -64,3 +64,13 @@ def run_dir_from(stdout: str, cwd=None) -> Path:
 
 def read_records(run_dir: Path) -> list:
     return [json.loads(l) for l in (Path(run_dir) / "results.jsonl").read_text().splitlines() if l.strip()]
+
+
+def zlf_seed_only(*args, cwd, env=None):
+    """``python -m zlf ARGS`` in ``cwd`` with only the seed extension active and a private cache
+    dir (ceilings); a module-level helper for module-scoped fixtures, which cannot use ``zlf_cli``."""
+    full_env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "NO_COLOR")}
+    full_env.update({"ZLF_NO_PROGRESS": "1", "ZLF_EXTENSIONS": "seed", "ZLF_CACHE_DIR": str(Path(cwd) / "cache")})
+    full_env.update(env or {})
+    return subprocess.run([sys.executable, "-m", "zlf", *map(str, args)], cwd=cwd, env=full_env,
+                          capture_output=True, text=True, timeout=300)

@@ -6,10 +6,8 @@ import csv
 import importlib.util
 import io
 import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,16 +17,7 @@ from zlf.ceilings import Ceilings, cache_dir, ceilings_path, save
 from zlf.records import PointRecord
 from zlf.rundir import RunDir
 
-from conftest import run_dir_from
-
-
-def zlf(*args, cwd, env=None):
-    """``python -m zlf ARGS`` with only the seed extension active (others are being installed right now)."""
-    full_env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "NO_COLOR")}
-    full_env.update({"ZLF_NO_PROGRESS": "1", "ZLF_EXTENSIONS": "seed", "ZLF_CACHE_DIR": str(Path(cwd) / "cache")})
-    full_env.update(env or {})
-    return subprocess.run([sys.executable, "-m", "zlf", *map(str, args)], cwd=cwd, env=full_env,
-                          capture_output=True, text=True, timeout=300)
+from conftest import run_dir_from, zlf_seed_only as zlf
 
 
 @pytest.fixture

@@ -2,28 +2,16 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from zlf import compare, report
 from zlf.ceilings import Ceilings
 
-from conftest import run_dir_from
+from conftest import run_dir_from, zlf_seed_only as zlf
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
-
-def zlf(*args, cwd, env=None):
-    """``python -m zlf ARGS`` with only the seed extension active (others are being installed right now)."""
-    full_env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "NO_COLOR")}
-    full_env.update({"ZLF_NO_PROGRESS": "1", "ZLF_EXTENSIONS": "seed", "ZLF_CACHE_DIR": str(Path(cwd) / "cache")})
-    full_env.update(env or {})
-    return subprocess.run([sys.executable, "-m", "zlf", *map(str, args)], cwd=cwd, env=full_env,
-                          capture_output=True, text=True, timeout=300)
 
 
 @pytest.fixture(scope="module")
