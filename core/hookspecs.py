@@ -154,7 +154,9 @@ def time_fn(fn, point, backend, options, op, inputs):
     :param backend: the active :class:`zlf.backends.Backend`.
     :param options: the parsed command-line namespace.
     :param op: the :class:`zlf.ops.Op` (``op.outputs`` names the output buffers in ``inputs``,
-        ``op.reference`` the expected result), e.g. to verify a replayed graph's result.
+        ``op.reference`` the expected result), e.g. to verify a replayed graph's result. Tensor
+        work of the timer's own between calls (copies, poison, comparisons) belongs inside
+        ``zlf.ops.outside(op)``: some ops hold an environment across calls (``Op.outside``).
     :param inputs: the tuple ``fn`` runs on (already checked once against the reference).
     :return: a :class:`zlf.records.Timing`, or None to let the next timer decide.
     """

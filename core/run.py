@@ -13,7 +13,7 @@ import attrs
 
 from . import __version__
 from .console import Progress
-from .ops import check_output, poison
+from .ops import check_output, outside, poison
 from .records import STATUS_FAILED, STATUS_OK, STATUS_OOM, PointRecord, jsonable_options
 from .rundir import LOG, RunDir
 
@@ -140,7 +140,8 @@ def run_point(run: Run, planned, compiler_hooks) -> PointRecord:
         with compiler_hooks.launch_window(point.id):
             returned = op.fn(*inputs)
             backend.synchronize()
-        max_err, error = check_output(op, inputs, returned, point.dtype)
+        with outside(op):
+            max_err, error = check_output(op, inputs, returned, point.dtype)
         if error:
             status = STATUS_FAILED
         else:

@@ -74,3 +74,38 @@ def zlf_seed_only(*args, cwd, env=None):
     full_env.update(env or {})
     return subprocess.run([sys.executable, "-m", "zlf", *map(str, args)], cwd=cwd, env=full_env,
                           capture_output=True, text=True, timeout=300)
+
+
+class HeldDispatch:
+    """An op environment like FlagGems' aten dispatch, for tests of ``Op.outside``: entered by
+    the op's first call and held across calls; while held, aten's ``linalg_vector_norm`` on CPU
+    refuses float64 (as FlagGems' kernel does), so zlf work done inside it fails loudly."""
+
+    def __init__(self):
+        self.lib = None
+        self.entries = 0   # how often the op's call had to enter it
+
+    def enter(self) -> None:
+        import torch
+
+        if self.lib is None:
+            self.lib = torch.library.Library("aten", "IMPL")
+            self.lib.impl("linalg_vector_norm", _refusing_vector_norm, "CPU")
+            self.entries += 1
+
+    def exit(self) -> None:
+        if self.lib is not None:
+            self.lib._destroy()
+            self.lib = None
+
+    def outside(self):
+        import contextlib
+
+        self.exit()  # the op's next call enters again
+        return contextlib.nullcontext()
+
+
+def _refusing_vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
+    if x.dtype.is_floating_point and x.element_size() == 8:
+        raise NotImplementedError("vector_norm not implemented for torch.float64")
+    raise NotImplementedError("held dispatch: vector_norm called")

@@ -12,6 +12,7 @@ import argparse
 import contextlib
 import json
 
+import attrs
 import pytest
 import torch
 
@@ -21,7 +22,7 @@ from zlf.records import Point
 from zlf_timing_cudagraph.capture_errors import MARKER, CaptureFailure, classify, marker_line
 from zlf_timing_cudagraph.plugin import CudaGraphTimer
 
-from conftest import ROOT, read_records, run_dir_from
+from conftest import ROOT, HeldDispatch, read_records, run_dir_from
 
 INVALIDATED = "CUDA error: operation failed due to a previous error during capture"
 STUCK = 'captures_underway.empty() INTERNAL ASSERT FAILED at "c10/cuda/CUDACachingAllocator.cpp":3089'
@@ -209,6 +210,30 @@ def test_a_callable_returning_its_result_is_verified_through_the_returned_tensor
     timing, _ = time_point(CudaGraphTimer(), backend, op)
     assert timing.timer == "cudagraph"
     assert timing.extra["cudagraph"]["verified"] == "returned"
+
+
+def test_the_replay_check_runs_outside_an_ops_held_environment():
+    """The replay check's copies, poison and float64 comparison are the timer's work: with an op
+    environment held across calls (FlagGems' dispatch) they run inside ``Op.outside``."""
+    backend = FakeBackend()
+    env = HeldDispatch()
+
+    def fn(x, y, out):
+        env.enter()
+        backend.launch(lambda: torch.add(x, y, out=out))
+
+    base = add_op(backend)
+    try:
+        held = attrs.evolve(base, fn=fn, outside=env.outside)
+        timing, _ = time_point(CudaGraphTimer(), backend, held)
+        assert timing.timer == "cudagraph" and timing.fallback_reason is None
+        assert timing.extra["cudagraph"]["verified"] == "outputs"
+        assert env.entries == 1 and env.lib is None  # entered by the op's calls, left for the check
+        # the control: without Op.outside the comparison meets the op's vector_norm (the point fails)
+        with pytest.raises(NotImplementedError, match="torch.float64"):
+            time_point(CudaGraphTimer(), backend, attrs.evolve(base, fn=fn))
+    finally:
+        env.exit()
 
 
 # ----------------------------------------------------------------------------- fallback

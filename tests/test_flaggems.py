@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -97,6 +98,11 @@ def test_every_point_is_checked_against_the_torch_op(zlf_cli, tmp_path):
     assert first["rand_like"]["status"] == "ok" and first["rand_like"]["max_rel_err"] is None
     assert first["rand_like"]["extra"]["check"].startswith("not checked: rand_like has random")
     assert "wrong result" in (run_dir_from(proc.stdout, tmp_path) / "flaggems_results.txt").read_text()
+    # FlagGems' own registration warnings (root logger, every use_gems()): in run.log once, not on the terminal
+    assert "Skipped registering operator" not in proc.stdout + proc.stderr
+    log = (run_dir_from(proc.stdout, tmp_path) / "run.log").read_text()
+    assert log.count("Skipped registering operator: fixture ne_.Scalar listed twice") == 1
+    assert re.search(r"registering its kernels \((\d+)x\)", log)
     # a looser tolerance passes the 1% error; the reference itself stays on
     proc = flaggems_run(zlf_cli, V5, "wrong_exp", "--dtypes", "float32", "--flaggems-tolerance", "float32=0.02",
                         check_rc=0)

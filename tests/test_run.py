@@ -2,8 +2,9 @@
 import json
 import re
 import textwrap
+from pathlib import Path
 
-from conftest import read_records, run_dir_from
+from conftest import HeldDispatch, read_records, run_dir_from
 
 OPS_FILE = '''
 import os, signal
@@ -243,3 +244,52 @@ def test_a_point_that_did_not_fit_reads_oom_in_the_table():
                                        error="OutOfMemoryError: CUDA out of memory")], colour=False)
     row = table.splitlines()[-1].split()
     assert row[:2] == ["a/1/float32", "OOM"] and row[2:5] == ["OOM", "OOM", "OOM"]
+
+
+def test_the_check_runs_outside_an_ops_held_environment(zlf_cli, tmp_path):
+    """An op whose calls need an environment held across calls (FlagGems' aten dispatch) gives
+    zlf ``Op.outside``: core's float64 check then runs on torch's kernels, not the op's."""
+    ops = tmp_path / "held_ops.py"
+    ops.write_text(textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        import torch, zlf
+        from conftest import HeldDispatch
+
+        env = HeldDispatch()
+
+        def make(shape, dtype, device):
+            x = torch.randn(shape, dtype=getattr(torch, dtype), device=device)
+            return (x, torch.empty_like(x))
+
+        def fn(x, out):
+            env.enter()
+            torch.mul(x, 2, out=out)
+
+        def op(name, **kw):
+            return zlf.Op(name=name, fn=fn, make_inputs=make, shapes=[(256,)], outputs=(1,),
+                          reference=lambda x, out: x * 2, **kw)
+
+        held = op("held", outside=env.outside)
+        unguarded = op("unguarded")
+        """))
+    proc = zlf_cli("run", f"{ops}::held", f"{ops}::unguarded", "--no-ext", "cudagraph", "--rep-ms", "2")
+    records = {r["op"]: r for r in read_records(run_dir_from(proc.stdout, tmp_path))}
+    assert records["held"]["status"] == "ok", records["held"]
+    assert records["held"]["max_rel_err"] == 0.0
+    # the control: without Op.outside the check meets the op's vector_norm and fails
+    assert records["unguarded"]["status"] == "FAILED"
+    assert "vector_norm not implemented for torch.float64" in records["unguarded"]["error"]
+
+
+def test_held_dispatch_helper_restores_torchs_kernel():
+    import torch
+
+    env = HeldDispatch()
+    env.enter()
+    try:
+        with __import__("pytest").raises(NotImplementedError):
+            torch.linalg.vector_norm(torch.ones(3, dtype=torch.float64))
+    finally:
+        env.outside()
+    assert float(torch.linalg.vector_norm(torch.ones(4, dtype=torch.float64))) == 2.0

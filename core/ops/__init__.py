@@ -19,6 +19,7 @@ and is run with ``zlf run my_ops.py::relu_op`` (or ``zlf run my_ops.py`` for eve
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import math
 import os
@@ -79,6 +80,10 @@ class Op:
     :param aliases: further keys this op answers to in shape files.
     :param variants: ``(shape, dtype) -> list of labels``: several points per (shape, dtype), one
         per label (``Point.variant``); ``make_inputs`` then receives ``variant=label``. None: one point.
+    :param outside: ``() -> context manager`` for an op whose calls need an environment held
+        across calls (e.g. FlagGems' aten dispatch, too costly to enter per call). zlf's own tensor
+        work between the op's calls -- the correctness check, a timer's verification -- runs
+        inside it (see :func:`outside`); the op's next call restores the environment. None: nothing.
     """
 
     name: str
@@ -98,6 +103,7 @@ class Op:
     aliases: tuple = ()
     description: str = ""
     variants: Optional[Callable] = None
+    outside: Optional[Callable] = None
 
     def default_shapes(self, backend) -> list:
         if backend.host_timing and self.cpu_shapes:
@@ -121,6 +127,14 @@ class Op:
 
     def tolerance_for(self, dtype: str) -> float:
         return self.tolerance.get(dtype, DEFAULT_TOLERANCE.get(dtype, 0.0))
+
+
+def outside(op):
+    """The context for zlf's own tensor work between calls of ``op`` (checks, verification):
+    ``op.outside()`` when the op has one, else nothing. Timers that compare or poison tensors
+    inside ``time_fn`` use it too, so that work never runs on the op's replacement kernels."""
+    factory = getattr(op, "outside", None)
+    return factory() if factory is not None else contextlib.nullcontext()
 
 
 def poison_tensors(tensors) -> None:

@@ -219,8 +219,13 @@ class FlagGems:
     def after_run(self, run, results):
         if not self.ops:
             return
+        logged: dict = {}
         for adapter in self.ops.values():
             adapter.exit_gems()
+            for message, times in adapter.registration_log.items():
+                logged[message] = logged.get(message, 0) + times
+        for message, times in logged.items():  # kept off the terminal, once each here
+            run.log.info(f"flaggems: use_gems() logged while registering its kernels ({times}x): {message}")
         text = render(results, self.settings.mode, self.settings.level)
         if text:
             (run.dir / RESULTS_FILE).write_text(text)

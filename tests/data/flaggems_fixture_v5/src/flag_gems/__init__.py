@@ -1,9 +1,15 @@
 """Fake flag_gems for zlf's tests: the attributes FlagGems' benchmark harness reads.
 
 ``use_gems()`` marks the FlagGems dispatch as active (``ACTIVE``); fixture ops read it to act
-as "the FlagGems kernel" (a torch op behaves differently under it).
+as "the FlagGems kernel" (a torch op behaves differently under it). Like the real one, it also
+overrides aten kernels for the process while active (a ``torch.library.Library("aten", "IMPL")``
+destroyed on exit): ``linalg_vector_norm`` then refuses float64, as FlagGems' kernel does, so
+anything that is not the FlagGems call under test and still runs inside the dispatch is caught.
 """
+import logging
 import os
+
+import torch
 
 from . import runtime
 from .runtime import torch_device_fn  # noqa: F401
@@ -22,8 +28,20 @@ class use_gems:
     def __enter__(self):
         global ACTIVE
         ACTIVE += 1
+        self.lib = torch.library.Library("aten", "IMPL")
+        self.lib.impl("linalg_vector_norm", _vector_norm, "CPU")
+        # as later FlagGems checkouts do at every use_gems() (an op listed twice in its config)
+        logging.warning("Skipped registering operator: fixture ne_.Scalar listed twice")
         return self
 
     def __exit__(self, *exc):
         global ACTIVE
         ACTIVE -= 1
+        self.lib._destroy()
+        del self.lib
+
+
+def _vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
+    if x.dtype == torch.float64:
+        raise NotImplementedError("vector_norm not implemented for torch.float64")
+    return torch.sqrt(torch.sum(x.float() * x.float()))
