@@ -132,19 +132,23 @@ class OpSpec:
 
     @classmethod
     def parse(cls, text: str) -> "OpSpec":
-        """``op``, ``op:FILE.py`` (FORMATS.md §5), or ``FILE.py[::NAME]`` as ``zlf run`` takes it."""
-        if "::" in text:
-            path, _, name = text.partition("::")
-            return cls(name or Path(path).stem, f"{os.path.abspath(path)}::{name}" if name else os.path.abspath(path),
-                       os.path.abspath(path))
-        if ":" in text:
-            name, _, path = text.partition(":")
+        """``op``, ``op:FILE.py`` (FORMATS.md §5), or ``FILE.py[::NAME]`` as ``zlf run`` takes it;
+        ``op:WORD[::NAME]`` where WORD is not a file is an extension's spelling (flaggems'
+        ``mm:blas_perf::test_blas_benchmark``), passed on unchanged."""
+        head, sep, tail = text.partition("::")
+        if ":" in head:
+            name, _, path = head.partition(":")
             if not name or not path:
                 raise UsageError(f"op {text!r}: expected OP or OP:OP_FILE")
-            if os.path.exists(path) or path.endswith(".py"):
+            is_file = os.path.exists(path) or path.endswith(".py")
+            if is_file and sep:
+                raise UsageError(f"op {text!r}: expected OP:OP_FILE or FILE.py::NAME, not both")
+            if is_file:
                 return cls(name, f"{os.path.abspath(path)}::{name}", os.path.abspath(path))
-            # not a file: an extension's spelling (flaggems' ``mm:blas_perf``), passed on unchanged
             return cls(name, text)
+        if sep:
+            return cls(tail or Path(head).stem, f"{os.path.abspath(head)}::{tail}" if tail else os.path.abspath(head),
+                       os.path.abspath(head))
         if text.endswith(".py"):
             return cls(Path(text).stem, os.path.abspath(text), os.path.abspath(text))
         return cls(text, text)

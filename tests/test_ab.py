@@ -412,8 +412,11 @@ def test_an_incomplete_round_gets_no_report(tmp_path):
 
 def test_op_spec_passes_an_extension_spelling_through(tmp_path):
     assert OpSpec.parse("mm:blas_perf") == OpSpec("mm", "mm:blas_perf")
+    assert OpSpec.parse("mm:blas_perf::test_blas_benchmark") == OpSpec("mm", "mm:blas_perf::test_blas_benchmark")
     f = tmp_path / "ops.py"
     assert OpSpec.parse(f"neg:{f}").source == str(f)  # .py: a file, even before it exists
+    with pytest.raises(UsageError, match="not both"):
+        OpSpec.parse(f"neg:{f}::neg")
 
 
 def test_task_candidate_is_no_switch_and_task_dry_run_names_zlf_task(capsys):
