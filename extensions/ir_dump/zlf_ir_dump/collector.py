@@ -219,8 +219,10 @@ def naming_markdown(legend: dict, kinds) -> str:
         f"({', '.join(kinds)}). Autotune sweep losers and variants compiled but not launched are only in "
         "`index.tsv`.",
         "",
-        "A name lists only the parameters whose values differ among the variants compiled for that kernel "
-        "under that shape (sweep losers included); when none differ it is `w<num_warps>s<num_stages>`.",
+        "A name lists only the parameters whose values differ among the variants launched for that kernel "
+        "under that shape (sweep losers and variants not launched are named among themselves, in "
+        "`index.tsv`), so a side that replays a recorded config names its files as the recording side "
+        "does; when none differ it is `w<num_warps>s<num_stages>`.",
         "",
         "| in a name | meaning |",
         "|---|---|",
