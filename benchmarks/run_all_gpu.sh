@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Every GPU check of the project, in stages, packed for a machine that returns few files:
 #   bash benchmarks/run_all_gpu.sh OUT_DIR STAGE...
-# stages: setup tests core cudagraph calibrate irdump autotune taskpkg ab
+# stages: setup tests core cudagraph calibrate irdump autotune taskpkg ab flaggems flaggems-head
+# (flaggems: the checkout in .flaggems/v5.0.2, flaggems-head: .flaggems/head; FG_STAGES picks
+# their parts, see benchmarks/flaggems_gpu.sh)
 # Each stage writes under $ZLF_GPU_WORK (default /tmp/zlf-gpu)/<stage>/ and is packed into
 # OUT_DIR/<stage>.tgz (compiler caches left out); a failing stage does not stop the next one.
 set -uo pipefail
@@ -46,6 +48,10 @@ for stage in "$@"; do
       OUT="$d" bash "$ROOT/benchmarks/taskpkg_gpu.sh" 2>&1 | tee "$d/log.txt" | tail -40 ;;
     ab)
       bash "$ROOT/benchmarks/ab_gpu.sh" --out "$d" > "$d/log.txt" 2>&1; tail -60 "$d/summary.txt" ;;
+    flaggems|flaggems-head)
+      fg="$ROOT/.flaggems/v5.0.2"; [ "$stage" = flaggems-head ] && fg="$ROOT/.flaggems/head"
+      FLAGGEMS_DIR="${FLAGGEMS_DIR:-$fg}" bash "$ROOT/benchmarks/flaggems_gpu.sh" --out "$d" > "$d/log.txt" 2>&1
+      tail -80 "$d/summary.txt" ;;
     *) echo "unknown stage $stage" ;;
   esac
   echo "===== stage $stage done in $((SECONDS - t0)) s"

@@ -10,6 +10,7 @@
 #   bash benchmarks/scale_gpu.sh --out DIR          OPS="add softmax matmul" ROUNDS=6 by default
 #   ROUNDS=2 OPS=add bash benchmarks/scale_gpu.sh --out DIR      (a quick smoke test)
 #   SIDES="--aa" ...                                              (an A/A instead of DISABLE_MMA_V3)
+#   EXTS="--ext seed" ...                                         (extensions of every run; default seed + autotune_replay)
 set -uo pipefail
 
 source "$(dirname "$0")/out_dir.sh" "$@"
@@ -18,6 +19,8 @@ ROUNDS="${ROUNDS:-6}"
 read -r -a OPS <<< "${OPS:-add softmax matmul}"
 # a switch with a known effect on H100/H200 (matmul SLOWER with it on), so "same verdicts" means something
 read -r -a SIDES <<< "${SIDES:---switch DISABLE_MMA_V3}"
+# autotune_replay: every run after round 1's A must replay its record, also through --gpus workers
+read -r -a EXTS <<< "${EXTS:---ext seed --ext autotune_replay}"
 SUMMARY="$OUT/summary.txt"
 : > "$SUMMARY"
 say() { echo "$*" | tee -a "$SUMMARY"; }
@@ -35,7 +38,7 @@ verdicts() {  # point -> verdict of a finished campaign
 campaign() {  # campaign <label> <zlf ab args...>: the campaign; wall seconds in <label>.s, exit code in <label>.rc
   local label="$1"; shift
   local t0=$(date +%s.%N)
-  zlf ab "${SIDES[@]}" "${OPS[@]}" --rounds "$ROUNDS" --ext seed --out "$OUT/$label" "$@" > "$OUT/$label.out" 2> "$OUT/$label.err"
+  zlf ab "${SIDES[@]}" "${OPS[@]}" --rounds "$ROUNDS" "${EXTS[@]}" --out "$OUT/$label" "$@" > "$OUT/$label.out" 2> "$OUT/$label.err"
   local rc=$?
   python3 -c "import sys; print(round($(date +%s.%N) - $t0, 1))" > "$OUT/$label.s"
   echo "$rc" > "$OUT/$label.rc"
@@ -43,8 +46,8 @@ campaign() {  # campaign <label> <zlf ab args...>: the campaign; wall seconds in
 dir_of() { ls -d "$OUT/$1"/ab_* | tail -1; }
 
 say "== 1. zlf run --gpus 0 against the plain path"
-zlf run "${OPS[@]}" --ext seed --out "$OUT/run_plain" > "$OUT/run_plain.out" 2>&1
-zlf run "${OPS[@]}" --ext seed --out "$OUT/run_gpus0" --gpus 0 > "$OUT/run_gpus0.out" 2>&1
+zlf run "${OPS[@]}" "${EXTS[@]}" --out "$OUT/run_plain" > "$OUT/run_plain.out" 2>&1
+zlf run "${OPS[@]}" "${EXTS[@]}" --out "$OUT/run_gpus0" --gpus 0 > "$OUT/run_gpus0.out" 2>&1
 P=$(ls -d "$OUT"/run_plain/*_* | tail -1); G=$(ls -d "$OUT"/run_gpus0/*_* | tail -1)
 if diff <(files "$P") <(files "$G") > /dev/null && diff <(cut -d'"' -f4 "$P/results.jsonl") <(cut -d'"' -f4 "$G/results.jsonl") > /dev/null; then
   say "same layout and points: $(basename "$P") / $(basename "$G")"
@@ -76,7 +79,7 @@ print("pairs split across GPUs:", bad or "none")' "$C" | tee -a "$SUMMARY"
   grep -A$((NGPU + 2)) "per worker" "$OUT/ab_all.out" | tee -a "$SUMMARY"
 
   say "== 4. a killed worker"
-  zlf ab "${SIDES[@]}" "${OPS[@]}" --rounds "$ROUNDS" --ext seed --out "$OUT/ab_kill" --gpus "$ALL" --retries 1 \
+  zlf ab "${SIDES[@]}" "${OPS[@]}" --rounds "$ROUNDS" "${EXTS[@]}" --out "$OUT/ab_kill" --gpus "$ALL" --retries 1 \
     > "$OUT/ab_kill.out" 2> "$OUT/ab_kill.err" &
   DRIVER=$!
   for _ in $(seq 1 600); do
