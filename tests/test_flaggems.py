@@ -56,6 +56,66 @@ def test_shape_injection_for_every_kind_of_benchmark_class(zlf_cli, tmp_path):
     assert "SUCCESS" in table
 
 
+def test_nested_shape_entries_become_flat_points_and_are_rebuilt(zlf_cli, tmp_path):
+    """((3, 8), (1, 2)) -- an input shape, then pads -- is point 3x8x1x2; the benchmark gets the
+    nested entry back, also for a shape from a shape file with the same number of ints."""
+    proc = flaggems_run(zlf_cli, V5, "constant_pad", "--dtypes", "float32", check_rc=0)
+    run = run_dir_from(proc.stdout, tmp_path)
+    recs = by_point(read_records(run))
+    # ((2, 3, 4), (0, 2)): its 0 is no size, so it stays in the layout; two layouts of 4 ints: l0, l1
+    assert sorted(recs) == ["constant_pad/2x3x4x2/float32/l1", "constant_pad/2x4x6x1x1/float32",
+                            "constant_pad/3x8x1x2/float32/l0"]
+    assert all(r["status"] == "ok" and r["max_rel_err"] == 0.0 for r in recs.values())
+    assert recs["constant_pad/3x8x1x2/float32/l0"]["extra"]["size_detail"] == "[torch.Size([3, 8]), [1, 2]]"
+    assert recs["constant_pad/2x3x4x2/float32/l1"]["extra"]["size_detail"] == "[torch.Size([2, 3, 4]), [0, 2]]"
+    op = json.loads((run / "meta.json").read_text())["flaggems"]["ops"]["constant_pad"]
+    assert op["nested_layouts"] == {"4": {"l0": "[2], [2]", "l1": "[3], [0, n]"}, "5": {"": "[3], [2]"}}
+    assert op["dropped_shape_entries"] == []
+    shapes = tmp_path / "pad.yaml"
+    shapes.write_text("ConstantPadBenchmark:\n  shapes: [[4, 16, 2, 3], [2, 4, 6, 3, 3]]\n")
+    proc = flaggems_run(zlf_cli, V5, "constant_pad", "--shapes", shapes, "--dtypes", "float32", check_rc=0)
+    recs = by_point(read_records(run_dir_from(proc.stdout, tmp_path)))
+    assert all(r["status"] == "ok" for r in recs.values())
+    # a shape file's shape runs every layout of its number of ints
+    assert recs["constant_pad/4x16x2x3/float32/l0"]["extra"]["size_detail"] == "[torch.Size([4, 16]), [2, 3]]"
+    assert recs["constant_pad/4x16x2x3/float32/l1"]["extra"]["size_detail"] == "[torch.Size([4, 16, 2]), [0, 3]]"
+    assert recs["constant_pad/2x4x6x3x3/float32"]["extra"]["size_detail"] == "[torch.Size([2, 4, 6]), [3, 3]]"
+
+
+def test_nested_entries_with_differing_constants_become_labelled_variants(zlf_cli, tmp_path):
+    """(shape, pads, "constant") and (shape, pads, "replicate") over the same sizes: two points
+    of one shape, labelled by the constant; a user's shape of that many ints gets both."""
+    proc = flaggems_run(zlf_cli, V5, "pad_mode", "--dtypes", "float32", check_rc=0)
+    run = run_dir_from(proc.stdout, tmp_path)
+    recs = by_point(read_records(run))
+    assert sorted(recs) == ["pad_mode/2x4x6x1x1/float32/constant", "pad_mode/3x8x1x2/float32/constant",
+                            "pad_mode/3x8x1x2/float32/replicate"]
+    assert all(r["status"] == "ok" for r in recs.values())
+    # an entry the benchmark yields no input for is no point, and run.log says so
+    assert ("pad_mode (PadModeBenchmark) yields no input for 2x4x6x1x1/float32/replicate: no point"
+            in (run / "run.log").read_text())
+    assert "{'mode': 'replicate'}" in recs["pad_mode/3x8x1x2/float32/replicate"]["extra"]["size_detail"]
+    assert "{'mode': 'constant'}" in recs["pad_mode/3x8x1x2/float32/constant"]["extra"]["size_detail"]
+    op = json.loads((run / "meta.json").read_text())["flaggems"]["ops"]["pad_mode"]
+    assert op["nested_layouts"]["4"] == {"constant": "[2], [2], 'constant'", "replicate": "[2], [2], 'replicate'"}
+    shapes = tmp_path / "pad.yaml"
+    shapes.write_text("pad_mode:\n  shapes: [[4, 16, 2, 3]]\n")
+    proc = flaggems_run(zlf_cli, V5, "pad_mode", "--shapes", shapes, "--dtypes", "float32", check_rc=0)
+    recs = by_point(read_records(run_dir_from(proc.stdout, tmp_path)))
+    assert sorted(recs) == ["pad_mode/4x16x2x3/float32/constant", "pad_mode/4x16x2x3/float32/replicate"]
+
+
+def test_a_class_wrapping_its_parents_iterator_takes_its_parents_shapes(zlf_cli, tmp_path):
+    """NegOutBenchmark.get_input_iter wraps super()'s (which walks self.shapes) and has no
+    input_fn: it is a yaml class, not one without shapes; its out= buffer is poisoned."""
+    proc = flaggems_run(zlf_cli, V5, "neg_out", "--dtypes", "float32", check_rc=0)
+    run = run_dir_from(proc.stdout, tmp_path)
+    (rec,) = read_records(run)
+    assert rec["point"] == "neg_out/16x32/float32" and rec["status"] == "ok"
+    assert rec["extra"]["flaggems"]["kind"] == "yaml"
+    assert "1 tensor(s) compared" in rec["extra"]["check"]
+
+
 def test_builtin_shapes_of_each_kind_and_failed_rows_v5(zlf_cli, tmp_path):
     proc = flaggems_run(zlf_cli, V5, "flaky_exp", "avg_pool2d", "mm", "--dtypes", "float32", check_rc=1)
     recs = by_point(read_records(run_dir_from(proc.stdout, tmp_path)))

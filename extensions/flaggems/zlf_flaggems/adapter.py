@@ -18,6 +18,10 @@ How a shape gets into a benchmark depends on the class (the ``kind``):
 * ``bespoke``: the class builds its inputs from private configs; a handler in :data:`BESPOKE`
   maps a shape to those inputs.
 
+Entries need not be flat: ``((3, 33), (1, 1))`` (a shape, then pads) or ``(4, 16, 1024, 64, True,
+False)`` is point shape ``3x33x1x1`` / ``4x16x1024x64``, and the entry's layout (nesting and
+constants) rebuilds what the benchmark gets; layouts sharing a number of ints become variants.
+
 Every point is checked like any zlf op: the benchmark's torch op runs on clones of the inputs
 in ``make_inputs``, before FlagGems' dispatch is entered, and the FlagGems call's tensors are
 compared with it (relative L2 error, :data:`TOLERANCE`).
@@ -27,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import logging
+import re
 from typing import Callable, Optional
 
 import attrs
@@ -77,6 +82,8 @@ def _upsample_aa_backward_inputs(bench, shape, dtype):
 BESPOKE = {
     "UpsampleBicubic2dAaBackwardBenchmark": Bespoke(
         "N, C, H_in, W_in, H_out, W_out", _upsample_aa_backward_shapes, _upsample_aa_backward_inputs),
+    "UpsampleBilinear2dAaBackwardBenchmark": Bespoke(  # the same _cfgs rows (later checkouts)
+        "N, C, H_in, W_in, H_out, W_out", _upsample_aa_backward_shapes, _upsample_aa_backward_inputs),
 }
 
 
@@ -120,6 +127,23 @@ def _source(fn) -> str:
         return ""
 
 
+def _iter_source(cls) -> str:
+    """The source of ``get_input_iter`` as it runs: a subclass's that wraps
+    ``super().get_input_iter(...)`` (adding an ``out=`` buffer, say) with its parent's after it."""
+    text, start = "", cls
+    while start is not None:
+        owner = _defining_class(start, "get_input_iter")
+        if owner is None:
+            break
+        own = _source(owner.get_input_iter)
+        text += own
+        if "super().get_input_iter" not in own:
+            break
+        mro = start.__mro__
+        start = mro[mro.index(owner) + 1] if mro.index(owner) + 1 < len(mro) else None
+    return text
+
+
 def _flat_int_shape(entry) -> Optional[tuple]:
     if isinstance(entry, int) and not isinstance(entry, bool):
         return (entry,)
@@ -127,6 +151,85 @@ def _flat_int_shape(entry) -> Optional[tuple]:
             isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in entry):
         return tuple(entry)
     return None
+
+
+# A nested shape entry (``((3, 33), (1, 1))``: an input shape, then pads) becomes one flat point
+# shape (3x33x1x1) of its ints; its layout rebuilds the entry from the flat shape: "i" for an int,
+# ("c", repr, value) for a constant kept as it is (a bool, string, float, or an int that is not a
+# positive size: ``accumulate=False``, a pad of 0),
+# else (list or tuple, children). Entries of one class with the same number of ints but another
+# layout (``is_causal`` True and False over the same sizes) are told apart by a variant label.
+_SCALARS = (bool, str, float, type(None))
+
+
+def _layout(entry):
+    """The layout of an entry of ints and constants in lists and tuples, or None (another type)."""
+    if isinstance(entry, _SCALARS):
+        return ("c", repr(entry), entry)
+    if isinstance(entry, int):
+        # a point's shape holds sizes; a zero or negative int (a pad of 0, a permuted dim 0) stays put
+        return "i" if entry > 0 else ("c", repr(entry), entry)
+    if type(entry) in (list, tuple) and entry:
+        children = tuple(_layout(e) for e in entry)
+        return None if None in children else (type(entry), children)
+    return None
+
+
+def _leaves(layout, entry) -> list:
+    if layout == "i":
+        return [entry]
+    if layout[0] == "c":
+        return []
+    return [v for child, e in zip(layout[1], entry) for v in _leaves(child, e)]
+
+
+def _rebuild(layout, values):
+    if layout == "i":
+        return next(values)
+    if layout[0] == "c":
+        return layout[2]
+    kind, children = layout
+    return kind(_rebuild(c, values) for c in children)
+
+
+#: the layout of a plain entry (ints only, or one int): the benchmark gets the tuple of ints
+PLAIN = "plain"
+
+
+def _constants(layout) -> list:
+    if layout == "i" or layout == PLAIN:
+        return []
+    if layout[0] == "c":
+        return [layout[2]]
+    return [c for child in layout[1] for c in _constants(child)]
+
+
+def _labels(layouts: list) -> list:
+    """Variant labels telling apart layouts with the same number of ints (``True_False`` from
+    their constants, ``l0``, ``l1`` ... when the constants do not); one layout: ``""``."""
+    if len(layouts) == 1:
+        return [""]
+    labels = ["_".join(re.sub(r"[^A-Za-z0-9.-]+", "-", str(c)).strip("-") or "x" for c in _constants(layout))
+              for layout in layouts]
+    if len(set(labels)) < len(labels) or "" in labels or any(re.fullmatch(r"v\d+", lab) for lab in labels):
+        labels = [f"l{i}" for i in range(len(layouts))]
+    return labels
+
+
+def _render(layout) -> str:
+    """``((3, 33), (1, 1))``'s layout as ``[2], [2]``: an int list as its length, an int as
+    ``n``, a constant as itself."""
+    def one(node):
+        if node == "i":
+            return "n"
+        if node[0] == "c":
+            return node[1]
+        if all(c == "i" for c in node[1]):
+            return f"[{len(node[1])}]"
+        return "[" + ", ".join(one(c) for c in node[1]) + "]"
+    if layout == PLAIN:
+        return "ints"
+    return ", ".join(one(c) for c in layout[1]) if layout != "i" and layout[0] != "c" else one(layout)
 
 
 def _dtype_name(dtype) -> str:
@@ -305,13 +408,14 @@ class BenchmarkOp:
         self.current: dict = {}     # amounts of the point being run: bytes, flops
         self._gems_ctx: Optional[contextlib.ExitStack] = None
         self.registration_log: dict = {}  # what FlagGems logged while registering: message -> times
+        self.empty: list = []  # points the benchmark yields no input for (no point made)
         try:
             bench.init_user_config()  # dtypes, metrics and shapes as FlagGems would set them
         except Exception as exc:
             if type(exc).__name__ == "Skipped":
                 raise UsageError(f"FlagGems skips {case.node_id}: {exc}") from exc
             raise UsageError(f"FlagGems {case.node_id} ({self.class_name}): {exc}") from exc
-        iter_src = _source(_defining_class(cls, "get_input_iter").get_input_iter)
+        iter_src = _iter_source(cls)
         if self.bespoke is not None:
             self.kind = KIND_BESPOKE
             shapes = self.bespoke.default_shapes(bench)
@@ -329,17 +433,44 @@ class BenchmarkOp:
                 f"FlagGems {case.node_id}: class {self.class_name} builds its inputs without self.shapes "
                 f"or input_fn; zlf has no bespoke handler for it (handlers: {', '.join(sorted(BESPOKE))})")
         self.shapes = []
+        # number of ints -> {variant label: layout}; more than one layout (e.g. is_causal True and
+        # False over the same sizes) makes more than one point per shape, labelled by the constants
+        self.layouts: dict = {}
+        self.combos: dict = {}  # built-in point shape -> the labels its entries have
+        seen: dict = {}  # number of ints -> layouts in order of first appearance
+        entries = []
         for entry in shapes:
             flat = _flat_int_shape(entry)
-            if flat is None:
-                self.dropped.append(repr(entry))
-            elif flat not in self.shapes:
+            layout = PLAIN if flat is not None else _layout(entry)
+            if layout is not None and flat is None:
+                flat = tuple(_leaves(layout, entry))
+            if layout is None or not flat:
+                self.dropped.append(repr(entry))  # another type (a dict, a tensor), or no positive int
+                continue
+            group = seen.setdefault(len(flat), [])
+            if layout not in group:
+                group.append(layout)
+            entries.append((flat, layout))
+        for n, group in seen.items():
+            self.layouts[n] = dict(zip(_labels(group), group))
+        for flat, layout in entries:
+            label = next(lab for lab, lay in self.layouts[len(flat)].items() if lay == layout)
+            if flat not in self.shapes:
                 self.shapes.append(flat)
+            labels = self.combos.setdefault(flat, [])
+            if label not in labels:
+                labels.append(label)
         if not self.shapes:
             raise UsageError(
                 f"FlagGems {case.node_id}: none of the {len(shapes)} built-in shape entries of class "
-                f"{self.class_name} is a list of positive ints (e.g. {self.dropped[:1]}); it needs a "
+                f"{self.class_name} is made of positive ints (e.g. {self.dropped[:1]}); it needs a "
                 f"bespoke handler (handlers: {', '.join(sorted(BESPOKE))})")
+        if any(lay != PLAIN for group in self.layouts.values() for lay in group.values()):
+            parts = [f"{n} ints" + (f" ({lab})" if lab else "") + f" = {_render(lay)}"
+                     for n, group in sorted(self.layouts.items()) for lab, lay in group.items() if lay != PLAIN]
+            plain = any(lay == PLAIN for group in self.layouts.values() for lay in group.values())
+            own = f"{self.shape_desc}; " if self.shape_desc and plain else ""  # the class's, for its plain entries
+            self.shape_desc = f"{own}nested entries, flattened: {'; '.join(parts)}"
         self.dtypes = [_dtype_name(d) for d in bench.to_bench_dtypes]
         random = sorted(UNCHECKED_WORDS & set(bench.op_name.split("_")))
         self.unchecked = f"not checked: {bench.op_name} has random or uninitialised output" if random else ""
@@ -365,40 +496,81 @@ class BenchmarkOp:
             bench.input_fn = own
         return seen
 
-    def input_iter(self, shape, dtype):
+    def entry(self, shape, label: str = ""):
+        """The benchmark's own shape entry for a point shape: rebuilt with the layout ``label``
+        names among those of the same number of ints (nested again, constants back in place);
+        a plain tuple when there is none."""
+        group = self.layouts.get(len(shape)) or {"": PLAIN}
+        layout = group.get(label, PLAIN if label else next(iter(group.values())))
+        if layout == PLAIN:
+            return tuple(int(d) for d in shape)
+        return _rebuild(layout, iter(int(d) for d in shape))
+
+    def input_iter(self, shape, dtype, label: str = ""):
         bench = self.bench
         if self.kind == KIND_BESPOKE:
             return self.bespoke.inputs(bench, shape, dtype)
         if self.kind == KIND_ITER:
-            return bench.input_fn(shape, dtype, bench.device)
-        bench.shapes = [tuple(shape)]
+            return bench.input_fn(self.entry(shape, label), dtype, bench.device)
+        bench.shapes = [self.entry(shape, label)]
         return bench.get_input_iter(dtype)
 
-    def _count(self, shape, dtype, device=None) -> int:
+    def layout_labels(self, shape) -> list:
+        """The layouts a point shape runs with: a built-in shape's own, a user's shape every layout
+        of its number of ints (``[""]`` when there is one)."""
+        shape = tuple(int(d) for d in shape)
+        if shape in self.combos:
+            return list(self.combos[shape])
+        return list(self.layouts.get(len(shape)) or [""])
+
+    def split_variant(self, shape, variant: str) -> tuple:
+        """``variant`` -> (layout label, input index): ``True_False+v1``, ``True_False``, ``v1``."""
+        if not variant:
+            return "", 0
+        label, _, rest = variant.rpartition("+")
+        if label:
+            return label, int(rest[1:])
+        if variant in self.layout_labels(shape):
+            return variant, 0
+        return "", int(variant[1:])
+
+    def _count(self, shape, dtype, device=None, label: str = "") -> int:
         bench = self.bench
         if device is not None:
             bench.device = device  # instance attribute shadows the class's device
         try:
-            return sum(1 for _ in self.input_iter(shape, dtype))
+            return sum(1 for _ in self.input_iter(shape, dtype, label))
         finally:
             bench.__dict__.pop("device", None)
 
     def variants(self, shape, dtype_name) -> list:
-        """One label per input the benchmark yields for this shape ("" when it yields one).
+        """One label per (layout, input) of this shape: the layout's label (constants such as
+        ``True_False``, see :meth:`layout_labels`), ``v0``, ``v1`` ... when the benchmark yields
+        several inputs (``True_False+v1`` with both); ``[""]`` for one of each.
 
         Counted on the meta device (nothing allocated); an input function that needs real data
-        is counted on the real device. A failure leaves one point, which then fails visibly."""
+        is counted on the real device. A failure leaves one point, which then fails visibly; a
+        layout the benchmark yields no input for gets no point (logged in run.log, as FlagGems
+        skips it too)."""
         from zlf.ops import torch_dtype
 
         dtype = torch_dtype(dtype_name)
-        try:
-            n = self._count(shape, dtype, "meta")
-        except Exception:
+        labels = []
+        for layout in self.layout_labels(shape):
             try:
-                n = self._count(shape, dtype)
+                n = self._count(shape, dtype, "meta", layout)
             except Exception:
-                n = 1
-        return [""] if n <= 1 else [f"v{i}" for i in range(n)]
+                try:
+                    n = self._count(shape, dtype, None, layout)
+                except Exception:
+                    n = 1
+            if n == 0:  # the benchmark itself yields nothing here (an unsafe combination it skips)
+                self.empty.append(f"{'x'.join(map(str, shape))}/{dtype_name}" + (f"/{layout}" if layout else ""))
+            elif n == 1:
+                labels.append(layout)
+            else:
+                labels.extend(f"{layout}+v{i}" if layout else f"v{i}" for i in range(n))
+        return labels
 
     def make_inputs(self, shape, dtype_name, device, variant: str = ""):
         import torch
@@ -406,9 +578,9 @@ class BenchmarkOp:
         from zlf.ops import poison, torch_dtype
 
         self.exit_gems()  # inputs and the reference are built with plain torch
-        index = int(variant[1:]) if variant else 0
+        label, index = self.split_variant(shape, variant)
         item, count = None, 0
-        for count, item in enumerate(self.input_iter(tuple(shape), torch_dtype(dtype_name))):
+        for count, item in enumerate(self.input_iter(tuple(shape), torch_dtype(dtype_name), label)):
             if count == index:
                 break
         else:
@@ -511,7 +683,11 @@ class BenchmarkOp:
     def describe(self) -> dict:
         return {"test": self.case.node_id, "class": self.class_name, "mro": list(self.aliases),
                 "kind": self.kind, "builtin_shapes": [list(s) for s in self.shapes],
-                "dropped_shape_entries": self.dropped, "gems_op": getattr(self.bench.gems_op, "__name__", None),
+                "dropped_shape_entries": self.dropped,
+                "nested_layouts": {str(n): {lab: _render(lay) for lab, lay in group.items()}
+                                   for n, group in sorted(self.layouts.items())
+                                   if any(lay != PLAIN for lay in group.values())} or None,
+                "gems_op": getattr(self.bench.gems_op, "__name__", None),
                 "torch_op": getattr(self.bench.torch_op, "__name__", repr(self.bench.torch_op)),
                 "is_backward": bool(self.bench.is_backward), "is_inplace": bool(self.bench.is_inplace),
                 "fixup": self.case.fixup or None,

@@ -178,6 +178,9 @@ class FlagGems:
             "ops": {name: a.describe() for name, a in self.ops.items()},
         }
         for name, a in self.ops.items():
+            if a.empty:
+                run.log.info(f"flaggems: {name} ({a.class_name}) yields no input for {', '.join(a.empty)}: "
+                             "no point (FlagGems skips them too)")
             if a.dropped:
                 run.log.info(f"flaggems: {name} ({a.class_name}): built-in shape entries that are not int "
                              f"lists were left out: {', '.join(a.dropped)}")

@@ -71,3 +71,78 @@ def test_upsample_bicubic2d_aa_backward_perf():
                                                  torch_op=torch.ops.aten._upsample_bicubic2d_aa_backward,
                                                  dtypes=[torch.float32])
     bench.run()
+
+
+def constant_pad_input_fn(config, dtype, device):
+    shape, pad = config
+    yield generate_tensor_input(shape, dtype, device), list(pad)
+
+
+class ConstantPadBenchmark(Benchmark):
+    """set_shapes with nested entries, (input shape, pads), as FlagGems' pad benchmarks have."""
+
+    def set_shapes(self, shape_file_path=None):
+        self.shapes = [
+            ((3, 8), (1, 2)),
+            ((2, 4, 6), (1, 1)),
+            ((2, 3, 4), (0, 2)),  # a zero pad: kept in the layout, not a size
+        ]
+
+    def get_input_iter(self, cur_dtype):
+        for config in self.shapes:
+            yield from constant_pad_input_fn(config, cur_dtype, self.device)
+
+
+@pytest.mark.constant_pad
+def test_constant_pad_perf():
+    bench = ConstantPadBenchmark(op_name="constant_pad", torch_op=torch.nn.functional.pad, dtypes=[torch.float32])
+    bench.run()
+
+
+def pad_mode_input_fn(config, dtype, device):
+    shape, pad, mode = config
+    if mode == "replicate" and len(shape) == 3:
+        return  # a combination the benchmark skips (as FlagGems' attention skips unsafe ones)
+    yield generate_tensor_input(shape, dtype, device), list(pad), {"mode": mode}
+
+
+class PadModeBenchmark(Benchmark):
+    """Nested entries whose constants differ over the same sizes (as is_causal in attention)."""
+
+    def set_shapes(self, shape_file_path=None):
+        self.shapes = [
+            ((3, 8), (1, 2), "constant"),
+            ((3, 8), (1, 2), "replicate"),
+            ((2, 4, 6), (1, 1), "constant"),
+            ((2, 4, 6), (1, 1), "replicate"),  # yields nothing: no point
+        ]
+
+    def get_input_iter(self, cur_dtype):
+        for config in self.shapes:
+            yield from pad_mode_input_fn(config, cur_dtype, self.device)
+
+
+@pytest.mark.pad_mode
+def test_pad_mode_perf():
+    bench = PadModeBenchmark(op_name="pad_mode", torch_op=torch.nn.functional.pad, dtypes=[torch.float32])
+    bench.run()
+
+
+class NegBenchmark(Benchmark):
+    def get_input_iter(self, cur_dtype):
+        for shape in self.shapes:
+            yield (generate_tensor_input(shape, cur_dtype, self.device),)
+
+
+class NegOutBenchmark(NegBenchmark):
+    """get_input_iter wraps super()'s, adding an out= buffer, as later checkouts' *Out classes do."""
+
+    def get_input_iter(self, cur_dtype):
+        for (inp,) in super().get_input_iter(cur_dtype):
+            yield inp, {"out": torch.empty_like(inp)}
+
+
+@pytest.mark.neg_out
+def test_neg_out_perf():
+    bench = NegOutBenchmark(op_name="neg_out", torch_op=torch.neg, dtypes=[torch.float32])
+    bench.run()
