@@ -82,6 +82,17 @@ def test_nested_shape_entries_become_flat_points_and_are_rebuilt(zlf_cli, tmp_pa
     assert recs["constant_pad/2x4x6x3x3/float32"]["extra"]["size_detail"] == "[torch.Size([2, 4, 6]), [3, 3]]"
 
 
+def test_dict_entries_are_flattened_in_key_order(zlf_cli, tmp_path):
+    proc = flaggems_run(zlf_cli, V5, "chunk_dict", "--dtypes", "float32", check_rc=0)
+    run = run_dir_from(proc.stdout, tmp_path)
+    recs = by_point(read_records(run))
+    assert sorted(recs) == ["chunk_dict/4x8x2/float32", "chunk_dict/8x12x3/float32"]
+    assert all(r["status"] == "ok" for r in recs.values())
+    assert recs["chunk_dict/8x12x3/float32"]["extra"]["size_detail"] == "([torch.Size([8, 12]), 3], {'dim': -1})"
+    op = json.loads((run / "meta.json").read_text())["flaggems"]["ops"]["chunk_dict"]
+    assert op["nested_layouts"] == {"3": {"": "{rows: n, cols: n, chunks: n}"}}
+
+
 def test_nested_entries_with_differing_constants_become_labelled_variants(zlf_cli, tmp_path):
     """(shape, pads, "constant") and (shape, pads, "replicate") over the same sizes: two points
     of one shape, labelled by the constant; a user's shape of that many ints gets both."""
@@ -114,6 +125,24 @@ def test_a_class_wrapping_its_parents_iterator_takes_its_parents_shapes(zlf_cli,
     assert rec["point"] == "neg_out/16x32/float32" and rec["status"] == "ok"
     assert rec["extra"]["flaggems"]["kind"] == "yaml"
     assert "1 tensor(s) compared" in rec["extra"]["check"]
+
+
+def test_a_class_fixing_its_own_inputs_gives_one_point_per_input(zlf_cli, tmp_path):
+    """No self.shapes, no input_fn: each yielded input is a point under its first tensor's shape
+    (variants when several share one); a shape file cannot move them: one line, exit 2."""
+    proc = flaggems_run(zlf_cli, V5, "triu_fixed", "--dtypes", "float32", check_rc=0)
+    run = run_dir_from(proc.stdout, tmp_path)
+    recs = by_point(read_records(run))
+    assert sorted(recs) == ["triu_fixed/4x4/float32/v0", "triu_fixed/4x4/float32/v1",
+                            "triu_fixed/8x6/float32/v0", "triu_fixed/8x6/float32/v1"]
+    assert all(r["status"] == "ok" and r["extra"]["flaggems"]["kind"] == "fixed" for r in recs.values())
+    assert "{'diagonal': 1}" in recs["triu_fixed/8x6/float32/v1"]["extra"]["size_detail"]
+    assert "torch.Size([8, 6])" in recs["triu_fixed/8x6/float32/v1"]["extra"]["size_detail"]
+    shapes = tmp_path / "triu.yaml"
+    shapes.write_text("triu_fixed:\n  shapes: [[16, 16]]\n")
+    proc = flaggems_run(zlf_cli, V5, "triu_fixed", "--shapes", shapes, "--dtypes", "float32", check_rc=2)
+    assert "fixes its own inputs; shape 16x16 is not one of them (4x4, 8x6)" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
 
 
 def test_builtin_shapes_of_each_kind_and_failed_rows_v5(zlf_cli, tmp_path):

@@ -18,6 +18,9 @@ How a shape gets into a benchmark depends on the class (the ``kind``):
 * ``bespoke``: the class builds its inputs from private configs; a handler in :data:`BESPOKE`
   maps a shape to those inputs.
 
+* ``fixed``: the class yields inputs of its own choosing (no ``self.shapes``, no ``input_fn``):
+  one point per input, under the shape of its first tensor; no other shape can be given.
+
 Entries need not be flat: ``((3, 33), (1, 1))`` (a shape, then pads) or ``(4, 16, 1024, 64, True,
 False)`` is point shape ``3x33x1x1`` / ``4x16x1024x64``, and the entry's layout (nesting and
 constants) rebuilds what the benchmark gets; layouts sharing a number of ints become variants.
@@ -52,6 +55,7 @@ KIND_YAML = "yaml"
 KIND_SET_SHAPES = "set_shapes"
 KIND_ITER = "iter_hardcoded"
 KIND_BESPOKE = "bespoke"
+KIND_FIXED = "fixed"
 
 
 # ----------------------------------------------------------------------------- bespoke handlers
@@ -157,13 +161,14 @@ def _flat_int_shape(entry) -> Optional[tuple]:
 # shape (3x33x1x1) of its ints; its layout rebuilds the entry from the flat shape: "i" for an int,
 # ("c", repr, value) for a constant kept as it is (a bool, string, float, or an int that is not a
 # positive size: ``accumulate=False``, a pad of 0),
-# else (list or tuple, children). Entries of one class with the same number of ints but another
+# ("d", children, keys) for a dict of them, else (list or tuple, children). Entries of one class with the same number of ints but another
 # layout (``is_causal`` True and False over the same sizes) are told apart by a variant label.
 _SCALARS = (bool, str, float, type(None))
 
 
 def _layout(entry):
-    """The layout of an entry of ints and constants in lists and tuples, or None (another type)."""
+    """The layout of an entry of ints and constants in lists, tuples and str-keyed dicts, or
+    None (another type)."""
     if isinstance(entry, _SCALARS):
         return ("c", repr(entry), entry)
     if isinstance(entry, int):
@@ -172,6 +177,10 @@ def _layout(entry):
     if type(entry) in (list, tuple) and entry:
         children = tuple(_layout(e) for e in entry)
         return None if None in children else (type(entry), children)
+    if type(entry) is dict and entry and all(isinstance(k, str) for k in entry):
+        # {"seq_len_q": 64, "topk": 64, ...}: the values, in the dict's order, keyed back on rebuild
+        children = tuple(_layout(v) for v in entry.values())
+        return None if None in children else ("d", children, tuple(entry))
     return None
 
 
@@ -180,7 +189,8 @@ def _leaves(layout, entry) -> list:
         return [entry]
     if layout[0] == "c":
         return []
-    return [v for child, e in zip(layout[1], entry) for v in _leaves(child, e)]
+    values = entry.values() if layout[0] == "d" else entry
+    return [v for child, e in zip(layout[1], values) for v in _leaves(child, e)]
 
 
 def _rebuild(layout, values):
@@ -188,7 +198,9 @@ def _rebuild(layout, values):
         return next(values)
     if layout[0] == "c":
         return layout[2]
-    kind, children = layout
+    if layout[0] == "d":
+        return dict(zip(layout[2], (_rebuild(c, values) for c in layout[1])))
+    kind, children = layout[:2]
     return kind(_rebuild(c, values) for c in children)
 
 
@@ -224,12 +236,16 @@ def _render(layout) -> str:
             return "n"
         if node[0] == "c":
             return node[1]
+        if node[0] == "d":
+            return "{" + ", ".join(f"{k}: {one(c)}" for k, c in zip(node[2], node[1])) + "}"
         if all(c == "i" for c in node[1]):
             return f"[{len(node[1])}]"
         return "[" + ", ".join(one(c) for c in node[1]) + "]"
     if layout == PLAIN:
         return "ints"
-    return ", ".join(one(c) for c in layout[1]) if layout != "i" and layout[0] != "c" else one(layout)
+    if layout == "i" or layout[0] in ("c", "d"):
+        return one(layout)
+    return ", ".join(one(c) for c in layout[1])
 
 
 def _dtype_name(dtype) -> str:
@@ -429,9 +445,12 @@ class BenchmarkOp:
             shapes = self._recorded_shapes()
             self.shape_desc = ""
         else:
-            raise UsageError(
-                f"FlagGems {case.node_id}: class {self.class_name} builds its inputs without self.shapes "
-                f"or input_fn; zlf has no bespoke handler for it (handlers: {', '.join(sorted(BESPOKE))})")
+            # inputs fixed by the class (no self.shapes, no input_fn): one point per yielded input,
+            # under the shape of its first tensor; they cannot be given other shapes
+            self.kind = KIND_FIXED
+            self.fixed = self._fixed_items()
+            shapes = list(self.fixed)
+            self.shape_desc = "fixed by the class: its first tensor's shape"
         self.shapes = []
         # number of ints -> {variant label: layout}; more than one layout (e.g. is_causal True and
         # False over the same sizes) makes more than one point per shape, labelled by the constants
@@ -476,6 +495,36 @@ class BenchmarkOp:
         self.unchecked = f"not checked: {bench.op_name} has random or uninitialised output" if random else ""
 
     # ------------------------------------------------------------------ shapes -> inputs
+    def _fixed_items(self) -> dict:
+        """A ``fixed`` class's inputs, by the shape of each one's first tensor: {shape: [index of
+        the input in the iteration]}. Read on the meta device (nothing allocated), else the real one."""
+        import torch
+
+        bench = self.bench
+        dtype = bench.to_bench_dtypes[0] if bench.to_bench_dtypes else torch.float32
+        errors = []
+        for device in ("meta", None):
+            if device is not None:
+                bench.device = device  # instance attribute shadows the class's device
+            try:
+                found: dict = {}
+                for index, item in enumerate(bench.get_input_iter(dtype)):
+                    first = next(iter(_flat_tensors(item)), None)
+                    shape = tuple(int(d) for d in first.shape) if first is not None else ()
+                    if not shape or min(shape) <= 0:
+                        shape = (1,)  # a 0-dim (or empty) tensor, or none: one "element"
+                    found.setdefault(shape, []).append(index)
+                if found:
+                    return found
+                errors.append("it yields no input")
+            except Exception as exc:
+                errors.append(f"{type(exc).__name__}: {exc}")
+            finally:
+                bench.__dict__.pop("device", None)
+        raise UsageError(f"FlagGems {self.case.node_id}: class {self.class_name} builds its inputs without "
+                         f"self.shapes or input_fn, and reading them failed ({'; '.join(errors)[:300]}); "
+                         f"it needs a bespoke handler (handlers: {', '.join(sorted(BESPOKE))})")
+
     def _recorded_shapes(self) -> list:
         """The list an ``iter_hardcoded`` class loops over: its iterator run with a recording input_fn."""
         import torch
@@ -508,6 +557,8 @@ class BenchmarkOp:
 
     def input_iter(self, shape, dtype, label: str = ""):
         bench = self.bench
+        if self.kind == KIND_FIXED:
+            return bench.get_input_iter(dtype)  # the class's own inputs; make_inputs picks one
         if self.kind == KIND_BESPOKE:
             return self.bespoke.inputs(bench, shape, dtype)
         if self.kind == KIND_ITER:
@@ -554,6 +605,13 @@ class BenchmarkOp:
         skips it too)."""
         from zlf.ops import torch_dtype
 
+        if self.kind == KIND_FIXED:
+            found = self.fixed.get(tuple(int(d) for d in shape))
+            if found is None:
+                raise UsageError(
+                    f"FlagGems {self.case.node_id}: class {self.class_name} fixes its own inputs; shape "
+                    f"{'x'.join(map(str, shape))} is not one of them ({', '.join('x'.join(map(str, s)) for s in self.fixed)})")
+            return [""] if len(found) == 1 else [f"v{i}" for i in range(len(found))]
         dtype = torch_dtype(dtype_name)
         labels = []
         for layout in self.layout_labels(shape):
@@ -579,6 +637,8 @@ class BenchmarkOp:
 
         self.exit_gems()  # inputs and the reference are built with plain torch
         label, index = self.split_variant(shape, variant)
+        if self.kind == KIND_FIXED:
+            index = self.fixed[tuple(int(d) for d in shape)][index]  # its place in the class's iteration
         item, count = None, 0
         for count, item in enumerate(self.input_iter(tuple(shape), torch_dtype(dtype_name), label)):
             if count == index:

@@ -146,3 +146,38 @@ class NegOutBenchmark(NegBenchmark):
 def test_neg_out_perf():
     bench = NegOutBenchmark(op_name="neg_out", torch_op=torch.neg, dtypes=[torch.float32])
     bench.run()
+
+
+TRIU_SHAPES = [(4, 4), (8, 6)]
+
+
+class TriuFixedBenchmark(Benchmark):
+    """Inputs fixed by the class: no self.shapes, no input_fn (as LinalgLuFactorBenchmark)."""
+
+    def get_input_iter(self, cur_dtype):
+        for shape in TRIU_SHAPES:
+            for diagonal in (0, 1):
+                yield torch.randn(shape, dtype=cur_dtype, device=self.device), {"diagonal": diagonal}
+
+
+@pytest.mark.triu_fixed
+def test_triu_fixed_perf():
+    bench = TriuFixedBenchmark(op_name="triu_fixed", torch_op=torch.triu, dtypes=[torch.float32])
+    bench.run()
+
+
+class ChunkDictBenchmark(Benchmark):
+    """Entries are dicts of sizes, as SparseMlaFwdBenchmark's are."""
+
+    def set_shapes(self, shape_file_path=None):
+        self.shapes = [{"rows": 8, "cols": 12, "chunks": 3}, {"rows": 4, "cols": 8, "chunks": 2}]
+
+    def get_input_iter(self, cur_dtype):
+        for p in self.shapes:
+            yield torch.randn(p["rows"], p["cols"], dtype=cur_dtype, device=self.device), p["chunks"], {"dim": -1}
+
+
+@pytest.mark.chunk_dict
+def test_chunk_dict_perf():
+    bench = ChunkDictBenchmark(op_name="chunk_dict", torch_op=torch.chunk, dtypes=[torch.float32])
+    bench.run()
