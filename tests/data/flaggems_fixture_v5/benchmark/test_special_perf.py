@@ -73,9 +73,11 @@ def test_upsample_bicubic2d_aa_backward_perf():
     bench.run()
 
 
-def constant_pad_input_fn(config, dtype, device):
-    shape, pad = config
-    yield generate_tensor_input(shape, dtype, device), list(pad)
+def pad_input_fn(config, dtype, device):
+    shape, pad, *mode = config  # (shape, pads) or (shape, pads, mode)
+    if mode == ["replicate"] and len(shape) == 3:
+        return  # a combination the benchmark skips (as FlagGems' attention skips unsafe ones)
+    yield (generate_tensor_input(shape, dtype, device), list(pad), *({"mode": m} for m in mode))
 
 
 class ConstantPadBenchmark(Benchmark):
@@ -90,23 +92,10 @@ class ConstantPadBenchmark(Benchmark):
 
     def get_input_iter(self, cur_dtype):
         for config in self.shapes:
-            yield from constant_pad_input_fn(config, cur_dtype, self.device)
+            yield from pad_input_fn(config, cur_dtype, self.device)
 
 
-@pytest.mark.constant_pad
-def test_constant_pad_perf():
-    bench = ConstantPadBenchmark(op_name="constant_pad", torch_op=torch.nn.functional.pad, dtypes=[torch.float32])
-    bench.run()
-
-
-def pad_mode_input_fn(config, dtype, device):
-    shape, pad, mode = config
-    if mode == "replicate" and len(shape) == 3:
-        return  # a combination the benchmark skips (as FlagGems' attention skips unsafe ones)
-    yield generate_tensor_input(shape, dtype, device), list(pad), {"mode": mode}
-
-
-class PadModeBenchmark(Benchmark):
+class PadModeBenchmark(ConstantPadBenchmark):
     """Nested entries whose constants differ over the same sizes (as is_causal in attention)."""
 
     def set_shapes(self, shape_file_path=None):
@@ -117,9 +106,11 @@ class PadModeBenchmark(Benchmark):
             ((2, 4, 6), (1, 1), "replicate"),  # yields nothing: no point
         ]
 
-    def get_input_iter(self, cur_dtype):
-        for config in self.shapes:
-            yield from pad_mode_input_fn(config, cur_dtype, self.device)
+
+@pytest.mark.constant_pad
+def test_constant_pad_perf():
+    bench = ConstantPadBenchmark(op_name="constant_pad", torch_op=torch.nn.functional.pad, dtypes=[torch.float32])
+    bench.run()
 
 
 @pytest.mark.pad_mode
