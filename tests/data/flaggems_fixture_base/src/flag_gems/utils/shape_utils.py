@@ -1,2 +1,0 @@
-def size_in_bytes(t):
-    return t.numel() * t.element_size()
