@@ -71,6 +71,9 @@ class Timing:
     l2: str = ""
     calls_per_sample: int = 1
     extra: dict = attrs.field(factory=dict)
+    #: host wall-clock per call (median, ms), kept by timers whose ``value_ms`` is device time only
+    #: (a kernel-activity timer): the host work of a call stays a metric of its own.
+    wall_ms: Optional[float] = None
 
     @classmethod
     def from_samples(cls, samples_ms, timer: str, **kw) -> "Timing":
@@ -99,6 +102,11 @@ class PointRecord:
     fallback_reason: Optional[str] = None
     max_rel_err: Optional[float] = None
     extra: dict = attrs.field(factory=dict)
+    #: host wall-clock per call (ms) when the timer measured device time only (see ``Timing.wall_ms``).
+    wall_ms: Optional[float] = None
+    #: the device's clock state while the point sampled (backend-defined keys; the cuda backend
+    #: writes ``sm_mhz_min``, ``sm_mhz_median``, ``sm_mhz_max``, ``throttle_reasons``, ``source``).
+    clock: Optional[dict] = None
 
     def to_json(self) -> dict:
         d = attrs.asdict(self, recurse=False)

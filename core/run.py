@@ -165,6 +165,7 @@ def run_point(run: Run, planned, compiler_hooks) -> PointRecord:
         markers=tuple(run._markers), l2=timing.l2 if timing else None,
         fallback_reason=timing.fallback_reason if timing else None,
         max_rel_err=max_err, extra={**(timing.extra if timing else {}), **run._extra},
+        wall_ms=timing.wall_ms if timing else None,
     )
     try:
         hooks.after_point(run, point, record)
