@@ -228,7 +228,9 @@ def test_the_replay_check_runs_outside_an_ops_held_environment():
         timing, _ = time_point(CudaGraphTimer(), backend, held)
         assert timing.timer == "cudagraph" and timing.fallback_reason is None
         assert timing.extra["cudagraph"]["verified"] == "outputs"
-        assert env.entries == 1 and env.lib is None  # entered by the op's calls, left for the check
+        # entered by the op's calls (again for the second direct call of the determinism check),
+        # left for every copy and comparison
+        assert env.entries == 2 and env.lib is None
         # the control: without Op.outside the comparison meets the op's vector_norm (the point fails)
         with pytest.raises(NotImplementedError, match="torch.float64"):
             time_point(CudaGraphTimer(), backend, attrs.evolve(base, fn=fn))
@@ -326,6 +328,86 @@ def test_work_on_an_unjoined_stream_is_detected_by_the_replay_check_and_marked()
     assert "still poisoned" in timing.extra["cudagraph"]["detail"]
     # The current stream's events miss such work too: the fallback synchronises the device per sample.
     assert timing.timer == "host_wall_sync"
+
+
+def _returning_op(backend, name, body, eager=False):
+    """A fake-device op of one input that returns its result (as FlagGems' ops do); ``body(x)``
+    is its one "kernel", launched on the current stream, or run eagerly (``eager``: a stream the
+    capture never joined)."""
+
+    def make(shape, dtype, device):
+        return (torch.randn(shape),)
+
+    def fn(x):
+        out = torch.empty_like(x)
+        kernel = lambda: body(x, out)  # noqa: E731
+        kernel() if eager else backend.launch(kernel)
+        return out if body.__name__ != "in_place" else x
+
+    return zlf.Op(name=name, fn=fn, make_inputs=make, shapes=[(256,)], reference=lambda x: x)
+
+
+def log10(x, out):
+    torch.log10(x, out=out)  # NaN for the negative half of randn inputs, by definition
+
+
+def in_place(x, out):
+    x.copy_(torch.arccosh(x))  # arccosh_: the second call computes f(f(x))
+
+
+def dropout(x, out):
+    out.copy_(torch.nn.functional.dropout(x, 0.5, training=True))  # a new mask every call
+
+
+@pytest.mark.parametrize("body, verified", [
+    (log10, "returned"),
+    (in_place, "written_in_place"),
+    (dropout, "written_nondeterministic"),
+])
+def test_nan_outputs_in_place_and_random_ops_are_graph_timed_not_called_unjoined(body, verified):
+    """FlagGems' log10, arccosh_ and feature_dropout launch one kernel on the current stream; the
+    replay check used to call them unjoined_stream_work (NaN made the error NaN, an in-place op
+    computed f(f(x)), a random op a new mask)."""
+    backend = FakeBackend()
+    timing, _ = time_point(CudaGraphTimer(), backend, _returning_op(backend, body.__name__, body))
+    assert timing.fallback_reason is None, timing.extra
+    assert timing.timer == "cudagraph" and timing.extra["cudagraph"]["verified"] == verified
+
+
+@pytest.mark.parametrize("body", [in_place, dropout])
+def test_unjoined_work_of_in_place_and_random_ops_is_still_caught(body):
+    """The negative control of the weaker check: a replay that writes nothing is unjoined work."""
+    backend = FakeBackend()
+    timing, point = time_point(CudaGraphTimer(), backend, _returning_op(backend, "side", body, eager=True))
+    assert timing.fallback_reason == "unjoined_stream_work"
+    assert "left untouched" in timing.extra["cudagraph"]["detail"]
+
+
+def test_an_in_place_ops_inputs_are_restored_after_the_replay_check():
+    from zlf_timing_cudagraph.graph_timer import Captured, verify_replay
+
+    backend = FakeBackend()
+    x = torch.rand(64) + 1.0  # arccosh's domain: finite values after one call
+    op = _returning_op(backend, "inplace", in_place)
+    graph = FakeGraph()
+    graph.nodes.append(lambda: in_place(x, None))
+    in_place(x, None)
+    kept = x.clone()
+    assert verify_replay(backend, Captured(graph=graph, calls=1, last=x), lambda: op.fn(x), op, (x,)) \
+        == "written_in_place"
+    # the direct call of the check applied f once more; the sentinel values are gone again
+    assert torch.allclose(x, torch.arccosh(kept), equal_nan=True)
+
+
+def test_replay_comparison_is_nan_aware():
+    from zlf_timing_cudagraph.graph_timer import _mismatch
+
+    nan, inf = float("nan"), float("inf")
+    assert _mismatch(torch.tensor([nan, 1.0, inf]), torch.tensor([nan, 1.0, inf]), 1e-3) is None
+    assert "still poisoned" in _mismatch(torch.tensor([nan, nan]), torch.tensor([nan, 1.0]), 1e-3)
+    assert "NaN in a direct call" in _mismatch(torch.tensor([2.0, 1.0]), torch.tensor([nan, 1.0]), 1e-3)
+    assert "infinities" in _mismatch(torch.tensor([inf, 1.0]), torch.tensor([-inf, 1.0]), 1e-3)
+    assert "relative error" in _mismatch(torch.tensor([nan, 2.0]), torch.tensor([nan, 1.0]), 1e-3)
 
 
 def test_no_verify_skips_the_replay_check():

@@ -167,7 +167,12 @@ def _tensors(value) -> list:
 
 
 def _mismatch(actual, expected, tolerance: float) -> Optional[str]:
-    """Why ``actual`` (replayed) is not ``expected`` (a direct call's result), or None."""
+    """Why ``actual`` (replayed) is not ``expected`` (a direct call's result), or None.
+
+    NaN-aware: an op may legitimately produce NaN (``log10`` of a negative input), so NaN must
+    sit in the same places on both sides and the error is measured over the other elements;
+    a NaN where the direct call has a number is an output the replay left poisoned.
+    """
     import torch
 
     if tuple(actual.shape) != tuple(expected.shape):
@@ -175,9 +180,18 @@ def _mismatch(actual, expected, tolerance: float) -> Optional[str]:
     if actual.numel() == 0:
         return None
     if actual.dtype.is_floating_point or actual.dtype.is_complex:
-        if bool(torch.isnan(actual).any()) and not bool(torch.isnan(expected).any()):
+        nan_a, nan_e = torch.isnan(actual), torch.isnan(expected)
+        if bool((nan_a & ~nan_e).any()):
             return "outputs left unwritten (still poisoned)"
-        a, e = actual.to(torch.float64), expected.to(torch.float64)
+        if bool((nan_e & ~nan_a).any()):
+            return "NaN in a direct call where the replay has a number"
+        wide = actual.dtype if actual.dtype.is_complex else torch.float64
+        a, e = actual.to(wide), expected.to(wide)
+        inf_a, inf_e = torch.isinf(a), torch.isinf(e)
+        if not bool(torch.equal(inf_a, inf_e)) or not bool(torch.equal(a[inf_a], e[inf_e])):
+            return "infinities differ from a direct call"
+        finite = ~(nan_a | inf_a)
+        a, e = torch.where(finite, a, torch.zeros_like(a)), torch.where(finite, e, torch.zeros_like(e))
         denom = float(torch.linalg.vector_norm(e))
         err = float(torch.linalg.vector_norm(a - e)) / (denom if denom > 0 else 1.0)
         if not err <= tolerance:
@@ -188,6 +202,58 @@ def _mismatch(actual, expected, tolerance: float) -> Optional[str]:
     return None
 
 
+def _shares_memory(target, inputs) -> bool:
+    """Whether ``target`` is (a view of) one of ``inputs``: the op works in place."""
+    import torch
+
+    try:
+        ptr = target.untyped_storage().data_ptr()
+    except Exception:  # a tensor without storage (meta, sparse) is never an input's buffer here
+        return False
+    return any(isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() == ptr
+               for t in _tensors(list(inputs or ())))
+
+
+def _sentinel(targets) -> list:
+    """Fill ``targets`` with seeded random values (not NaN: an in-place op maps NaN to NaN, so a
+    NaN poison could not tell "not written" from "written") and return copies of them."""
+    import torch
+
+    gen = torch.Generator(device=targets[0].device if targets else "cpu")
+    gen.manual_seed(0x5EED)
+    for t in targets:
+        if t.dtype.is_floating_point or t.dtype.is_complex:
+            t.copy_(torch.randn(t.shape, generator=gen, device=t.device, dtype=t.dtype))
+        elif t.dtype == torch.bool:
+            t.copy_(torch.rand(t.shape, generator=gen, device=t.device) < 0.5)
+        else:
+            info = torch.iinfo(t.dtype)
+            t.copy_(torch.randint(max(info.min, -1000), min(info.max, 1000), t.shape, generator=gen,
+                                  device=t.device, dtype=t.dtype))
+    return [t.clone() for t in targets]
+
+
+def _equal_nan(a, b) -> bool:
+    """Bit-for-bit equality where NaN equals NaN (``torch.equal`` says NaN != NaN)."""
+    import torch
+
+    if a.dtype.is_floating_point or a.dtype.is_complex:
+        nan = torch.isnan(a)
+        return bool(torch.equal(nan, torch.isnan(b))) and bool(torch.equal(a[~nan], b[~nan]))
+    return bool(torch.equal(a, b))
+
+
+#: verification outcomes (``extra.cudagraph.verified``) and what each means (docs/timing.md)
+VERIFIED = {
+    "outputs": "a replay reproduced op.outputs of a direct call",
+    "returned": "a replay reproduced the tensors a direct call returns",
+    "written_in_place": "the op writes its own inputs: a replay was only checked to write its outputs",
+    "written_nondeterministic": "two direct calls already differ (random op): a replay was only checked to write its outputs",
+    "unverifiable": "no output buffers and nothing returned to compare",
+    "off": "--cudagraph-no-verify",
+}
+
+
 def verify_replay(backend, captured: Captured, fn, op=None, inputs=None, dtype: str = "") -> str:
     """Replay the graph once on poisoned outputs and compare them with a direct call's.
 
@@ -195,32 +261,65 @@ def verify_replay(backend, captured: Captured, fn, op=None, inputs=None, dtype: 
     missing from the graph: its outputs stay poisoned after a replay, and a time measured from
     that graph would be too fast.
 
-    :return: what was checked: ``outputs`` (``op.outputs``), ``returned`` (the callable's return
-        value) or ``unverifiable`` (neither exists).
+    A comparison with a direct call only means something when direct calls agree with each
+    other: an in-place op (``arccosh_``) computes f(f(x)) on its second call, a random op
+    (dropout) a new mask. Such ops are checked by what still catches unjoined work: outputs
+    filled with a seeded pattern must have been written by the replay (an unjoined launch
+    leaves them untouched).
+
+    :return: one key of :data:`VERIFIED`.
     :raises CaptureFailure: ``unjoined_stream_work`` when the replay did not produce the outputs.
     """
     if op is not None and inputs is not None and getattr(op, "outputs", ()):
         targets, what = [inputs[i] for i in op.outputs], "outputs"
-        backend.synchronize()
-        fn()
-        backend.synchronize()
-        produced = targets
+
+        def direct():
+            backend.synchronize()
+            fn()
+            backend.synchronize()
+            return targets
     else:
         targets, what = _tensors(captured.last), "returned"
         if not targets:
             return "unverifiable"
-        backend.synchronize()
-        produced = _tensors(fn())
-        backend.synchronize()
-        if len(produced) != len(targets):
-            return "unverifiable"
+
+        def direct():
+            backend.synchronize()
+            produced = _tensors(fn())
+            backend.synchronize()
+            return produced
+    produced = direct()
+    if len(produced) != len(targets):
+        return "unverifiable"
+    tolerance = max(op.tolerance_for(dtype) if op is not None and dtype else 0.0, 1e-3)
     # copies, poison and comparison are the timer's work, not the op's: outside its environment
     with outside(op):
         expected = [t.clone() for t in produced]
+    # an output that is (a view of) an input the op reads: the op works in place
+    read = [x for i, x in enumerate(inputs or ()) if what == "returned" or i not in op.outputs]
+    in_place = any(_shares_memory(t, read) for t in targets)
+    differ = None
+    if not in_place:
+        again = direct()
+        with outside(op):
+            differ = next((why for a, e in zip(again, expected) if (why := _mismatch(a, e, tolerance))), None)
+    with outside(op):
+        if in_place or differ:
+            kept = [t.clone() for t in targets] if in_place else None
+            before = _sentinel(targets)
+            captured.graph.replay()
+            backend.synchronize()
+            untouched = all(_equal_nan(t, b) for t, b in zip(targets, before))
+            for t, k in zip(targets, kept or ()):
+                t.copy_(k)  # the op's inputs as they were, for the timed replays
+            if untouched:
+                cause = "it writes its inputs" if in_place else f"two direct calls differ ({differ})"
+                raise CaptureFailure("unjoined_stream_work",
+                                     f"graph replay: {what} left untouched ({cause}; work on a stream the capture did not join?)")
+            return "written_in_place" if in_place else "written_nondeterministic"
         poison_tensors(targets)
         captured.graph.replay()
         backend.synchronize()
-        tolerance = max(op.tolerance_for(dtype) if op is not None and dtype else 0.0, 1e-3)
         for k, (actual, exp) in enumerate(zip(targets, expected)):
             why = _mismatch(actual, exp, tolerance)
             if why:
