@@ -73,7 +73,8 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backend", metavar="NAME", help="cpu, cuda, or an extension's backend (default: detected)")
     parser.add_argument("--device", type=int, default=0, metavar="N", help="device index (default 0)")
     t = parser.add_argument_group("timing (core's direct timer)")
-    t.add_argument("--timer", metavar="EXT", help="which extension's time_fn to use when several are active")
+    t.add_argument("--timer", metavar="EXT", help="which timer to use: an extension's time_fn (cudagraph), a kernel-activity timer (cupti), "
+                        "or core (core's event timer)")
     t.add_argument("--warmup-ms", type=float, metavar="MS", help="warm-up budget per point (default: backend's, 25 on GPU)")
     t.add_argument("--rep-ms", type=float, metavar="MS", help="measurement budget per point (default: backend's, 100 on GPU)")
     l2 = t.add_mutually_exclusive_group()

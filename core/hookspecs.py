@@ -141,13 +141,13 @@ def make_inputs(op, point, backend):
 
 
 @_spec(firstresult=True)
-def time_fn(fn, point, backend, options, op, inputs):
+def time_fn(fn, point, backend, options, op, inputs, kernel_timer):
     """Time a callable that runs the point once per call.
 
     Called once per point, after its first call was checked against the reference. The
-    first non-None result wins. Core's default (``trylast``) times each sample with the backend's
-    events (host wall-clock on ``cpu``). Two active non-default implementations are an error
-    unless the user selects one (``--timer NAME``).
+    first non-None result wins. Core's default (``trylast``) times with ``kernel_timer`` when one
+    is offered, else each sample with the backend's events (host wall-clock on ``cpu``). Two
+    active non-default implementations are an error unless the user selects one (``--timer NAME``).
 
     :param fn: a no-argument callable; one call = one execution of the point.
     :param point: the :class:`zlf.records.Point`.
@@ -158,7 +158,29 @@ def time_fn(fn, point, backend, options, op, inputs):
         work of the timer's own between calls (copies, poison, comparisons) belongs inside
         ``zlf.ops.outside(op)``: some ops hold an environment across calls (``Op.outside``).
     :param inputs: the tuple ``fn`` runs on (already checked once against the reference).
+    :param kernel_timer: the :class:`zlf.timing.KernelTimer` offered for this backend through
+        :func:`kernel_timer` (None when there is none, or with ``--timer core``): what a timer
+        that cannot use its own method for a point (a graph timer whose capture failed) times
+        it with, rather than with host-inclusive events.
     :return: a :class:`zlf.records.Timing`, or None to let the next timer decide.
+    """
+
+
+@_spec(firstresult=True)
+def kernel_timer(backend, options):
+    """Offer a kernel-activity timer: the device time of every kernel a call launched, on any
+    stream, read from the platform's activity tracing (CUPTI on NVIDIA), host time excluded.
+
+    Called once per backend instance, when the first point is timed; the result is passed to
+    every ``time_fn`` as ``kernel_timer``. First non-None result wins; two active extensions
+    implementing it are an error unless ``--timer NAME`` chooses one. Core's default
+    (``trylast``) returns the backend's own (:meth:`zlf.backends.Backend.kernel_timer`).
+    An extension that cannot trace on this machine says why in one line and returns None.
+
+    :param backend: the active :class:`zlf.backends.Backend` (``backend.activity_api`` names
+        the platform's tracing interface, e.g. ``cupti``).
+    :param options: the parsed command-line namespace.
+    :return: a :class:`zlf.timing.KernelTimer`, or None.
     """
 
 

@@ -21,7 +21,9 @@ from .hookspecs import NAME
 ENTRY_POINT_GROUP = NAME
 CORE_PLUGIN = "core"
 # firstresult hooks where two providers would silently race: a second one is an error.
-EXCLUSIVE_HOOKS = ("time_fn", "make_inputs", "op_shapes")
+EXCLUSIVE_HOOKS = ("time_fn", "kernel_timer", "make_inputs", "op_shapes")
+# hooks ``--timer NAME`` chooses between; NAME may provide either one
+TIMER_HOOKS = ("time_fn", "kernel_timer")
 
 
 @attrs.frozen
@@ -162,6 +164,7 @@ class Hooks:
         self.infos = list(infos)
         self._preferred = dict(preferred or {})
         self._callers = {}
+        self._kernel_timers = {}
 
     def check_exclusive(self) -> None:
         """Raise now if two extensions race for an exclusive hook. Commands that start runs call
@@ -185,6 +188,16 @@ class Hooks:
 
     def _exclusive_caller(self, hook: str, preferred: Optional[str]):
         providers = self._providers(hook)
+        if preferred and preferred not in providers and preferred != CORE_PLUGIN and hook in TIMER_HOOKS:
+            others = {h: self._providers(h) for h in TIMER_HOOKS}
+            if not any(preferred in p for p in others.values()):
+                listing = "; ".join(f"{h}: {', '.join(p) or 'none'}" for h, p in others.items())
+                raise UsageError(f"no active extension named {preferred!r} implements a timer ({listing})")
+            if hook == "time_fn":
+                # --timer names a kernel-activity timer: core's time_fn times every point with it
+                preferred = CORE_PLUGIN
+            else:
+                preferred = None  # --timer names a time_fn; the kernel timer is chosen as usual
         if preferred:
             if preferred not in providers and preferred != CORE_PLUGIN:
                 raise UsageError(f"no active extension named {preferred!r} implements {hook}; providers: {', '.join(providers) or 'none'}")
@@ -192,7 +205,7 @@ class Hooks:
             return self.pm.subset_hook_caller(hook, remove_plugins=drop)
         if len(providers) > 1:
             names = " and ".join(f"{p!r} ({self._distribution(p)})" for p in providers)
-            option = " (choose one with --timer NAME)" if hook == "time_fn" else ""
+            option = " (choose one with --timer NAME)" if hook in TIMER_HOOKS else ""
             raise ExtensionError(
                 f"two active extensions implement {hook}: {names}; keep one with --no-ext NAME{option}"
             )
@@ -232,8 +245,17 @@ class Hooks:
     def make_inputs(self, op, point, backend):
         return self._caller("make_inputs")(op=op, point=point, backend=backend)
 
+    def kernel_timer(self, backend, options):
+        """The kernel-activity timer offered for ``backend`` (asked once per backend), or None."""
+        if backend not in self._kernel_timers:
+            self._kernel_timers[backend] = self._caller("kernel_timer")(backend=backend, options=options)
+        return self._kernel_timers[backend]
+
     def time_fn(self, fn, point, backend, options, op=None, inputs=None):
-        return self._caller("time_fn")(fn=fn, point=point, backend=backend, options=options, op=op, inputs=inputs)
+        # --timer core: core's event timer, whatever kernel timer is on offer
+        kernel = None if self._preferred.get("time_fn") == CORE_PLUGIN else self.kernel_timer(backend, options)
+        return self._caller("time_fn")(fn=fn, point=point, backend=backend, options=options, op=op, inputs=inputs,
+                                       kernel_timer=kernel)
 
     def on_compile(self, event):
         self.pm.hook.on_compile(event=event)

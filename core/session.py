@@ -41,7 +41,8 @@ class Session:
     def create(cls, options, extra_plugins=(), tolerant: bool = False) -> "Session":
         selection = Selection.from_args(getattr(options, "ext", None), getattr(options, "no_ext", None))
         pm, infos = build_plugin_manager(selection, extra_plugins=extra_plugins, tolerant=tolerant)
-        preferred = {"time_fn": options.timer} if getattr(options, "timer", None) else None
+        timer = getattr(options, "timer", None)
+        preferred = {"time_fn": timer, "kernel_timer": timer} if timer else None
         return cls(options, Hooks(pm, infos, preferred))
 
     # ------------------------------------------------------------------ backend

@@ -6,6 +6,8 @@ of samples and a 10 ms kernel about ten.
 """
 from __future__ import annotations
 
+from typing import Optional, Protocol
+
 from .records import Timing
 
 MAX_SAMPLES = 10_000
@@ -22,6 +24,31 @@ def budgets(options, backend) -> tuple:
     warmup = getattr(options, "warmup_ms", None)
     rep = getattr(options, "rep_ms", None)
     return (backend.warmup_ms if warmup is None else warmup, backend.rep_ms if rep is None else rep)
+
+
+class KernelTimer(Protocol):
+    """A kernel-activity timer, offered through the ``kernel_timer`` hook (an extension such as
+    ``cupti``) or by a backend itself (:meth:`zlf.backends.Backend.kernel_timer`).
+
+    Each sample is the device time of every kernel one call launched, on any stream, read from
+    the platform's activity records: host launch cost and unjoined streams cannot distort it.
+    """
+
+    #: what every sample is called in records (``Timing.timer``), e.g. ``cupti``.
+    name: str
+
+    def time(self, fn, backend, *, warmup_ms: float, rep_ms: float, flush_l2: bool) -> Optional[Timing]:
+        """Time ``fn`` (no arguments, one call = one execution of the point).
+
+        Budgets and L2 policy as :func:`time_direct`; the host wall-clock per call goes into
+        ``Timing.wall_ms``. Returns None when the calls launched nothing the tracer saw (the
+        caller then uses its own timer).
+        """
+
+
+def time_kernels(kernel_timer, fn, backend, *, warmup_ms: float, rep_ms: float, flush_l2: bool) -> Optional[Timing]:
+    """``kernel_timer.time(...)``: the one place core and timer extensions call a kernel timer."""
+    return kernel_timer.time(fn, backend, warmup_ms=warmup_ms, rep_ms=rep_ms, flush_l2=flush_l2)
 
 
 def time_direct(fn, backend, *, warmup_ms: float, rep_ms: float, flush_l2: bool,

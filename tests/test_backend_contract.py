@@ -435,6 +435,56 @@ def test_default_timer_runs_on_the_backend(platform, backend):
     assert 1.5 <= timing.value_ms < 200
 
 
+#: what each platform's activity_api says (docs/backends.md, "Kernel-activity timer")
+ACTIVITY_API = {"cpu": "", "cuda": "cupti", "musa": "mupti", "maca": "mcpti", "foo": ""}
+
+
+def test_kernel_activity_offer(platform, backend):
+    """No backend ships a timer of its own today: each offers None without raising, and names
+    the tracing interface a kernel-timer extension would have to speak."""
+    assert backend.activity_api == ACTIVITY_API[backend.name]
+    assert backend.kernel_timer(argparse.Namespace()) is None
+
+
+class FakeKernelTimer:
+    """A kernel-activity timer answering a fixed device time, as a vendor tracer would."""
+
+    name = "fake_activity"
+
+    def __init__(self):
+        self.calls = 0
+
+    def time(self, fn, backend, *, warmup_ms, rep_ms, flush_l2):
+        from zlf.records import Timing
+
+        self.calls += 1
+        fn()
+        return Timing.from_samples([0.004, 0.005, 0.006], timer=self.name, l2="flush" if flush_l2 else "warm",
+                                   wall_ms=0.05)
+
+
+def _hooks(timer=None):
+    """Hooks with core's defaults only (no extension active)."""
+    from zlf.plugins import Hooks, Selection, build_plugin_manager
+
+    pm, infos = build_plugin_manager(Selection(only=()))
+    return Hooks(pm, infos, {"time_fn": timer, "kernel_timer": timer} if timer else None)
+
+
+def test_a_backend_offering_its_own_kernel_timer_is_used_by_cores_timer(platform, backend, monkeypatch):
+    offered = FakeKernelTimer()
+    monkeypatch.setattr(type(backend), "kernel_timer", lambda self, options=None: offered)
+    from zlf.records import Point
+
+    point = Point("x", (1,), "float32")
+    opts = argparse.Namespace(warmup_ms=1.0, rep_ms=5.0, flush_l2=False)  # fakes cannot allocate a flush buffer
+    timing = _hooks().time_fn(lambda: None, point, backend, opts)
+    assert timing.timer == "fake_activity" and timing.wall_ms == 0.05 and offered.calls == 1
+    # --timer core: core's event timer, whatever is offered
+    timing = _hooks(timer="core").time_fn(lambda: None, point, backend, opts)
+    assert timing.timer == backend.timer_name and offered.calls == 1
+
+
 def test_flush_l2_and_free_memory(platform, backend):
     if platform.tensors:
         backend.flush_l2()  # fakes cannot allocate on a device torch does not know

@@ -166,11 +166,11 @@ def options(**kw):
     return argparse.Namespace(**base)
 
 
-def time_point(timer, backend, op, **opts):
+def time_point(timer, backend, op, kernel_timer=None, **opts):
     point = Point(op.name, (256,), "float32")
     inputs = op.make_inputs(point.shape, point.dtype, "cpu")
     return timer.time_fn(fn=lambda: op.fn(*inputs), point=point, backend=backend, options=options(**opts),
-                         op=op, inputs=inputs), point
+                         op=op, inputs=inputs, kernel_timer=kernel_timer), point
 
 
 # ----------------------------------------------------------------------------- graph mode
@@ -285,7 +285,7 @@ def test_a_failed_capture_falls_back_to_the_direct_timer_with_the_exact_marker(b
     # core's direct timer on this backend; unjoined work needs a device-wide sync per sample
     assert timing.timer == ("host_wall_sync" if reason == "unjoined_stream_work" else "fake_event")
     assert timing.fallback_reason == reason
-    assert timing.markers == (f"BENCHMARK_DIRECT_NO_CUDAGRAPH op=bad point={point.id} reason={reason}",)
+    assert timing.markers == (f"BENCHMARK_DIRECT_NO_CUDAGRAPH op=bad point={point.id} reason={reason} timer={timing.timer}",)
     assert timing.extra["cudagraph"]["fallback"] == reason and timing.extra["cudagraph"]["detail"]
     assert len(timing.samples_ms) >= 5 and timing.value_ms > 0
     assert timing.l2 == "warm"  # same L2 policy as graph mode, so one table compares like with like
@@ -309,7 +309,7 @@ def test_a_process_left_unable_to_capture_marks_every_later_point():
     assert timer.poisoned and "host_sync" in timer.poisoned
     later, point = time_point(timer, backend, add_op(backend, name="later"))
     assert later.fallback_reason == "context_poisoned"
-    assert later.markers == (f"{MARKER} op=later point={point.id} reason=context_poisoned",)
+    assert later.markers == (f"{MARKER} op=later point={point.id} reason=context_poisoned timer=fake_event",)
 
 
 def test_work_on_an_unjoined_stream_is_detected_by_the_replay_check_and_marked():
@@ -324,7 +324,7 @@ def test_work_on_an_unjoined_stream_is_detected_by_the_replay_check_and_marked()
                 shapes=[(256,)], reference=op.reference, outputs=(2,))
     timing, point = time_point(CudaGraphTimer(), backend, op)
     assert timing.fallback_reason == "unjoined_stream_work"
-    assert timing.markers == (f"{MARKER} op=side point={point.id} reason=unjoined_stream_work",)
+    assert timing.markers == (f"{MARKER} op=side point={point.id} reason=unjoined_stream_work timer=host_wall_sync",)
     assert "still poisoned" in timing.extra["cudagraph"]["detail"]
     # The current stream's events miss such work too: the fallback synchronises the device per sample.
     assert timing.timer == "host_wall_sync"
@@ -452,7 +452,7 @@ def test_on_the_cpu_backend_time_fn_returns_none_so_cores_timer_is_used(capsys):
                            options(rep_ms=2.0), op=None, inputs=())
     assert timing.timer == "host_wall"  # core's default answered
     assert timer.time_fn(fn=lambda: None, point=Point("x", (1,), "float32"), backend=backend, options=options(),
-                         op=None, inputs=()) is None
+                         op=None, inputs=(), kernel_timer=None) is None
     assert "extension cudagraph skipped" in capsys.readouterr().err
 
 
@@ -514,7 +514,7 @@ def _gpu_time(timer, backend, op, **opts):
     backend.synchronize()
     o = options(warmup_ms=10.0, rep_ms=40.0, cudagraph_replay_ms=2.0, cudagraph_max_calls=10_000, **opts)
     return timer.time_fn(fn=lambda: op.fn(*inputs), point=point, backend=backend, options=o, op=op,
-                         inputs=inputs), point
+                         inputs=inputs, kernel_timer=None), point
 
 
 @pytest.mark.gpu
@@ -539,7 +539,7 @@ def test_gpu_failed_capture_falls_back_marked_and_the_next_point_still_captures(
     timer = CudaGraphTimer()
     bad, point = _gpu_time(timer, backend, _gpu_add_op("bad", body))
     assert bad.fallback_reason == reason, bad.extra
-    assert bad.markers == (f"BENCHMARK_DIRECT_NO_CUDAGRAPH op=bad point={point.id} reason={reason}",)
+    assert bad.markers == (f"BENCHMARK_DIRECT_NO_CUDAGRAPH op=bad point={point.id} reason={reason} timer=cuda_event",)
     assert bad.timer == "cuda_event"
     backend.free_memory()  # would raise "captures_underway.empty() INTERNAL ASSERT" if the allocator were stuck
     assert timer.poisoned is None
@@ -562,7 +562,8 @@ def test_gpu_unjoined_side_stream_work_is_marked():
                 reference=lambda x, y, out: x + y, outputs=(2,))
     timing, point = _gpu_time(CudaGraphTimer(), backend, op)
     assert timing.fallback_reason == "unjoined_stream_work", timing.extra
-    assert timing.markers == (f"BENCHMARK_DIRECT_NO_CUDAGRAPH op=side point={point.id} reason=unjoined_stream_work",)
+    assert timing.markers == (f"BENCHMARK_DIRECT_NO_CUDAGRAPH op=side point={point.id} reason=unjoined_stream_work "
+                              "timer=host_wall_sync",)
 
 
 @pytest.mark.gpu
@@ -605,6 +606,6 @@ def test_gpu_zlf_run_marks_the_item_point_next_to_normal_points(zlf_cli, tmp_pat
     assert records["add_before"]["timer"] == records["add_after"]["timer"] == "cudagraph"
     item = records["add_then_item"]
     assert item["fallback_reason"] == "host_sync" and item["timer"] == "cuda_event"
-    line = f"BENCHMARK_DIRECT_NO_CUDAGRAPH op=add_then_item point={item['point']} reason=host_sync"
+    line = f"BENCHMARK_DIRECT_NO_CUDAGRAPH op=add_then_item point={item['point']} reason=host_sync timer=cuda_event"
     assert item["markers"] == [line] and line in log.splitlines()
     assert records["add_on_side_stream"]["fallback_reason"] == "unjoined_stream_work"

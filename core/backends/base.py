@@ -108,6 +108,8 @@ CONTRACT = (
     ContractItem("warp_size", "attribute", "optional", "threads per warp of the Triton target"),
     ContractItem("triton_hook_api", "method", "optional", "which Triton hook API this process has"),
     ContractItem("install_compiler_hooks", "method", "optional", "feed on_compile / on_launch"),
+    ContractItem("activity_api", "attribute", "optional", "the platform's kernel-activity tracing (cupti) or ''"),
+    ContractItem("kernel_timer", "method", "optional", "the backend's own kernel-activity timer, or None"),
 )
 
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -146,6 +148,9 @@ class Backend:
     warp_size: ClassVar[int] = 32
     #: vendor command-line tool for clocks, throttling and other processes, if any.
     smi_command: ClassVar[Optional[str]] = None
+    #: the platform's kernel-activity tracing interface (``cupti`` on NVIDIA), '' when it has none
+    #: or zlf knows of none; kernel-timer extensions offer their timer only for the API they speak.
+    activity_api: ClassVar[str] = ""
 
     # ---------------------------------------------------------------- detection
     @classmethod
@@ -304,6 +309,16 @@ class Backend:
     def busy_warnings(self) -> list:
         """Lines to warn about (another process on the device, throttling ...)."""
         return []
+
+    def kernel_timer(self, options=None):
+        """The platform's own kernel-activity timer (a :class:`zlf.timing.KernelTimer`), or None.
+
+        Optional: a vendor backend whose toolkit traces kernels (as CUPTI does) may return a
+        timer here; an extension speaking :attr:`activity_api` offers one through the
+        ``kernel_timer`` hook instead, and wins over this. Must not raise: a missing tracer
+        returns None and the event timer is used.
+        """
+        return None
 
     # ---------------------------------------------------------------- compiler hooks
     def triton_hook_api(self) -> str:

@@ -16,6 +16,7 @@ class CudaBackend(Backend):
     description = "NVIDIA GPU through torch.cuda; CUDA events around each sample"
     priority = 10
     timer_name = "cuda_event"
+    activity_api = "cupti"
     visible_devices_env = "CUDA_VISIBLE_DEVICES"
     ir_kinds = ("ttir", "ttgir", "llir", "ptx", "cubin")
     triton_target = "cuda"

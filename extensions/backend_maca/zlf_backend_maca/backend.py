@@ -35,6 +35,9 @@ class MacaBackend(CudaBackend):
     triton_target = "maca"
     warp_size = 64
     smi_command = "mx-smi"
+    # MACA's CUPTI counterpart (MCPTI, "CUDA-compatible" per public reports; not NVIDIA's CUPTI,
+    # which the cuda backend's "cupti" would claim): no zlf timer speaks it yet.
+    activity_api = "mcpti"
 
     @classmethod
     def is_available(cls) -> bool:

@@ -35,6 +35,8 @@ class MusaBackend(Backend):
     description = "Moore Threads GPU through torch_musa (torch.musa); MUSA events around each sample"
     priority = 20
     timer_name = "musa_event"
+    # the MUSA toolkit's activity API (libmupti), by public reports CUPTI-like: no zlf timer speaks it yet
+    activity_api = "mupti"
     visible_devices_env = "MUSA_VISIBLE_DEVICES"
     # FlagTree's mthreads backend stages: ttir -> ttgir -> llir -> mubin.
     ir_kinds = ("ttir", "ttgir", "llir", "mubin")

@@ -1,6 +1,6 @@
 """Why a graph capture failed, in one short word, and the marker line that says so.
 
-The word goes into ``reason=`` of ``BENCHMARK_DIRECT_NO_CUDAGRAPH`` (FORMATS.md §2), so a user can
+The word goes into ``reason=`` of ``BENCHMARK_DIRECT_NO_CUDAGRAPH``, so a user can
 grep a run for every point timed directly and see at a glance what to fix in the callable.
 CUDA reports most capture failures as one generic error ("operation failed due to a previous
 error during capture"), so the cause is read from the exception chain *and* from the Python line
@@ -70,9 +70,11 @@ class CaptureFailure(Exception):
         return f"{self.reason}: {self.detail}" if self.detail else self.reason
 
 
-def marker_line(op: str, point_id: str, reason: str) -> str:
-    """The grep-able line of FORMATS.md §2, exactly: ``BENCHMARK_DIRECT_NO_CUDAGRAPH op=.. point=.. reason=..``."""
-    return f"{MARKER} op={op} point={point_id} reason={reason}"
+def marker_line(op: str, point_id: str, reason: str, timer: str = "") -> str:
+    """The grep-able line ``BENCHMARK_DIRECT_NO_CUDAGRAPH op=.. point=.. reason=..``, then
+    ``timer=..`` naming the timer that measured the point instead (``cupti``, ``cuda_event`` ...)."""
+    line = f"{MARKER} op={op} point={point_id} reason={reason}"
+    return f"{line} timer={timer}" if timer else line
 
 
 def _chain(exc: BaseException) -> list:

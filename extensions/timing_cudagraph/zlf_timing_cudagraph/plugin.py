@@ -2,9 +2,10 @@
 
 A point whose callable cannot be captured (host sync, ``.item()``, device-to-host copy, illegal
 stream use) or whose graph does not reproduce its outputs (work on an unjoined stream) is timed
-by core's direct timer instead, and its record and run.log carry
-``BENCHMARK_DIRECT_NO_CUDAGRAPH op=<op> point=<id> reason=<cause>``: a table mixing timers says
-which rows used which (FORMATS.md §2).
+by the kernel-activity timer when one is offered (``--ext cupti``), else by core's direct timer,
+and its record and run.log carry
+``BENCHMARK_DIRECT_NO_CUDAGRAPH op=<op> point=<id> reason=<cause> timer=<timer>``: a table
+mixing timers says which rows used which.
 
 The plugin is a class so that its state (a process that can no longer capture) lives in one
 instance per plugin manager, never in a module global.
@@ -25,6 +26,12 @@ def _warn(message: str) -> None:
     from zlf.console import warn
 
     warn(message)
+
+
+def _kernel_timer_name(run):
+    hooks = getattr(run, "hooks", None)
+    timer = hooks.kernel_timer(run.backend, run.options) if hooks is not None else None
+    return getattr(timer, "name", None)
 
 
 class CudaGraphTimer:
@@ -60,6 +67,8 @@ class CudaGraphTimer:
             "skipped_reason": why,
             "timer": TIMER_NAME,
             "fallback_timer": run.backend.timer_name,
+            # the timer a point whose capture fails is measured with (None: core's direct timer)
+            "kernel_timer": _kernel_timer_name(run),
             "l2": settings.l2,
             "l2_method": settings.l2_method,
             "probe": getattr(run.options, "cudagraph_probe", "inline"),
@@ -69,7 +78,7 @@ class CudaGraphTimer:
             "warmup_ms": settings.warmup_ms,
             "rep_ms": settings.rep_ms,
             "sample": "median over replays of (replay elapsed / calls per graph)",
-            "marker": "BENCHMARK_DIRECT_NO_CUDAGRAPH op=<op> point=<id> reason=<" + "|".join(REASONS) + ">",
+            "marker": "BENCHMARK_DIRECT_NO_CUDAGRAPH op=<op> point=<id> reason=<" + "|".join(REASONS) + "> timer=<timer>",
         }
         if why:
             message = f"extension cudagraph skipped: {why}; points are timed by core's timer ({run.backend.timer_name})"
@@ -79,7 +88,7 @@ class CudaGraphTimer:
 
     # ------------------------------------------------------------------ timing
     @hookimpl
-    def time_fn(self, fn, point, backend, options, op, inputs):
+    def time_fn(self, fn, point, backend, options, op, inputs, kernel_timer):
         why = graph_support(backend)
         if why:
             if not self._skip_warned:  # embedded use without a Run: still say it once
@@ -89,20 +98,20 @@ class CudaGraphTimer:
         settings = GraphSettings.from_options(options, backend)
         probe = getattr(options, "cudagraph_probe", "inline") or "inline"
         if self.poisoned:
-            return self._direct(fn, point, backend, options, settings,
-                                CaptureFailure("context_poisoned", self.poisoned), probe)
+            return self._direct(fn, point, backend, settings, CaptureFailure("context_poisoned", self.poisoned),
+                                probe, kernel_timer)
         if probe == "subprocess":
             from .probe import probe_in_child
 
             failure = probe_in_child(options, point)
             if failure is not None:
-                return self._direct(fn, point, backend, options, settings, failure, probe)
+                return self._direct(fn, point, backend, settings, failure, probe, kernel_timer)
         dtype = getattr(point, "dtype", "")
         try:
             timing = time_graph(fn, backend, settings, op=op, inputs=inputs, dtype=dtype)
         except CaptureFailure as failure:
             self._check_health(backend, failure)
-            return self._direct(fn, point, backend, options, settings, failure, probe)
+            return self._direct(fn, point, backend, settings, failure, probe, kernel_timer)
         extra = dict(timing.extra)
         extra["cudagraph"] = {**extra.get("cudagraph", {}), "probe": probe}
         return attrs.evolve(timing, extra=extra)
@@ -124,21 +133,33 @@ class CudaGraphTimer:
             _warn(f"cudagraph: a failed capture left this process unable to capture ({self.poisoned}); "
                   "every later point is timed directly -- rerun with --cudagraph-probe subprocess")
 
-    def _direct(self, fn, point, backend, options, settings: GraphSettings, failure: CaptureFailure, probe: str):
-        """Core's direct timer for this point, with the same L2 policy as graph mode, marked."""
-        from zlf.timing import time_direct
+    def _direct(self, fn, point, backend, settings: GraphSettings, failure: CaptureFailure, probe: str,
+                kernel_timer=None):
+        """The point timed without a graph, with the same L2 policy as graph mode, marked.
 
-        # Work on a stream nobody joins is outside the current stream's events as well: only a
-        # device-wide synchronize per sample sees it (an honest upper bound, host cost included).
-        clock = _SynchronizedClock(backend) if failure.reason == "unjoined_stream_work" else backend
-        timing = time_direct(fn, clock, warmup_ms=settings.warmup_ms, rep_ms=settings.rep_ms,
-                             flush_l2=settings.flush_l2)
+        By the kernel-activity timer when one is offered (``--ext cupti``): device time of every
+        kernel on any stream, so neither host cost nor an unjoined stream distorts it. Else by
+        core's direct timer, host-inclusive (``host_wall_sync`` for unjoined work).
+        """
+        from zlf.timing import time_direct, time_kernels
+
+        timing = None
+        if kernel_timer is not None:
+            timing = time_kernels(kernel_timer, fn, backend, warmup_ms=settings.warmup_ms, rep_ms=settings.rep_ms,
+                                  flush_l2=settings.flush_l2)
+        if timing is None:
+            # Work on a stream nobody joins is outside the current stream's events as well: only a
+            # device-wide synchronize per sample sees it (an honest upper bound, host cost included).
+            clock = _SynchronizedClock(backend) if failure.reason == "unjoined_stream_work" else backend
+            timing = time_direct(fn, clock, warmup_ms=settings.warmup_ms, rep_ms=settings.rep_ms,
+                                 flush_l2=settings.flush_l2)
         extra = dict(timing.extra)
-        extra["cudagraph"] = {"fallback": failure.reason, "detail": failure.detail, "probe": probe}
+        extra["cudagraph"] = {"fallback": failure.reason, "detail": failure.detail, "probe": probe,
+                              "fallback_timer": timing.timer}
         return attrs.evolve(
             timing,
             fallback_reason=failure.reason,
-            markers=tuple(timing.markers) + (marker_line(point.op, point.id, failure.reason),),
+            markers=tuple(timing.markers) + (marker_line(point.op, point.id, failure.reason, timing.timer),),
             extra=extra,
         )
 

@@ -1,0 +1,1 @@
+"""zlf extension ``cupti``: kernel time from CUPTI activity records, offered as a kernel-activity timer."""

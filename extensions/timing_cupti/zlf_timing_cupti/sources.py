@@ -1,0 +1,169 @@
+"""Where activity records come from: CUPTI's own Python bindings, or torch's profiler (kineto).
+
+Both read the same CUPTI activity records (kernels, memcpys and memsets with device timestamps).
+A source is started once per point, marks host windows around each call, and returns every record
+and window when stopped; buffers are flushed only then, outside every timed call, so their
+handling never sits between a call's launches (and the durations are device timestamps anyway).
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from .activity import KERNEL, MEMCPY, MEMSET, ActivityRecord, Window
+
+SOURCES = ("auto", "cupti-python", "torch")
+#: bytes of one CUPTI activity buffer; a point's few thousand records fit in one
+BUFFER_BYTES = 8 * 1024 * 1024
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+class CuptiPythonSource:
+    """``cupti-python`` (module ``cupti``): the Activity API, kernels traced concurrently.
+
+    CUPTI takes one pair of buffer callbacks per process; they are registered once and write into
+    this instance's list while it is started.
+    """
+
+    name = "cupti_python"
+
+    def __init__(self, cupti):
+        self._cupti = cupti
+        self._records = []
+        self._windows = []
+        self._kinds = (cupti.ActivityKind.CONCURRENT_KERNEL, cupti.ActivityKind.MEMCPY, cupti.ActivityKind.MEMSET)
+        self._kernel_kinds = {int(cupti.ActivityKind.CONCURRENT_KERNEL), int(cupti.ActivityKind.KERNEL)}
+        self._registered = False
+
+    def _requested(self):
+        return BUFFER_BYTES, 0  # 0: no limit on records per buffer
+
+    def _completed(self, activities) -> None:
+        # Copied into plain records here: CUPTI reuses the buffer once this returns.
+        cupti = self._cupti
+        for a in activities:
+            kind = int(a.kind)
+            if kind in self._kernel_kinds:
+                self._records.append(ActivityRecord(KERNEL, str(a.name), float(a.start), float(a.end), int(a.stream_id)))
+            elif kind == int(cupti.ActivityKind.MEMCPY):
+                try:
+                    what = cupti.ActivityMemcpyKind(a.copy_kind).name
+                except Exception:  # an unknown copy kind still counts as a memcpy
+                    what = str(a.copy_kind)
+                self._records.append(ActivityRecord(MEMCPY, f"memcpy {what}", float(a.start), float(a.end),
+                                                    int(a.stream_id)))
+            elif kind == int(cupti.ActivityKind.MEMSET):
+                self._records.append(ActivityRecord(MEMSET, "memset", float(a.start), float(a.end), int(a.stream_id)))
+
+    def start(self) -> None:
+        if not self._registered:
+            self._cupti.activity_register_callbacks(self._requested, self._completed)
+            self._registered = True
+        self._records, self._windows = [], []
+        for kind in self._kinds:
+            self._cupti.activity_enable(kind)
+
+    @contextlib.contextmanager
+    def mark(self, label: str):
+        t0 = self._cupti.get_timestamp()  # the clock of every activity record
+        yield
+        self._windows.append(Window(label, float(t0), float(self._cupti.get_timestamp())))
+
+    def stop(self) -> tuple:
+        try:
+            self._cupti.activity_flush_all(1)  # 1: forced, incomplete buffers too
+        finally:
+            for kind in self._kinds:
+                self._cupti.activity_disable(kind)
+        records, windows = self._records, self._windows
+        self._records, self._windows = [], []
+        return records, windows
+
+
+_TRACE_KINDS = {"kernel": KERNEL, "gpu_memcpy": MEMCPY, "gpu_memset": MEMSET}
+_HOST_API = ("cuda_runtime", "cuda_driver")
+
+
+def records_from_trace(events) -> tuple:
+    """Records and windows from a kineto chrome trace's ``traceEvents`` (timestamps in µs).
+
+    A device record's anchor is the host time of the runtime call with the same correlation id,
+    so it lands in the window of the call that launched it whatever the clock conversion.
+    """
+    launches = {}
+    for e in events:
+        if e.get("cat") in _HOST_API and "correlation" in e.get("args", {}):
+            launches[e["args"]["correlation"]] = float(e["ts"]) * 1e3
+    records, windows = [], []
+    for e in events:
+        cat = e.get("cat")
+        if cat in _TRACE_KINDS and "dur" in e:
+            start = float(e["ts"]) * 1e3
+            args = e.get("args", {})
+            records.append(ActivityRecord(_TRACE_KINDS[cat], str(e.get("name", "")), start, start + float(e["dur"]) * 1e3,
+                                          args.get("stream"), launches.get(args.get("correlation"))))
+        elif cat == "user_annotation" and str(e.get("name", "")).startswith("zlf_") and "dur" in e:
+            start = float(e["ts"]) * 1e3
+            windows.append(Window(e["name"][len("zlf_"):], start, start + float(e["dur"]) * 1e3))
+    return records, windows
+
+
+class TorchProfilerSource:
+    """torch's profiler (kineto over CUPTI); host windows are ``record_function`` ranges."""
+
+    name = "torch_profiler"
+
+    def __init__(self):
+        self._prof = None
+
+    def start(self) -> None:
+        from torch.profiler import ProfilerActivity, profile
+
+        # CPU activity records the annotations and the runtime calls that anchor each kernel
+        self._prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+        self._prof.__enter__()
+
+    def mark(self, label: str):
+        from torch.profiler import record_function
+
+        return record_function(f"zlf_{label}")
+
+    def stop(self) -> tuple:
+        prof, self._prof = self._prof, None
+        prof.__exit__(None, None, None)
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "trace.json")
+            prof.export_chrome_trace(path)
+            with open(path) as f:
+                events = json.load(f).get("traceEvents", [])
+        return records_from_trace(events)
+
+
+def make_source(choice: str = "auto") -> tuple:
+    """``(source, None)``, or ``(None, one line saying why there is none)``; never raises."""
+    reasons = []
+    if choice in ("auto", "cupti-python"):
+        try:
+            from cupti import cupti
+
+            cupti.get_timestamp()  # loads libcupti: a missing library fails here, not mid-run
+            return CuptiPythonSource(cupti), None
+        except Exception as exc:  # absent module, absent libcupti, driver too old: all mean "not here"
+            reasons.append(f"cupti-python unusable ({_one_line(exc)})")
+    if choice in ("auto", "torch"):
+        try:
+            import torch
+            from torch.profiler import ProfilerActivity, supported_activities
+
+            if torch.cuda.is_available() and ProfilerActivity.CUDA in supported_activities():
+                return TorchProfilerSource(), None
+            reasons.append("torch's profiler has no CUDA activity here")
+        except Exception as exc:  # a torch without a profiler is "not here" as well
+            reasons.append(f"torch's profiler unusable ({_one_line(exc)})")
+    return None, "; ".join(reasons)
+

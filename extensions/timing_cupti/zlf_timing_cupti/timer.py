@@ -1,0 +1,99 @@
+"""The CUPTI kernel timer: per call, the device time of every kernel it launched, on any stream.
+
+Each sample is one call between two device-wide synchronisations (and after an L2 flush when
+asked, as core's direct timer does): its kernels' device durations, summed, whatever stream they
+ran on. Host launch cost, the synchronisation and the tracer's own work are outside every
+duration, so a 2 µs kernel reads 2 µs. Memcpys and memsets are summed apart and reported; a call
+that launches no kernel at all is timed by its memory operations (said in ``extra``).
+
+The host wall-clock per call (launches and synchronisation, tracer off) is kept in
+``Timing.wall_ms``: for ops whose host work is real (autograd), that is a metric of its own.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+
+from zlf.records import Timing
+
+from .activity import group, summary
+
+TIMER_NAME = "cupti"
+MAX_SAMPLES = 1000
+MIN_SAMPLES = 5
+#: host wall-clock samples taken after the trace, tracer off
+WALL_SAMPLES = 100
+
+
+class CuptiTimer:
+    """A :class:`zlf.timing.KernelTimer` over one activity source."""
+
+    name = TIMER_NAME
+
+    def __init__(self, source, max_samples: int = MAX_SAMPLES, min_samples: int = MIN_SAMPLES):
+        self.source = source
+        self.max_samples = max_samples
+        self.min_samples = min_samples
+
+    def time(self, fn, backend, *, warmup_ms: float, rep_ms: float, flush_l2: bool):
+        flush = backend.flush_l2 if flush_l2 else None
+        fn()
+        backend.synchronize()
+        # Size the budgets as core's direct timer does: one call with its flush, host cost included
+        # (an over-estimate of device time: fewer samples, never more than the budget allows).
+        start, end = backend.event(), backend.event()
+        start.record()
+        for _ in range(5):
+            if flush is not None:
+                flush()
+            fn()
+        end.record()
+        backend.synchronize()
+        estimate_ms = max(start.elapsed_time(end) / 5, 1e-6)
+        n_warmup = max(1, int(warmup_ms / estimate_ms))
+        n = min(self.max_samples, max(self.min_samples, int(rep_ms / estimate_ms)))
+        for _ in range(n_warmup):
+            fn()
+        backend.synchronize()
+
+        source = self.source
+        source.start()
+        try:
+            # one extra call first: the tracer's own first-launch work must not be a sample
+            for _ in range(n + 1):
+                if flush is not None:
+                    with source.mark("flush"):
+                        flush()
+                        backend.synchronize()
+                with source.mark("sample"):
+                    fn()
+                    backend.synchronize()
+        finally:
+            records, windows = source.stop()
+        calls, unassigned = group(records, windows)
+        calls = calls[1:]
+        if not calls or not any(c.kernels or c.memcpys or c.memsets for c in calls):
+            return None  # nothing on the device: the caller's own timer decides
+        kernels = any(c.kernels for c in calls)
+        samples = [(c.kernel_ns if kernels else c.memcpy_ns + c.memset_ns) / 1e6 for c in calls]
+        extra = summary(calls, source.name)
+        extra.update(warmup_calls=n_warmup, dropped_first=1, unassigned_records=unassigned)
+        if not kernels:
+            extra["value"] = "memcpy + memset (the call launched no kernel)"
+        return Timing.from_samples(samples, timer=self.name, l2="flush" if flush_l2 else "warm",
+                                   wall_ms=_wall_ms(fn, backend, flush, min(n, WALL_SAMPLES)),
+                                   extra={"cupti": extra})
+
+
+def _wall_ms(fn, backend, flush, n: int) -> float:
+    """Median host wall-clock of one call until its work is done (launches + synchronize)."""
+    walls = []
+    for _ in range(n):
+        if flush is not None:
+            flush()
+        backend.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        backend.synchronize()
+        walls.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(walls)

@@ -1,0 +1,431 @@
+"""The ``cupti`` extension: kernel time from activity records, and its place among the timers.
+
+No CUPTI here: a fake activity source stands in for it. Its "kernels" are records a fake op
+appends at a fake device clock inside the window the timer marked, so the grouping per call, the
+kernel / memcpy / memset split, the names, the dropped first call, the fallback selection and the
+marker lines are exercised on CPU. GPU tests (``-m gpu``) run the real thing.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+
+import pytest
+import torch
+
+import zlf
+from zlf.backends import CpuBackend
+from zlf.errors import UsageError
+from zlf.plugins import Hooks, Selection, build_plugin_manager
+from zlf.records import Point
+from zlf_timing_cudagraph.plugin import CudaGraphTimer
+from zlf_timing_cupti import sources
+from zlf_timing_cupti.activity import KERNEL, MEMCPY, MEMSET, SLACK_NS, ActivityRecord, CallActivity, Window, group
+from zlf_timing_cupti.plugin import CuptiPlugin
+from zlf_timing_cupti.sources import records_from_trace
+from zlf_timing_cupti.timer import CuptiTimer
+
+from conftest import read_records, run_dir_from
+from test_cudagraph import FakeBackend, _item, add_op, time_point
+
+
+# ----------------------------------------------------------------------------- the fake tracer
+class FakeSource:
+    """Activity records at a fake device clock: ``launch`` appends one where the call is now."""
+
+    name = "fake_source"
+
+    def __init__(self):
+        self.clock = 0.0
+        self.tracing = False
+        self.records, self.windows = [], []
+        self.starts = self.stops = 0
+
+    def launch(self, kind, name, duration_ns, stream=7):
+        self.clock += 100.0  # launch latency: the device starts a little after the host
+        if self.tracing:
+            self.records.append(ActivityRecord(kind, name, self.clock, self.clock + duration_ns, stream))
+        self.clock += duration_ns
+
+    def start(self):
+        self.tracing = True
+        self.starts += 1
+        self.records, self.windows = [], []
+
+    @contextlib.contextmanager
+    def mark(self, label):
+        t0 = self.clock
+        self.clock += 10.0
+        yield
+        self.clock += 10.0
+        self.windows.append(Window(label, t0, self.clock))
+
+    def stop(self):
+        self.tracing = False
+        self.stops += 1
+        return self.records, self.windows
+
+
+class TracedBackend(CpuBackend):
+    """The cpu backend (host events) whose L2 flush launches a kernel of its own, and which
+    speaks CUPTI as far as the extension can tell."""
+
+    activity_api = "cupti"
+
+    def __init__(self, source):
+        super().__init__(0)
+        self.source = source
+
+    def flush_l2(self):
+        self.source.launch(KERNEL, "flush_kernel", 5_000)
+
+
+def two_kernels_and_a_copy(source, first_ns=2_000, second_ns=3_000):
+    def fn():
+        source.launch(KERNEL, "softmax_kernel", first_ns, stream=7)
+        source.launch(MEMCPY, "memcpy DTOH", 700, stream=7)
+        source.launch(KERNEL, "reduce_kernel", second_ns, stream=9)  # another stream: still counted
+    return fn
+
+
+def _time(source, fn, flush_l2=False, rep_ms=5.0):
+    return CuptiTimer(source).time(fn, TracedBackend(source), warmup_ms=1.0, rep_ms=rep_ms, flush_l2=flush_l2)
+
+
+# ----------------------------------------------------------------------------- the timer
+def test_a_sample_is_the_sum_of_every_kernel_of_one_call_on_any_stream():
+    source = FakeSource()
+    timing = _time(source, two_kernels_and_a_copy(source))
+    assert timing.timer == "cupti" and timing.l2 == "warm"
+    assert set(timing.samples_ms) == {0.005}  # 2 µs + 3 µs of kernels; the memcpy is not in it
+    info = timing.extra["cupti"]
+    assert info["kernels_per_call"] == 2 and info["kernel_names"] == ["softmax_kernel", "reduce_kernel"]
+    assert info["memcpy_per_call"] == 1 and info["memcpy_ms"] == 0.0007
+    assert info["memset_per_call"] == 0 and info["streams"] == 2
+    assert info["source"] == "fake_source" and info["unassigned_records"] == 0
+    assert info["samples"] == len(timing.samples_ms) >= 5
+    assert timing.wall_ms is not None and timing.wall_ms >= 0
+    assert source.starts == source.stops == 1
+
+
+def test_flush_kernels_are_not_part_of_any_call():
+    source = FakeSource()
+    timing = _time(source, two_kernels_and_a_copy(source), flush_l2=True)
+    assert timing.l2 == "flush" and set(timing.samples_ms) == {0.005}
+    assert "flush_kernel" not in timing.extra["cupti"]["kernel_names"]
+
+
+def test_the_first_traced_call_is_dropped():
+    source = FakeSource()
+    calls = []
+
+    def fn():  # the first traced call is slow (the tracer's own set-up), later ones are not
+        calls.append(source.tracing)
+        slow = source.tracing and calls.count(True) == 1
+        source.launch(KERNEL, "k", 50_000 if slow else 1_000)
+
+    timing = _time(source, fn)
+    assert max(timing.samples_ms) == 0.001
+    assert timing.extra["cupti"]["dropped_first"] == 1
+    assert timing.extra["cupti"]["samples"] == calls.count(True) - 1
+
+
+def test_a_call_without_kernels_is_timed_by_its_memory_operations_and_says_so():
+    source = FakeSource()
+
+    def fn():
+        source.launch(MEMCPY, "memcpy HTOD", 4_000)
+        source.launch(MEMSET, "memset", 1_000)
+
+    timing = _time(source, fn)
+    assert set(timing.samples_ms) == {0.005}
+    assert "no kernel" in timing.extra["cupti"]["value"]
+
+
+def test_a_call_that_launches_nothing_is_left_to_the_callers_timer():
+    source = FakeSource()
+    assert _time(source, lambda: None) is None
+    assert source.stops == 1  # the tracer is stopped all the same
+
+
+def test_the_tracer_is_stopped_when_the_call_raises():
+    source = FakeSource()
+    count = []
+
+    def fn():
+        count.append(1)
+        if source.tracing:
+            raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError):
+        _time(source, fn)
+    assert source.stops == 1 and not source.tracing
+
+
+# ----------------------------------------------------------------------------- grouping
+def test_records_go_to_the_window_holding_them_or_the_nearest_one():
+    windows = [Window("flush", 0, 100), Window("sample", 110, 200), Window("flush", 210, 300), Window("sample", 310, 400)]
+    records = [
+        ActivityRecord(KERNEL, "a", 120, 150),
+        ActivityRecord(KERNEL, "b", 201, 205),   # just after the first sample: clock skew, still its own
+        ActivityRecord(KERNEL, "flush", 220, 290),
+        ActivityRecord(MEMSET, "memset", 320, 330),
+        ActivityRecord(KERNEL, "c", 330, 390),
+        ActivityRecord(KERNEL, "stray", 400 + SLACK_NS + 10, 400 + SLACK_NS + 20),  # no call's
+    ]
+    calls, unassigned = group(records, windows)
+    assert [c.names for c in calls] == [("a", "b"), ("c",)]
+    assert calls[0].kernel_ns == 34 and calls[1].memset_ns == 10 and calls[1].memsets == 1
+    assert unassigned == 1
+
+
+def test_an_anchor_wins_over_the_device_interval():
+    """torch's trace: a kernel is placed by the host time of the call that launched it."""
+    windows = [Window("sample", 0, 100), Window("sample", 200, 300)]
+    late = ActivityRecord(KERNEL, "k", 250, 260, anchor_ns=50)  # launched in call 1, ran during call 2's window
+    calls, _ = group([late], windows)
+    assert calls[0].kernels == 1 and calls[1].kernels == 0
+
+
+def test_call_activity_span_and_order():
+    call = CallActivity.of([ActivityRecord(KERNEL, "second", 50, 80, 1), ActivityRecord(KERNEL, "first", 10, 40, 2)])
+    assert call.names == ("first", "second") and call.span_ns == 70 and call.kernel_ns == 60 and call.streams == 2
+
+
+def test_records_from_a_kineto_trace():
+    events = [
+        {"ph": "X", "cat": "user_annotation", "name": "zlf_sample", "ts": 1000.0, "dur": 20.0},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 1002.0, "dur": 3.0, "args": {"correlation": 5}},
+        {"ph": "X", "cat": "kernel", "name": "log10_func_kernel_rank_1", "ts": 1010.5, "dur": 32.7,
+         "args": {"correlation": 5, "stream": 7}},
+        {"ph": "X", "cat": "gpu_memset", "name": "Memset (Device)", "ts": 1050.0, "dur": 1.0, "args": {"stream": 7}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::log10", "ts": 1001.0, "dur": 5.0},
+    ]
+    records, windows = records_from_trace(events)
+    assert windows == [Window("sample", 1_000_000.0, 1_020_000.0)]
+    kernel = next(r for r in records if r.kind == KERNEL)
+    assert kernel.name == "log10_func_kernel_rank_1" and kernel.anchor_ns == 1_002_000.0 and kernel.stream == 7
+    assert kernel.duration_ns == pytest.approx(32_700.0)
+    assert [r.kind for r in records] == [KERNEL, MEMSET]
+
+
+# ----------------------------------------------------------------------------- selection
+def _opts(**kw):
+    base = dict(warmup_ms=1.0, rep_ms=5.0, flush_l2=None, cupti_source="auto", cudagraph_probe="inline",
+                cudagraph_replay_ms=0.5, cudagraph_max_calls=50, cudagraph_no_verify=False)
+    base.update(kw)
+    return argparse.Namespace(**base)
+
+
+def test_no_cupti_on_the_backend_is_one_line_and_no_timer(capsys):
+    plugin = CuptiPlugin()
+    assert plugin.kernel_timer(backend=CpuBackend(), options=_opts()) is None
+    assert plugin.kernel_timer(backend=CpuBackend(), options=_opts()) is None
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "backend 'cpu' has no CUPTI" in err[0] and "core's timer decides" in err[0]
+
+
+def test_no_cupti_python_and_no_cuda_profiler_is_one_line_and_no_timer(capsys, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "cupti", None)  # "import cupti" raises ImportError
+    plugin = CuptiPlugin()
+    assert plugin.kernel_timer(backend=TracedBackend(FakeSource()), options=_opts()) is None
+    err = capsys.readouterr().err
+    assert "cupti-python unusable" in err and "torch's profiler" in err
+
+
+def test_a_usable_source_gives_the_cupti_timer(monkeypatch):
+    fake = FakeSource()
+    monkeypatch.setattr("zlf_timing_cupti.plugin.make_source", lambda choice: (fake, None))
+    timer = CuptiPlugin().kernel_timer(backend=TracedBackend(fake), options=_opts())
+    assert isinstance(timer, CuptiTimer) and timer.source is fake
+
+
+def test_make_source_never_raises_and_respects_the_choice(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "cupti", None)
+    source, why = sources.make_source("cupti-python")
+    assert source is None and "cupti-python" in why and "torch" not in why
+
+
+class OfferingPlugin:
+    """A kernel-timer extension over a fake source, for selection tests (cupti's own hook shape)."""
+
+    def __init__(self, source):
+        self.timer = CuptiTimer(source)
+
+    @zlf.hookimpl
+    def kernel_timer(self, backend, options):
+        return self.timer
+
+
+def _hooks(plugins, timer=None):
+    pm, infos = build_plugin_manager(Selection(only=tuple(n for n, _ in plugins)), extra_plugins=plugins)
+    return Hooks(pm, infos, {"time_fn": timer, "kernel_timer": timer} if timer else None)
+
+
+def test_graph_timer_and_kernel_timer_are_not_a_conflict():
+    source = FakeSource()
+    hooks = _hooks([("graphtimer", CudaGraphTimer()), ("ktimer", OfferingPlugin(source))])
+    hooks.check_exclusive()  # no "two active extensions implement time_fn"
+
+
+def test_timer_cupti_times_every_point_with_the_kernel_timer_even_next_to_the_graph_timer():
+    source = FakeSource()
+    backend = TracedBackend(source)
+    hooks = _hooks([("graphtimer", CudaGraphTimer()), ("ktimer", OfferingPlugin(source))], timer="ktimer")
+    timing = hooks.time_fn(two_kernels_and_a_copy(source), Point("x", (1,), "float32"), backend, _opts())
+    assert timing.timer == "cupti" and set(timing.samples_ms) == {0.005}
+
+
+def test_timer_core_ignores_the_kernel_timer():
+    source = FakeSource()
+    hooks = _hooks([("ktimer", OfferingPlugin(source))], timer="core")
+    timing = hooks.time_fn(two_kernels_and_a_copy(source), Point("x", (1,), "float32"), TracedBackend(source),
+                           _opts(flush_l2=False))
+    assert timing.timer == "host_wall" and source.starts == 0
+
+
+def test_unknown_timer_is_a_usage_error_naming_both_kinds():
+    hooks = _hooks([("ktimer", OfferingPlugin(FakeSource()))], timer="nobody")
+    with pytest.raises(UsageError, match="kernel_timer: ktimer"):
+        hooks.check_exclusive()
+
+
+def test_two_kernel_timers_are_an_error_unless_one_is_chosen():
+    from zlf.errors import ExtensionError
+
+    plugins = [("one", OfferingPlugin(FakeSource())), ("two", OfferingPlugin(FakeSource()))]
+    with pytest.raises(ExtensionError, match="--timer"):
+        _hooks(plugins).check_exclusive()
+    _hooks(plugins, timer="two").check_exclusive()
+
+
+# ----------------------------------------------------------------------------- graph timer fallback
+class FakeKernelTimer:
+    name = "cupti"
+
+    def __init__(self):
+        self.calls = 0
+
+    def time(self, fn, backend, *, warmup_ms, rep_ms, flush_l2):
+        from zlf.records import Timing
+
+        self.calls += 1
+        fn()
+        return Timing.from_samples([0.002] * 5, timer=self.name, l2="flush" if flush_l2 else "warm", wall_ms=0.03)
+
+
+@pytest.mark.parametrize("unjoined", [False, True])
+def test_a_point_the_graph_cannot_capture_is_timed_by_the_kernel_timer_and_marked(unjoined):
+    backend = FakeBackend()
+    kernel = FakeKernelTimer()
+    if unjoined:
+        def side(backend, x, y, out):
+            torch.add(x, y, out=out)  # eager: a stream the capture never joined
+
+        op = add_op(backend, name="side")
+        op = zlf.Op(name="side", fn=lambda x, y, out: side(backend, x, y, out), make_inputs=op.make_inputs,
+                    shapes=[(256,)], reference=op.reference, outputs=(2,))
+        reason = "unjoined_stream_work"
+    else:
+        op, reason = add_op(backend, _item, name="bad"), "host_sync"
+    timing, point = time_point(CudaGraphTimer(), backend, op, kernel_timer=kernel)
+    assert kernel.calls == 1
+    assert timing.timer == "cupti" and timing.fallback_reason == reason  # never host_wall_sync with CUPTI
+    assert timing.markers == (f"BENCHMARK_DIRECT_NO_CUDAGRAPH op={op.name} point={point.id} reason={reason} timer=cupti",)
+    assert timing.extra["cudagraph"]["fallback_timer"] == "cupti" and timing.wall_ms == 0.03
+
+
+def test_a_capturable_point_stays_on_the_graph_timer_with_a_kernel_timer_offered():
+    backend = FakeBackend()
+    kernel = FakeKernelTimer()
+    timing, _ = time_point(CudaGraphTimer(), backend, add_op(backend), kernel_timer=kernel)
+    assert timing.timer == "cudagraph" and kernel.calls == 0
+
+
+# ----------------------------------------------------------------------------- end to end on cpu
+def test_zlf_run_with_cupti_on_cpu_says_so_in_one_line_and_core_times(zlf_cli, tmp_path):
+    proc = zlf_cli("run", "--ext", "cupti", "add", "--rep-ms", "5", "--warmup-ms", "1", check_rc=0)
+    lines = [l for l in proc.stderr.splitlines() if "extension cupti" in l]
+    assert len(lines) == 1 and "no kernel-activity timer" in lines[0], proc.stderr
+    run_dir = run_dir_from(proc.stdout, tmp_path)
+    assert {r["timer"] for r in read_records(run_dir)} == {"host_wall"}
+    meta = json.loads((run_dir / "meta.json").read_text())
+    assert meta["cupti"]["active"] is False and "no CUPTI" in meta["cupti"]["unavailable_reason"]
+    assert "extension cupti" in (run_dir / "run.log").read_text()
+
+
+def test_zlf_run_timer_cupti_on_cpu_runs(zlf_cli, tmp_path):
+    proc = zlf_cli("run", "--ext", "cupti,cudagraph", "--timer", "cupti", "add", "--rep-ms", "5", "--warmup-ms", "1",
+                   check_rc=0)
+    assert {r["timer"] for r in read_records(run_dir_from(proc.stdout, tmp_path))} == {"host_wall"}
+
+
+# ----------------------------------------------------------------------------- GPU
+def _cuda():
+    from zlf.backends import CudaBackend
+
+    backend = CudaBackend(0)
+    backend.setup()
+    return backend
+
+
+def _real_timer(choice):
+    source, why = sources.make_source(choice)
+    if source is None:
+        pytest.skip(why)
+    return CuptiTimer(source)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("choice", ["cupti-python", "torch"])
+def test_gpu_cupti_times_one_add_kernel(choice):
+    from zlf.ops.builtin import add
+
+    backend = _cuda()
+    x, y = torch.randn(1 << 20, device="cuda"), torch.randn(1 << 20, device="cuda")
+    out = torch.empty_like(x)
+    timing = _real_timer(choice).time(lambda: add(x, y, out), backend, warmup_ms=5, rep_ms=20, flush_l2=True)
+    info = timing.extra["cupti"]
+    assert timing.timer == "cupti" and info["kernels_per_call"] == 1
+    assert "add_kernel" in info["kernel_names"][0]
+    assert 0.0005 < timing.value_ms < 0.1 and timing.wall_ms > timing.value_ms
+
+
+@pytest.mark.gpu
+def test_gpu_side_stream_kernel_is_counted():
+    from zlf.ops.builtin import add
+
+    backend = _cuda()
+    side = torch.cuda.Stream()
+    x, y = torch.randn(1 << 20, device="cuda"), torch.randn(1 << 20, device="cuda")
+    out = torch.empty_like(x)
+
+    def fn():
+        add(x, y, out)
+        with torch.cuda.stream(side):
+            add(x, y, out)
+
+    timing = _real_timer("auto").time(fn, backend, warmup_ms=5, rep_ms=20, flush_l2=False)
+    assert timing.extra["cupti"]["kernels_per_call"] == 2 and timing.extra["cupti"]["streams"] == 2
+
+
+@pytest.mark.gpu
+def test_gpu_log10_of_negative_inputs_is_graph_timed():
+    """NaN in the output is log10's answer, not unjoined work (FlagGems' log10 fell back on it)."""
+    backend = _cuda()
+
+    def make(shape, dtype, device):
+        return (torch.randn(shape, device=device),)
+
+    op = zlf.Op(name="log10", fn=torch.log10, make_inputs=make, shapes=[(1 << 20,)], reference=torch.log10)
+    point = Point("log10", (1 << 20,), "float32")
+    inputs = op.make_inputs(point.shape, point.dtype, backend.device)
+    timing = CudaGraphTimer().time_fn(fn=lambda: op.fn(*inputs), point=point, backend=backend,
+                                      options=_opts(warmup_ms=5.0, rep_ms=20.0, cudagraph_max_calls=10_000),
+                                      op=op, inputs=inputs, kernel_timer=None)
+    assert timing.timer == "cudagraph" and timing.fallback_reason is None, timing.extra
