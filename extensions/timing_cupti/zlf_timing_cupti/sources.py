@@ -26,8 +26,9 @@ def _one_line(exc: BaseException) -> str:
 class CuptiPythonSource:
     """``cupti-python`` (module ``cupti``): the Activity API, kernels traced concurrently.
 
-    CUPTI takes one pair of buffer callbacks per process; they are registered once and write into
-    this instance's list while it is started.
+    CUPTI takes one pair of buffer callbacks per process, and another client (torch's profiler)
+    may have replaced ours since the last point: they are registered again at every start, while
+    no activity kind is enabled.
     """
 
     name = "cupti_python"
@@ -38,7 +39,6 @@ class CuptiPythonSource:
         self._windows = []
         self._kinds = (cupti.ActivityKind.CONCURRENT_KERNEL, cupti.ActivityKind.MEMCPY, cupti.ActivityKind.MEMSET)
         self._kernel_kinds = {int(cupti.ActivityKind.CONCURRENT_KERNEL), int(cupti.ActivityKind.KERNEL)}
-        self._registered = False
 
     def _requested(self):
         return BUFFER_BYTES, 0  # 0: no limit on records per buffer
@@ -61,9 +61,7 @@ class CuptiPythonSource:
                 self._records.append(ActivityRecord(MEMSET, "memset", float(a.start), float(a.end), int(a.stream_id)))
 
     def start(self) -> None:
-        if not self._registered:
-            self._cupti.activity_register_callbacks(self._requested, self._completed)
-            self._registered = True
+        self._cupti.activity_register_callbacks(self._requested, self._completed)
         self._records, self._windows = [], []
         for kind in self._kinds:
             self._cupti.activity_enable(kind)

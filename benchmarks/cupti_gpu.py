@@ -1,0 +1,449 @@
+"""The CUPTI kernel timer on one NVIDIA GPU (a benchmark, not a test); under 5 minutes on an H200.
+
+First, as every GPU script here (cupti-python and pyelftools travel as wheels in .whl/):
+
+    python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+
+This script runs that line itself when ``import cupti`` fails, and installs zlf's extensions
+editable when they are missing. Then:
+
+1. the built-in kernels (add, softmax, matmul; matmul pinned to one config) timed in one process
+   by the ``cupti`` timer (L2 flushed, and warm) and by the ``cudagraph`` timer (warm), against
+   Nsight Compute's ``gpu__time_duration.sum`` (``ncu --clock-control none``, caches flushed):
+   ratios per kernel, target cupti(flushed) / ncu <= 1.02 for kernels >= 2 us;
+2. the same in 6 independent processes: spread of each kernel's median, cupti against cudagraph;
+3. FlagGems v5.3.4 ``log10`` and ``softmax_backward`` (float32) before (``--ext flaggems --ext
+   cudagraph``) and after (``... --ext cupti``), against CUPTI read through torch's profiler in a
+   separate process (sum of every kernel's duration over N calls / N); target within 3 %;
+4. the paged-KV task package's CUDA C++ candidate with ``--ext cupti`` (and before, with
+   ``--ext cudagraph``) against the same kind of reference.
+
+Usage: ``python3 benchmarks/cupti_gpu.py --out DIR`` (``--parts 1,2,3,4`` to choose). Writes
+DIR/cupti_gpu.json, DIR/summary.md and every log and run directory under DIR; prints the tables.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import glob
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+SITE = "/tmp/site"
+WHEELS = "python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site"
+FLAGGEMS = ROOT / ".flaggems" / "v5.3.4"
+TASK = ROOT / "examples" / "tasks" / "paged_kv_decode"
+TASK_CASES = "1,4,8,12"
+DEADLINE_S = 280
+NCU_WARM, NCU_RUNS = 2, 5
+KERNEL_RE = "add_kernel|softmax_kernel|matmul_kernel"
+
+
+# ----------------------------------------------------------------------------- set-up
+def _env() -> dict:
+    env = dict(os.environ, ZLF_NO_PROGRESS="1", NO_COLOR="1", PYTHONUNBUFFERED="1", FLAGGEMS_DIR=str(FLAGGEMS))
+    if os.path.isdir(SITE):
+        env["PYTHONPATH"] = SITE + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def setup(notes: list) -> None:
+    """The wheels line (when cupti is not importable) and the extensions this script uses."""
+    probe = subprocess.run([sys.executable, "-c", "from cupti import cupti"], env=_env(), capture_output=True)
+    if probe.returncode != 0 and glob.glob(str(ROOT / ".whl" / "*.whl")):
+        proc = subprocess.run(["bash", "-c", WHEELS.split(" && export")[0]], cwd=ROOT, capture_output=True, text=True)
+        notes.append(f"wheels installed to {SITE} (rc={proc.returncode})")
+    if SITE not in sys.path and os.path.isdir(SITE):
+        sys.path.insert(0, SITE)
+        os.environ["PYTHONPATH"] = _env()["PYTHONPATH"]
+    missing = [e for e, mod in (("timing_cupti", "zlf_timing_cupti"), ("timing_cudagraph", "zlf_timing_cudagraph"),
+                                ("flaggems", "zlf_flaggems"), ("taskpkg", "zlf_taskpkg"), ("seed", "zlf_seed"))
+               if subprocess.run([sys.executable, "-c", f"import {mod}"], env=_env(), capture_output=True).returncode]
+    if missing:
+        args = [a for e in missing for a in ("-e", str(ROOT / "extensions" / e))]
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", *args],
+                       capture_output=True, text=True)
+        notes.append(f"installed extensions: {', '.join(missing)}")
+
+
+def _zlf(args, log: Path, timeout: int = 240) -> dict:
+    """``python -m zlf ARGS``; its output to ``log``; the run directory's records when there is one."""
+    cmd = [sys.executable, "-m", "zlf", *map(str, args)]
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=timeout, cwd=ROOT)
+        rc, out, err = proc.returncode, proc.stdout, proc.stderr
+    except subprocess.TimeoutExpired as exc:
+        def text(v):
+            return v.decode(errors="replace") if isinstance(v, bytes) else (v or "")
+        rc, out, err = "timeout", text(exc.stdout), text(exc.stderr)
+    log.write_text(f"$ {' '.join(cmd)}\n(rc={rc}, {time.monotonic() - t0:.1f} s)\n--- stdout\n{out}\n--- stderr\n{err}\n")
+    result = {"command": " ".join(cmd), "rc": rc, "log": str(log)}
+    dirs = [l[len("run dir: "):] for l in out.splitlines() if l.startswith("run dir: ")]
+    if dirs:
+        d = Path(dirs[-1]) if Path(dirs[-1]).is_absolute() else ROOT / dirs[-1]
+        result["run_dir"] = str(d)
+        path = d / "results.jsonl"
+        result["records"] = [json.loads(l) for l in path.read_text().splitlines() if l.strip()] if path.exists() else []
+    return result
+
+
+def _child(mode: str, out: Path, extra=(), timeout: int = 150) -> dict:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", mode, "--child-out", str(out), *map(str, extra)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=timeout, cwd=ROOT)
+    except subprocess.TimeoutExpired:
+        return {"error": f"child {mode} timed out after {timeout} s"}
+    (out.parent / (out.stem + ".log")).write_text(proc.stdout[-20000:] + "\n--- stderr\n" + proc.stderr[-20000:])
+    if proc.returncode != 0 or not out.exists():
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"error": f"child {mode} rc={proc.returncode}: {tail[:300]}"}
+    return json.loads(out.read_text())
+
+
+# ----------------------------------------------------------------------------- part 1/2: children
+def _suite():
+    sys.path.insert(0, str(HERE))
+    import cudagraph_vs_cupti as cvc  # noqa: E402 -- its kernels, setup (matmul pinned) and builders
+
+    backend, ops, empty = cvc._setup()
+    specs = [s for s in cvc.KERNELS if s[1] != "empty"]
+    return cvc, backend, ops, empty, specs
+
+
+def child_suite(out: Path) -> int:
+    """One process: every kernel by cupti (flushed, warm) and cudagraph (warm)."""
+    from zlf_timing_cudagraph.graph_timer import GraphSettings, time_graph
+    from zlf_timing_cupti.sources import make_source
+    from zlf_timing_cupti.timer import CuptiTimer
+
+    cvc, backend, ops, empty, specs = _suite()
+    source, why = make_source("auto")
+    if source is None:
+        raise SystemExit(f"no CUPTI source: {why}")
+    timer = CuptiTimer(source)
+    rows = []
+    for spec in specs:
+        label, op_name, shape, dtype = spec
+        fn, op, inputs = cvc._build(label, op_name, shape, dtype, backend, ops, empty)
+        fn()
+        backend.synchronize()
+        flushed = timer.time(fn, backend, warmup_ms=10, rep_ms=40, flush_l2=True)
+        warm = timer.time(fn, backend, warmup_ms=10, rep_ms=40, flush_l2=False)
+        graph = time_graph(fn, backend, GraphSettings(warmup_ms=10, rep_ms=40), op=op, inputs=inputs, dtype=dtype)
+        rows.append({"kernel": label, "cupti_flush_ms": flushed.value_ms, "cupti_warm_ms": warm.value_ms,
+                     "cudagraph_ms": graph.value_ms, "wall_ms": warm.wall_ms, "source": source.name,
+                     "kernels_per_call": warm.extra["cupti"]["kernels_per_call"],
+                     "kernel_names": warm.extra["cupti"]["kernel_names"]})
+        del inputs
+        backend.free_memory()
+    out.write_text(json.dumps(rows))
+    return 0
+
+
+def child_ncu(out: Path) -> int:
+    """Under ncu: each kernel NCU_WARM + NCU_RUNS times, in KERNELS order (ncu flushes caches)."""
+    cvc, backend, ops, empty, specs = _suite()
+    for spec in specs:
+        label, op_name, shape, dtype = spec
+        fn, op, inputs = cvc._build(label, op_name, shape, dtype, backend, ops, empty)
+        for _ in range(NCU_WARM + NCU_RUNS):
+            fn()
+        backend.synchronize()
+        del inputs
+        backend.free_memory()
+    out.write_text(json.dumps([s[0] for s in specs]))
+    return 0
+
+
+_UNITS_US = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3, "second": 1e6, "s": 1e6}
+
+
+def parse_ncu_csv(text: str) -> list:
+    """``[(kernel name, duration µs)]`` in launch order from ``ncu --csv`` output."""
+    lines = [l for l in text.splitlines() if l.startswith('"')]
+    rows = []
+    for r in csv.DictReader(lines):
+        if r.get("Metric Name") != "gpu__time_duration.sum":
+            continue
+        value = float(str(r["Metric Value"]).replace(",", ""))
+        rows.append((r.get("Kernel Name", ""), value * _UNITS_US.get(r.get("Metric Unit", "nsecond"), 1e-3)))
+    return rows
+
+
+def run_ncu(out: Path, labels: list, notes: list) -> dict:
+    log = out / "ncu.csv"
+    cmd = ["ncu", "--clock-control", "none", "--cache-control", "all", "--metrics", "gpu__time_duration.sum",
+           "--csv", "-k", f"regex:{KERNEL_RE}", "--log-file", str(log),
+           sys.executable, str(Path(__file__).resolve()), "--child", "ncu", "--child-out", str(out / "ncu_child.json")]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=180, cwd=ROOT)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        notes.append(f"ncu did not run: {exc}")
+        return {}
+    (out / "ncu.log").write_text(proc.stdout[-20000:] + "\n--- stderr\n" + proc.stderr[-20000:])
+    if not log.exists():
+        notes.append(f"ncu wrote no CSV (rc={proc.returncode}); see ncu.log")
+        return {}
+    rows = parse_ncu_csv(log.read_text())
+    block = NCU_WARM + NCU_RUNS
+    if len(rows) != block * len(labels):
+        notes.append(f"ncu: {len(rows)} kernel rows for {len(labels)} kernels x {block} launches; blocks may be off")
+    result = {}
+    for i, label in enumerate(labels):
+        chunk = rows[i * block:(i + 1) * block][NCU_WARM:]
+        if chunk:
+            result[label] = {"ncu_us": statistics.median(v for _, v in chunk), "names": sorted({n for n, _ in chunk})}
+    return result
+
+
+# ----------------------------------------------------------------------------- references (torch's profiler)
+def profile_kernels_ms(fn, backend, calls: int = 50) -> dict:
+    """Every kernel's device time per call, read through torch's profiler (warm L2, a synchronize
+    after each call as the timers do), summed over ``calls`` calls / ``calls``."""
+    import tempfile
+
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(10):
+        fn()
+    backend.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+            backend.synchronize()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "trace.json")
+        prof.export_chrome_trace(path)
+        events = json.load(open(path)).get("traceEvents", [])
+    kern = [e for e in events if e.get("cat") == "kernel" and "dur" in e]
+    mem = [e for e in events if e.get("cat") in ("gpu_memcpy", "gpu_memset") and "dur" in e]
+    return {"kernel_ms": sum(float(e["dur"]) for e in kern) / calls / 1e3,
+            "memory_ms": sum(float(e["dur"]) for e in mem) / calls / 1e3,
+            "kernels_per_call": len(kern) / calls, "names": sorted({e["name"] for e in kern})[:5]}
+
+
+def child_fgref(out: Path, run_dir: Path) -> int:
+    """Rebuild the FlagGems points of a run (flaggems extension only) and profile each."""
+    from zlf.records import Point
+    from zlf.session import Session
+
+    meta = json.loads((run_dir / "meta.json").read_text())
+    options = argparse.Namespace(**meta["options"])
+    options.ext = ["flaggems"]
+    options.no_ext = []
+    options.timer = None
+    session = Session.create(options)
+    session.options = options
+    session.hooks.configure(session)
+    backend = session.choose_backend(getattr(options, "backend", None), getattr(options, "device", 0) or 0)
+    ops = {op.name: op for op in session.resolve_ops(getattr(options, "ops", None) or None)}
+    rows = {}
+    for line in (run_dir / "results.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        if r.get("status") != "ok" or r["op"] not in ops:
+            continue
+        op = ops[r["op"]]
+        point = Point(r["op"], tuple(r["shape"]), r["dtype"], r.get("variant", ""))
+        inputs = session.hooks.make_inputs(op, point, backend)
+        fn = lambda: op.fn(*inputs)  # noqa: E731 -- the callable zlf times
+        rows[r["point"]] = profile_kernels_ms(fn, backend)
+        del inputs
+        backend.free_memory()
+    out.write_text(json.dumps(rows))
+    return 0
+
+
+def child_taskref(out: Path, cases: str) -> int:
+    """The CUDA C++ candidate of the paged-KV package on each case, profiled."""
+    from zlf.backends import CudaBackend
+    from zlf_taskpkg.candidate import Candidate, compile_cuda, default_arch, default_cache_dir, load_kernel
+    from zlf_taskpkg.package import TaskPackage
+    from zlf_taskpkg.worker import clone_args, seed_everything
+
+    backend = CudaBackend(0)
+    backend.setup()
+    package = TaskPackage.open(TASK)
+    problem = package.load()
+    cand = compile_cuda(Candidate.open(TASK / "candidates" / "paged_decode.cu"), default_cache_dir(), default_arch(backend))
+    kernel = load_kernel(cand.kind, str(cand.path), cand.library)
+    rows = {}
+    for case in [int(c) for c in cases.split(",")]:
+        _, arg_shapes, _, _ = package.case_sizes(case)
+        seed_everything(package.base_seed() + case)
+        args = clone_args(list(problem.genTestCase(arg_shapes, device=backend.device)))
+        rows[str(case)] = profile_kernels_ms(kernel.bind(args), backend)
+        del args
+        backend.free_memory()
+    out.write_text(json.dumps(rows))
+    return 0
+
+
+# ----------------------------------------------------------------------------- report
+def _pct(a, b):
+    return f"{100.0 * (a / b - 1):+.1f}%" if a and b else "-"
+
+
+def _spread(values) -> float:
+    return 100.0 * (max(values) - min(values)) / statistics.median(values) if len(values) >= 2 else float("nan")
+
+
+def suite_table(children, ncu) -> list:
+    base = children[0]
+    out = ["## 1. Built-in kernels: cupti against ncu and the graph timer; 2. spread over processes", "",
+           "| kernel | ncu us (flushed) | cupti us (flushed) | cupti/ncu | cupti us (warm) | cudagraph us (warm) | "
+           "cudagraph/cupti (warm) | wall us | kernels/call | cupti spread | cudagraph spread | targets |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for i, row in enumerate(base):
+        n = ncu.get(row["kernel"], {}).get("ncu_us")
+        cf, cw, cg = row["cupti_flush_ms"] * 1e3, row["cupti_warm_ms"] * 1e3, row["cudagraph_ms"] * 1e3
+        s_cupti = _spread([c[i]["cupti_warm_ms"] for c in children])
+        s_graph = _spread([c[i]["cudagraph_ms"] for c in children])
+        checks = []
+        if n and n >= 2:
+            checks.append(f"<=1.02x ncu {'OK' if cf / n <= 1.02 else 'MISSED'}")
+        if len(children) >= 2:
+            checks.append(f"spread<=graph's {'OK' if s_cupti <= max(s_graph, 0.1) else 'MISSED'}")
+        n_s, ratio_s = (f"{n:.3f}", f"{cf / n:.3f}x") if n else ("-", "-")
+        out.append(f"| {row['kernel']} | {n_s} | {cf:.3f} | {ratio_s} | {cw:.3f} | {cg:.3f} | {cg / cw:.3f}x | "
+                   f"{row['wall_ms'] * 1e3:.1f} | {row['kernels_per_call']} | {s_cupti:.2f}% | {s_graph:.2f}% | "
+                   f"{'; '.join(checks)} |")
+    out += ["", f"Spread = (max - min) / median of the per-process medians over {len(children)} processes "
+            f"(cupti warm vs cudagraph warm). Source: {base[0]['source']}.", ""]
+    return out
+
+
+def compare_table(title, runs: dict, ref: dict, key) -> list:
+    """One row per point: each run's timer and median against the reference kernel time."""
+    names = list(runs)
+    out = [title, "", "| point | torch-profiler CUPTI us | " + " | ".join(f"{n} (timer, us, vs ref)" for n in names)
+           + " | within 3% (last) |", "|---|---|" + "---|" * len(names) + "---|"]
+    points = []
+    for r in runs[names[-1]].get("records", []):
+        if r["point"] not in points:
+            points.append(r["point"])
+    by = {n: {r["point"]: r for r in runs[n].get("records", [])} for n in names}
+    for p in points:
+        ref_ms = (ref.get(key(by[names[-1]][p])) or {}).get("kernel_ms")
+        cells, last = [], None
+        for n in names:
+            r = by[n].get(p)
+            if not r or r.get("median_ms") is None:
+                cells.append(r.get("status", "-") if r else "-")
+                continue
+            last = r["median_ms"]
+            cells.append(f"{r.get('timer')} {r['median_ms'] * 1e3:.2f} {_pct(r['median_ms'], ref_ms)}"
+                         + (f" ({r['fallback_reason']})" if r.get("fallback_reason") else ""))
+        ok = "-" if not (ref_ms and last) else ("OK" if abs(last / ref_ms - 1) <= 0.03 else "MISSED")
+        out.append(f"| {p} | {ref_ms * 1e3:.2f} | " if ref_ms else f"| {p} | - | ")
+        out[-1] += " | ".join(cells) + f" | {ok} |"
+    return out + [""]
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, help="directory for logs, runs and the summary")
+    parser.add_argument("--parts", default="1,2,3,4")
+    parser.add_argument("--processes", type=int, default=6)
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--child-out", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--run-dir", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--cases", default=TASK_CASES, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child == "suite":
+        return child_suite(args.child_out)
+    if args.child == "ncu":
+        return child_ncu(args.child_out)
+    if args.child == "fgref":
+        return child_fgref(args.child_out, args.run_dir)
+    if args.child == "taskref":
+        return child_taskref(args.child_out, args.cases)
+    if args.out is None:
+        parser.error("--out DIR is required")
+    t0 = time.monotonic()
+    out = args.out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    parts = set(args.parts.split(","))
+    notes, report, text = [], {"parts": sorted(parts)}, []
+    setup(notes)
+    os.environ.setdefault("TRITON_CACHE_DIR", str(out / "triton_cache"))
+
+    def left() -> float:
+        return DEADLINE_S - (time.monotonic() - t0)
+
+    def say(msg):
+        print(f"[{time.monotonic() - t0:5.1f}s] {msg}", file=sys.stderr, flush=True)
+
+    if parts & {"1", "2"}:
+        children = []
+        wanted = args.processes if "2" in parts else 1
+        for k in range(wanted):
+            if k and left() < 150:
+                notes.append(f"spread: {len(children)} of {wanted} processes ran (time budget)")
+                break
+            res = _child("suite", out / f"suite_{k}.json")
+            if isinstance(res, dict) and "error" in res:
+                notes.append(res["error"])
+                if k == 0:
+                    break
+                continue
+            children.append(res)
+            say(f"suite process {k + 1}/{wanted}")
+        ncu = run_ncu(out, [r["kernel"] for r in children[0]], notes) if children else {}
+        say("ncu done")
+        report["suite"], report["ncu"] = children, ncu
+        if children:
+            text += suite_table(children, ncu)
+
+    if "3" in parts:
+        if not (FLAGGEMS / "benchmark").is_dir():
+            notes.append(f"part 3 skipped: no FlagGems checkout in {FLAGGEMS}")
+        else:
+            common = ["--flaggems-dir", FLAGGEMS, "log10", "softmax_backward:softmax", "--flaggems-level", "core",
+                      "--dtype", "float32", "--warmup-ms", "10", "--rep-ms", "40", "--out", out / "fg_runs"]
+            fg = {"before": _zlf(["run", "--ext", "flaggems,cudagraph,seed", *common, "--name", "before"], out / "fg_before.txt"),
+                  "after": _zlf(["run", "--ext", "flaggems,cudagraph,cupti,seed", *common, "--name", "after"], out / "fg_after.txt")}
+            say("flaggems runs done")
+            ref = _child("fgref", out / "fg_ref.json", ["--run-dir", fg["after"].get("run_dir", "")], timeout=200) \
+                if fg["after"].get("run_dir") else {"error": "no run dir for the after run"}
+            if "error" in ref:
+                notes.append(f"flaggems reference: {ref['error']}")
+            report["flaggems"], report["flaggems_ref"] = fg, ref
+            text += compare_table("## 3. FlagGems v5.3.4 log10 / softmax_backward (float32): before / after vs torch-profiler CUPTI",
+                                  fg, ref if "error" not in ref else {}, key=lambda r: r["point"])
+            text += [f"markers (after): {sorted({m.split(' timer=')[-1] for r in fg['after'].get('records', []) for m in r.get('markers', [])})}", ""]
+            say("flaggems reference done")
+
+    if "4" in parts:
+        cand = TASK / "candidates" / "paged_decode.cu"
+        common = ["task", TASK, "--candidate", cand, "--backend", "cuda", "--cases", args.cases, "--reuse-worker",
+                  "--out", out / "task_runs"]
+        task = {"before": _zlf([*common, "--name", "before", "--ext", "task,cudagraph"], out / "task_before.txt", timeout=200),
+                "after": _zlf([*common, "--name", "after", "--ext", "task,cupti"], out / "task_after.txt", timeout=200)}
+        say("task runs done")
+        ref = _child("taskref", out / "task_ref.json", ["--cases", args.cases], timeout=150)
+        if "error" in ref:
+            notes.append(f"task reference: {ref['error']}")
+        report["task"], report["task_ref"] = task, ref
+        text += compare_table("## 4. paged-KV task, CUDA C++ candidate: before (cudagraph) / after (cupti) vs torch-profiler CUPTI",
+                              task, ref if "error" not in ref else {}, key=lambda r: str(r.get("extra", {}).get("case")))
+        say("task reference done")
+
+    report["notes"] = notes
+    report["elapsed_s"] = round(time.monotonic() - t0, 1)
+    (out / "cupti_gpu.json").write_text(json.dumps(report, indent=2, default=str))
+    summary = "\n".join(text + [f"- {n}" for n in notes] + [f"\nelapsed {report['elapsed_s']} s"]) + "\n"
+    (out / "summary.md").write_text(summary)
+    print(summary)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
