@@ -429,3 +429,21 @@ def test_gpu_log10_of_negative_inputs_is_graph_timed():
                                       options=_opts(warmup_ms=5.0, rep_ms=20.0, cudagraph_max_calls=10_000),
                                       op=op, inputs=inputs, kernel_timer=None)
     assert timing.timer == "cudagraph" and timing.fallback_reason is None, timing.extra
+
+
+@pytest.mark.gpu
+def test_gpu_zlf_run_graph_timer_falls_back_to_cupti_marked(zlf_cli, tmp_path):
+    from conftest import ROOT
+
+    ops_file = ROOT / "benchmarks" / "cudagraph_ops.py"
+    proc = zlf_cli("run", "--ext", "cudagraph,cupti", str(ops_file), "--rep-ms", "30")
+    if "no kernel-activity timer" in proc.stderr:
+        pytest.skip("no CUPTI source on this machine: " + proc.stderr.strip().splitlines()[-1])
+    run_dir = run_dir_from(proc.stdout, tmp_path)
+    records = {r["op"]: r for r in read_records(run_dir)}
+    assert records["add_before"]["timer"] == "cudagraph"
+    for name, reason in (("add_then_item", "host_sync"), ("add_on_side_stream", "unjoined_stream_work")):
+        r = records[name]
+        assert r["timer"] == "cupti" and r["fallback_reason"] == reason, r
+        assert r["markers"] == [f"BENCHMARK_DIRECT_NO_CUDAGRAPH op={name} point={r['point']} reason={reason} timer=cupti"]
+        assert r["wall_ms"] and r["extra"]["cupti"]["kernels_per_call"] >= 1
