@@ -381,19 +381,39 @@ def _real_timer(choice):
     return CuptiTimer(source)
 
 
+_ADD_CHILD = """
+import json, sys, torch
+from zlf.backends import CudaBackend
+from zlf.ops.builtin import add
+from zlf_timing_cupti.sources import make_source
+from zlf_timing_cupti.timer import CuptiTimer
+source, why = make_source(sys.argv[1])
+if source is None:
+    print(json.dumps({"skip": why})); sys.exit(0)
+backend = CudaBackend(0); backend.setup()
+x, y = torch.randn(1 << 20, device="cuda"), torch.randn(1 << 20, device="cuda")
+out = torch.empty_like(x)
+t = CuptiTimer(source).time(lambda: add(x, y, out), backend, warmup_ms=5, rep_ms=20, flush_l2=True)
+print(json.dumps({"timer": t.timer, "value_ms": t.value_ms, "wall_ms": t.wall_ms, "info": t.extra["cupti"]}))
+"""
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("choice", ["cupti-python", "torch"])
 def test_gpu_cupti_times_one_add_kernel(choice):
-    from zlf.ops.builtin import add
+    """Each source in a process of its own: cupti-python and torch's profiler each load a libcupti."""
+    import subprocess
+    import sys
 
-    backend = _cuda()
-    x, y = torch.randn(1 << 20, device="cuda"), torch.randn(1 << 20, device="cuda")
-    out = torch.empty_like(x)
-    timing = _real_timer(choice).time(lambda: add(x, y, out), backend, warmup_ms=5, rep_ms=20, flush_l2=True)
-    info = timing.extra["cupti"]
-    assert timing.timer == "cupti" and info["kernels_per_call"] == 1
+    proc = subprocess.run([sys.executable, "-c", _ADD_CHILD, choice], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    if "skip" in result:
+        pytest.skip(result["skip"])
+    info = result["info"]
+    assert result["timer"] == "cupti" and info["kernels_per_call"] == 1 and info["source"] != ""
     assert "add_kernel" in info["kernel_names"][0]
-    assert 0.0005 < timing.value_ms < 0.1 and timing.wall_ms > timing.value_ms
+    assert 0.0005 < result["value_ms"] < 0.1 and result["wall_ms"] > result["value_ms"]
 
 
 @pytest.mark.gpu
