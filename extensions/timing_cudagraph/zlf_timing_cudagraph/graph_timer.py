@@ -223,7 +223,8 @@ def _sentinel(targets) -> list:
     gen.manual_seed(0x5EED)
     for t in targets:
         if t.dtype.is_floating_point or t.dtype.is_complex:
-            t.copy_(torch.randn(t.shape, generator=gen, device=t.device, dtype=t.dtype))
+            # drawn in float32 and converted: randn has no float8 kernels
+            t.copy_(torch.randn(t.shape, generator=gen, device=t.device).to(t.dtype))
         elif t.dtype == torch.bool:
             t.copy_(torch.rand(t.shape, generator=gen, device=t.device) < 0.5)
         else:
