@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import stats
+from . import metrics, stats
 from .campaign import (C_COMPLETE, C_INTERRUPTED, C_RUNNING, FAILED, OK, PENDING, RUNNING, SKIPPED,
                        SUMMARY_JSON, SUMMARY_LOG, Campaign, CampaignJob, OpSpec, Side, campaign_units, now)
 from .console import paint, warn
@@ -32,6 +32,7 @@ examples:
   zlf ab --a-python venvA/bin/python --b-python venvB/bin/python softmax
   zlf ab --switch X --until-confident --max-rounds 12 --ext autotune_replay
   zlf ab --resume runs/ab_X_20250101-120000      finish an interrupted campaign
+  zlf ab --switch X --metric cycles matmul       decide on time x measured SM clock (power-capped GPUs)
   zlf ab --task PKG --a-candidate a.py --b-candidate b.py --rounds 4   two task-package candidates
   zlf ab --switch X --gpus 0,1,2,3               one worker per GPU; a round's A and B share a GPU
   zlf ab --switch X --executor ray --ray-address HEAD:6379   Ray tasks of one GPU each
@@ -105,6 +106,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     st.add_argument("--min-effect", type=float, default=_DEFAULTS.min_effect_pct, metavar="PCT",
                     help="noise floor for points no A/A covers, percent (default 1)")
     st.add_argument("--noise-from", metavar="DIR", help="an A/A campaign (zlf ab --aa) whose per-point noise floor to use")
+    st.add_argument("--metric", choices=metrics.NAMES, default=None,
+                    help="what the verdicts decide on: time (default), cycles (time x measured SM clock), "
+                         "wall (host wall-clock per call); with --resume: re-decide a campaign on another metric")
     g = parser.add_argument_group("guards")
     g.add_argument("--switch-source", action="append", metavar="PATH",
                    help="where the switch must be referenced (repeatable; default: each side's triton package and the op sources)")
@@ -394,11 +398,13 @@ def wait_until_idle(backend, wait_s: float, poll_s: float = 5.0) -> list:
 def collect(campaign, rounds=None):
     """Per-point values of every op whose every planned run (up to ``rounds``) finished ok.
 
-    :return: ``(values, blockers, remarks, excluded)``: ``{point: (A ms, B ms)}`` over the rounds
+    :return: ``(values, blockers, remarks, excluded)``: ``{point: (A values, B values)}`` of the
+        campaign's metric (:mod:`zlf.metrics`; time in ms by default) over the rounds
         where both runs of the point's op are done; ``{point: why no direction}``;
         ``{point: [remarks]}``; ``{point: why left out}``.
     """
     rounds = rounds or campaign.planned_rounds()
+    metric = campaign.data.get("metric") or metrics.DEFAULT
     # FORMATS.md §5: a report missing rounds reads exactly like a complete one
     failed = {**campaign.failed_ops(), **campaign.incomplete_ops(rounds)}
     values, blockers, remarks, excluded = {}, {}, {}, {}
@@ -407,17 +413,22 @@ def collect(campaign, rounds=None):
             continue
         per_point: dict = {}
         timers: dict = {}
+        why_none: dict = {}
         done_rounds = []
         for k in range(1, rounds + 1):
             pair = [campaign.find(op.name, k, s) for s in ("A", "B")]
             if not all(r and r["status"] == OK for r in pair):
                 continue
             done_rounds.append(k)
+            by_side = {}
             for side, r in zip(("A", "B"), pair):
                 records, _ = RunDir(campaign.run_dir(r)).records()
+                by_side[side] = {rec.point: rec for rec in records}
                 for rec in records:
                     slot = per_point.setdefault(rec.point, {})
-                    slot[(k, side)] = rec.median_ms if rec.status == "ok" else None
+                    slot[(k, side)] = metrics.value(rec, metric)
+                    if slot[(k, side)] is None:
+                        why_none.setdefault(rec.point, metrics.missing(rec, metric))
                     if rec.timer:
                         timers.setdefault(rec.point, set()).add(rec.timer)
                     for m in rec.markers:
@@ -425,10 +436,15 @@ def collect(campaign, rounds=None):
                         remarks.setdefault(rec.point, [])
                         if f"{word} r{k}_{side}" not in remarks[rec.point]:
                             remarks[rec.point].append(f"{word} r{k}_{side}")
+            for point, rec_a in by_side["A"].items():  # A and B of a round at different clock states
+                why = metrics.clock_differs(rec_a, by_side["B"].get(point))
+                if why:
+                    remarks.setdefault(point, []).append(f"CLOCK_DIFFERS r{k} ({why})")
         for point, slot in per_point.items():
             missing = [f"r{k}_{s}" for k in done_rounds for s in ("A", "B") if slot.get((k, s)) is None]
             if missing:
-                excluded[point] = "no time in " + ", ".join(missing)
+                excluded[point] = f"no {metric} in " + ", ".join(missing) + (
+                    f" ({why_none[point]})" if metric != metrics.DEFAULT and point in why_none else "")
                 continue
             if not done_rounds:
                 continue
@@ -650,6 +666,7 @@ def _new_campaign(args, session):
         "require_idle": bool(args.require_idle),
         "idle_wait": args.idle_wait,
         "fail_on_slower": bool(args.fail_on_slower),
+        "metric": args.metric or metrics.DEFAULT,
         "statistics": {
             "alpha": args.alpha, "margin_pct": args.margin, "min_effect_pct": args.min_effect,
             "noise_from": os.path.abspath(args.noise_from) if args.noise_from else None, "floors": floors,
@@ -700,6 +717,8 @@ def main(args, session) -> int:
             raise UsageError(f"campaign {args.resume!r} is still being run by process {pid}")
         _preflight({**campaign.data, "scale": scale}, session)
         campaign.data["scale"] = scale
+        if args.metric:
+            campaign.data["metric"] = args.metric
         stale = [r for r in campaign.runs if r["status"] in (PENDING, RUNNING)]
         for run in stale:
             run.update(status=PENDING, started=None)  # a run in flight when it stopped is re-run whole
