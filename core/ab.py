@@ -16,8 +16,9 @@ import time
 from pathlib import Path
 
 from . import metrics, stats
-from .campaign import (C_COMPLETE, C_INTERRUPTED, C_RUNNING, FAILED, OK, PENDING, RUNNING, SKIPPED,
-                       SUMMARY_JSON, SUMMARY_LOG, Campaign, CampaignJob, OpSpec, Side, campaign_units, now)
+from .campaign import (C_COMPLETE, C_INTERRUPTED, C_RUNNING, FAILED, OK, PENDING, PER_OP, RUNNING, SHARED,
+                       SHARED_PROCESS, SKIPPED, SUMMARY_JSON, SUMMARY_LOG, Campaign, CampaignJob, OpSpec, Side,
+                       campaign_units, now)
 from .console import paint, warn
 from .errors import UsageError
 from .executors import add_scale_arguments, make_executor, parse_gpus, pin_variable
@@ -35,6 +36,7 @@ examples:
   zlf ab --switch X --metric cycles matmul       decide on time x measured SM clock (power-capped GPUs)
   zlf ab --task PKG --a-candidate a.py --b-candidate b.py --rounds 4   two task-package candidates
   zlf ab --switch X --gpus 0,1,2,3               one worker per GPU; a round's A and B share a GPU
+  zlf ab --switch X --process-per-op a b c       a zlf run process per op (default: one per round and side)
   zlf ab --switch X --executor ray --ray-address HEAD:6379   Ray tasks of one GPU each
 verdicts (B against A): FASTER, SLOWER, SAME, UNSURE -- the rule is in docs/ab.md
 exit codes: 0 done, 1 an op failed (or --fail-on-slower and a point is SLOWER), 2 bad input, 130 interrupted
@@ -121,6 +123,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     o.add_argument("--resume", metavar="DIR", help="complete an interrupted campaign (its own options are used)")
     o.add_argument("--triton-cache", metavar="DIR",
                    help="parent of the per-side Triton caches, to reuse them across campaigns (default: inside the campaign)")
+    o.add_argument("--process-per-op", action="store_true",
+                   help="one zlf run process per op, round and side (default: one per round and side for all ops; "
+                        "an op that fails there is re-run alone)")
     o.add_argument("--fail-on-slower", action="store_true", help="exit 1 when any point is SLOWER")
     o.add_argument("--dry-run", action="store_true", help="print the sides, the runs and the guards; run nothing")
     _run_pass_through(parser)
@@ -529,9 +534,13 @@ class Stopped(Exception):
 
 
 def run_pending(campaign, printer, busy=None, idle_wait=60.0) -> None:
-    for run in campaign.runs:
-        if run["status"] in (OK, FAILED, SKIPPED):
-            continue
+    """Run the first pending run (with its shared process's other ops) until none is left: a
+    shared process that fails an op sends that op's round back to the pending runs, alone."""
+    while True:
+        run = campaign.next_run() if campaign.shared else next(
+            (r for r in campaign.runs if r["status"] not in (OK, FAILED, SKIPPED)), None)
+        if run is None:
+            return
         failed = campaign.failed_ops().get(run["op"])
         if failed:
             run.update(status=SKIPPED, error=f"op failed in r{failed['round']}_{failed['side']}")
@@ -543,6 +552,14 @@ def run_pending(campaign, printer, busy=None, idle_wait=60.0) -> None:
             if warnings:
                 raise Stopped(f"--require-idle: device still busy after {idle_wait:g}s before "
                               f"{run['op']} r{run['round']}_{run['side']}: {'; '.join(warnings)}")
+        if campaign.shares(run):
+            group = next(g for g in campaign.shared_groups() if run in g)
+            for r in campaign.execute_shared(group):
+                if r["status"] == OK:
+                    printer.done(r)
+                elif r.get("alone") and r.get("shared_error"):
+                    printer.line(f"{r['op']} r{r['round']}_{r['side']}: {r['shared_error']}; its round runs alone")
+            continue
         campaign.execute(run)
         printer.done(run)
 
@@ -557,6 +574,18 @@ class Scaled:
         self.stats: dict = {}
 
     def run_pending(self, campaign, printer) -> None:
+        # a shared process that fails an op sends that op's round back, alone: another batch
+        while True:
+            done = _settled(campaign)
+            self._batch(campaign, printer)
+            if not campaign_units(campaign, self.unit):
+                return
+            if _settled(campaign) == done:
+                raise Stopped("runs left that no batch can finish: "
+                              + ", ".join(f"{r['op']} r{r['round']}_{r['side']}" for r in campaign.runs
+                                          if r["status"] in (PENDING, RUNNING)))
+
+    def _batch(self, campaign, printer) -> None:
         units = campaign_units(campaign, self.unit)
         if not units:
             return
@@ -572,7 +601,8 @@ class Scaled:
         if missing or left:
             why = "; ".join(f"{u}: {r}" for u, r in missing.items()) or "no worker left"
             raise Stopped(f"{len(missing) + len(left)} unit(s) not run ({why})")
-        pending = [f"{r['op']} r{r['round']}_{r['side']}" for r in campaign.runs if r["status"] in (PENDING, RUNNING)]
+        pending = [f"{r['op']} r{r['round']}_{r['side']}" for r in campaign.runs
+                   if r["status"] in (PENDING, RUNNING) and not (r.get("alone") or campaign.shares(r))]
         if pending:  # a run interrupted on its own (exit 130) is pending again, not failed
             raise Stopped(f"{len(pending)} run(s) not finished: {', '.join(pending)}")
 
@@ -592,6 +622,12 @@ class Scaled:
         rows = [[gpu_label(r["worker"]), r["identity"] or "-", r["units"], r["runs"], _clock(r["seconds"]), r["failed_runs"], r["lost"]]
                 for r in self.stats.values()]
         return tabulate(rows, headers=["worker", "device", "units", "runs", "busy", "failed runs", "lost units"])
+
+
+def _settled(campaign) -> tuple:
+    """How far the runs are: finished ones and rounds sent alone (a batch must move one of them)."""
+    return (sum(1 for r in campaign.runs if r["status"] in (OK, FAILED, SKIPPED)),
+            sum(1 for r in campaign.runs if r.get("alone")))
 
 
 def drive(campaign, printer, busy=None, idle_wait=60.0, scaled=None) -> None:
@@ -634,6 +670,8 @@ def _new_campaign(args, session):
     if any(o.run_spec in ("builtin", "all") for o in ops):
         raise UsageError("name the ops (add softmax matmul) instead of 'builtin': each op gets its own runs")
     names = [o.name for o in ops]
+    if SHARED in names:
+        raise UsageError(f"op name {SHARED!r} is where shared processes write: rename the op (NAME:FILE)")
     if len(set(names)) != len(names):
         raise UsageError(f"op named twice: {sorted({n for n in names if names.count(n) > 1})[0]!r}")
     for o in ops:
@@ -667,6 +705,8 @@ def _new_campaign(args, session):
         "idle_wait": args.idle_wait,
         "fail_on_slower": bool(args.fail_on_slower),
         "metric": args.metric or metrics.DEFAULT,
+        # startup (imports, plugins, device queries) once per round and side for all ops
+        "process": PER_OP if (args.process_per_op or args.task or args.unit == "op") else SHARED_PROCESS,
         "statistics": {
             "alpha": args.alpha, "margin_pct": args.margin, "min_effect_pct": args.min_effect,
             "noise_from": os.path.abspath(args.noise_from) if args.noise_from else None, "floors": floors,
@@ -697,8 +737,12 @@ def _print_dry_run(data, a, b, ops, guard) -> None:
     rounds = f"{s['first_look']} rounds" + (f", then up to {s['max_rounds']} until confident" if s["until_confident"] else "")
     print(f"ops: {', '.join(o.name for o in ops)}; {rounds}; autotune replay: {'on' if data['replay'] else 'off'}")
     extra = " ".join(data["extension_args"] + data["run_args"])
-    for o in ops:
-        print(f"  zlf {o.command} {o.run_spec} {extra}".rstrip())
+    if data.get("process") == SHARED_PROCESS:
+        print("one process per round and side for all ops (--process-per-op: one per op):")
+        print(f"  zlf run {' '.join(o.run_spec for o in ops)} {extra}".rstrip())
+    else:
+        for o in ops:
+            print(f"  zlf {o.command} {o.run_spec} {extra}".rstrip())
     for r in guard:
         where = ", ".join(r["found"]) if r["found"] else "NOT FOUND"
         print(f"switch {r['name']} referenced in: {where}")

@@ -81,6 +81,9 @@ def _context_lines(campaign, alpha) -> list:
     for command in commands:
         if command == "task":
             lines.append(f"  every run: zlf task PKG {run_args} --candidate <the side's>")
+        elif d.get("process") == "shared":
+            lines.append(f"  every run: zlf {command} OP [OP ...] {run_args}".rstrip()
+                         + " (all ops of a round and side in one process; an op that failed there re-ran alone)")
         else:
             lines.append(f"  every run: zlf {command} OP {run_args}".rstrip())
     return lines
