@@ -10,6 +10,7 @@ import argparse
 import json
 import mmap
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -763,6 +764,7 @@ def main(args, session) -> int:
         campaign.data["scale"] = scale
         if args.metric:
             campaign.data["metric"] = args.metric
+        shutil.rmtree(campaign.path / SHARED / ".staging", ignore_errors=True)  # a shared process cut short
         stale = [r for r in campaign.runs if r["status"] in (PENDING, RUNNING)]
         for run in stale:
             run.update(status=PENDING, started=None)  # a run in flight when it stopped is re-run whole
