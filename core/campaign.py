@@ -40,7 +40,7 @@ import yaml
 
 from . import __version__
 from .errors import UsageError
-from .rundir import LOG, META, RESULTS, SHAPES, RunDir
+from .rundir import LOG, META, RESULTS, SHAPES, RunDir, write_atomic
 
 CAMPAIGN = "campaign.json"
 #: placeholder for the campaign directory in a run spec (replaced where the run executes).
@@ -666,13 +666,15 @@ def split_run_dir(raw: Path, dest: Path, names: set, points: int, shared: dict) 
     from .records import shape_str
 
     src = RunDir(raw)
+    final, dest = dest, dest.with_name(f".{dest.name}.split")  # in place only once whole
+    shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir(parents=True)
     out = RunDir(dest)
     records = [r for r in src.records()[0] if r.op in names]
     for r in records:
         out.append(r)
     shapes = {op: v for op, v in (src.shapes() or {}).items() if op in names}
-    (dest / SHAPES).write_text(yaml.safe_dump(shapes, sort_keys=False, default_flow_style=None))
+    write_atomic(dest / SHAPES, yaml.safe_dump(shapes, sort_keys=False, default_flow_style=None))
     meta = src.meta()
     ran_status = meta.get("status")
     meta.update(ops=sorted(names), points=points, status="complete",
@@ -696,6 +698,7 @@ def split_run_dir(raw: Path, dest: Path, names: set, points: int, shared: dict) 
             shutil.copytree(item, dest / item.name, copy_function=_link_or_copy)
         else:
             _link_or_copy(item, dest / item.name)
+    os.replace(dest, final)
 
 
 def device_identity(run_dir: Path) -> str:
@@ -811,18 +814,23 @@ def _shared_units(campaign: Campaign) -> list:
         order = ("A", "B") if k % 2 == 1 else ("B", "A")
         runs.sort(key=lambda r: (order.index(r["side"]), campaign.runs.index(r)))
         keys = []
-        for group in campaign.shared_groups(runs):
-            key = campaign.shared_key(group)
-            campaign.groups[key] = [r["dir"] for r in group]
-            keys.append(key)
+        for side in order:  # A's processes are known (keys) before B's replay origin is looked up
+            keys += [campaign.shared_key(g) for g in campaign.shared_groups([r for r in runs if r["side"] == side])]
         units.append(Unit(f"r{k}", keys))
         if k == 1 and any(r["side"] == "A" for r in runs):
             first = f"r{k}"
     for (op, k), runs in alone.items():
         units.append(Unit(f"{op}/r{k}", [r["dir"] for r in runs], group=op))
-    if campaign.data.get("replay") and first:  # round 1's A process writes the record the rest replay
-        units = [u if u.id == first else Unit(u.id, u.keys, u.group, (first,)) for u in units]
-    return units
+    if not campaign.data.get("replay"):
+        return units
+    # the unit that runs an op's r1_A writes the record its other runs replay: they wait for it
+    recorder = {u.group: u.id for u in units if u.group and f"{u.group}/r1_A" in u.keys}
+    out = []
+    for u in units:
+        dep = recorder.get(u.group) if u.group else None
+        dep = dep if dep is not None else first
+        out.append(u if dep in (None, u.id) else Unit(u.id, u.keys, u.group, (dep,)))
+    return out
 
 
 class CampaignJob:

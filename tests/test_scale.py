@@ -338,3 +338,26 @@ def test_ab_on_two_gpus_shares_processes_and_isolates_a_crashing_op(zlf_cli, tmp
             assert runs[f"{op}/r{k}_A"]["gpu"] == runs[f"{op}/r{k}_B"]["gpu"]
     summary = (camp / "summary.log").read_text()
     assert "neg/256/float32" in summary and "boom/512/float32" in summary
+
+
+def test_shared_campaign_units_are_rounds_and_alone_ops_wait_for_their_record(tmp_path):
+    data = campaign_data(tmp_path, ops=("add", "mm"))
+    data.update(replay=True, process="shared")
+    c = Campaign.create(tmp_path / "o", "t", data)
+    c.add_round(1)
+    c.add_round(2)
+    units = {u.id: u for u in campaign_units(c)}
+    assert list(units) == ["r1", "r2"]
+    assert units["r1"].keys == ("_shared/r1_A", "_shared/r1_B") and units["r2"].keys == ("_shared/r2_B", "_shared/r2_A")
+    assert units["r2"].after == ("r1",) and units["r1"].after == ()
+    assert c.groups["_shared/r1_A"] == ["add/r1_A", "mm/r1_A"]
+    # r1_B replays the record of the process that runs r1_A, even before it ran
+    assert c.shared_spec("_shared/r1_B", [c.find("add", 1, "B")])["replay"]["record"] == "_shared/r1_A/autotune_records"
+    # mm's round 1 went alone: its runs are per-op pair units, the later one waits for its r1_A
+    for side in "AB":
+        c.find("mm", 1, side).update(alone=True)
+    c.groups.clear()
+    units = {u.id: u for u in campaign_units(c)}
+    assert units["mm/r1"].keys == ("mm/r1_A", "mm/r1_B") and units["mm/r2"].after == ("mm/r1",)
+    assert units["r1"].keys == ("_shared/r1_A", "_shared/r1_B") and c.groups["_shared/r1_A"] == ["add/r1_A"]
+    assert units["r2"].after == ("r1",)
