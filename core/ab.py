@@ -10,14 +10,16 @@ import argparse
 import json
 import mmap
 import os
+import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from . import stats
-from .campaign import (C_COMPLETE, C_INTERRUPTED, C_RUNNING, FAILED, OK, PENDING, RUNNING, SKIPPED,
-                       SUMMARY_JSON, SUMMARY_LOG, Campaign, CampaignJob, OpSpec, Side, campaign_units, now)
+from . import metrics, stats
+from .campaign import (C_COMPLETE, C_INTERRUPTED, C_RUNNING, FAILED, OK, PENDING, PER_OP, RUNNING, SHARED,
+                       SHARED_PROCESS, SKIPPED, SUMMARY_JSON, SUMMARY_LOG, Campaign, CampaignJob, OpSpec, Side,
+                       campaign_units, now)
 from .console import paint, warn
 from .errors import UsageError
 from .executors import add_scale_arguments, make_executor, parse_gpus, pin_variable
@@ -32,8 +34,10 @@ examples:
   zlf ab --a-python venvA/bin/python --b-python venvB/bin/python softmax
   zlf ab --switch X --until-confident --max-rounds 12 --ext autotune_replay
   zlf ab --resume runs/ab_X_20250101-120000      finish an interrupted campaign
+  zlf ab --switch X --metric cycles matmul       decide on time x measured SM clock (power-capped GPUs)
   zlf ab --task PKG --a-candidate a.py --b-candidate b.py --rounds 4   two task-package candidates
   zlf ab --switch X --gpus 0,1,2,3               one worker per GPU; a round's A and B share a GPU
+  zlf ab --switch X --process-per-op a b c       a zlf run process per op (default: one per round and side)
   zlf ab --switch X --executor ray --ray-address HEAD:6379   Ray tasks of one GPU each
 verdicts (B against A): FASTER, SLOWER, SAME, UNSURE -- the rule is in docs/ab.md
 exit codes: 0 done, 1 an op failed (or --fail-on-slower and a point is SLOWER), 2 bad input, 130 interrupted
@@ -105,6 +109,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     st.add_argument("--min-effect", type=float, default=_DEFAULTS.min_effect_pct, metavar="PCT",
                     help="noise floor for points no A/A covers, percent (default 1)")
     st.add_argument("--noise-from", metavar="DIR", help="an A/A campaign (zlf ab --aa) whose per-point noise floor to use")
+    st.add_argument("--metric", choices=metrics.NAMES, default=None,
+                    help="what the verdicts decide on: time (default), cycles (time x measured SM clock), "
+                         "wall (host wall-clock per call); with --resume: re-decide a campaign on another metric")
     g = parser.add_argument_group("guards")
     g.add_argument("--switch-source", action="append", metavar="PATH",
                    help="where the switch must be referenced (repeatable; default: each side's triton package and the op sources)")
@@ -117,6 +124,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     o.add_argument("--resume", metavar="DIR", help="complete an interrupted campaign (its own options are used)")
     o.add_argument("--triton-cache", metavar="DIR",
                    help="parent of the per-side Triton caches, to reuse them across campaigns (default: inside the campaign)")
+    o.add_argument("--process-per-op", action="store_true",
+                   help="one zlf run process per op, round and side (default: one per round and side for all ops; "
+                        "an op that fails there is re-run alone)")
     o.add_argument("--fail-on-slower", action="store_true", help="exit 1 when any point is SLOWER")
     o.add_argument("--dry-run", action="store_true", help="print the sides, the runs and the guards; run nothing")
     _run_pass_through(parser)
@@ -394,11 +404,13 @@ def wait_until_idle(backend, wait_s: float, poll_s: float = 5.0) -> list:
 def collect(campaign, rounds=None):
     """Per-point values of every op whose every planned run (up to ``rounds``) finished ok.
 
-    :return: ``(values, blockers, remarks, excluded)``: ``{point: (A ms, B ms)}`` over the rounds
+    :return: ``(values, blockers, remarks, excluded)``: ``{point: (A values, B values)}`` of the
+        campaign's metric (:mod:`zlf.metrics`; time in ms by default) over the rounds
         where both runs of the point's op are done; ``{point: why no direction}``;
         ``{point: [remarks]}``; ``{point: why left out}``.
     """
     rounds = rounds or campaign.planned_rounds()
+    metric = campaign.data.get("metric") or metrics.DEFAULT
     # FORMATS.md §5: a report missing rounds reads exactly like a complete one
     failed = {**campaign.failed_ops(), **campaign.incomplete_ops(rounds)}
     values, blockers, remarks, excluded = {}, {}, {}, {}
@@ -407,17 +419,22 @@ def collect(campaign, rounds=None):
             continue
         per_point: dict = {}
         timers: dict = {}
+        why_none: dict = {}
         done_rounds = []
         for k in range(1, rounds + 1):
             pair = [campaign.find(op.name, k, s) for s in ("A", "B")]
             if not all(r and r["status"] == OK for r in pair):
                 continue
             done_rounds.append(k)
+            by_side = {}
             for side, r in zip(("A", "B"), pair):
                 records, _ = RunDir(campaign.run_dir(r)).records()
+                by_side[side] = {rec.point: rec for rec in records}
                 for rec in records:
                     slot = per_point.setdefault(rec.point, {})
-                    slot[(k, side)] = rec.median_ms if rec.status == "ok" else None
+                    slot[(k, side)] = metrics.value(rec, metric)
+                    if slot[(k, side)] is None:
+                        why_none.setdefault(rec.point, metrics.missing(rec, metric))
                     if rec.timer:
                         timers.setdefault(rec.point, set()).add(rec.timer)
                     for m in rec.markers:
@@ -425,10 +442,15 @@ def collect(campaign, rounds=None):
                         remarks.setdefault(rec.point, [])
                         if f"{word} r{k}_{side}" not in remarks[rec.point]:
                             remarks[rec.point].append(f"{word} r{k}_{side}")
+            for point, rec_a in by_side["A"].items():  # A and B of a round at different clock states
+                why = metrics.clock_differs(rec_a, by_side["B"].get(point))
+                if why:
+                    remarks.setdefault(point, []).append(f"CLOCK_DIFFERS r{k} ({why})")
         for point, slot in per_point.items():
             missing = [f"r{k}_{s}" for k in done_rounds for s in ("A", "B") if slot.get((k, s)) is None]
             if missing:
-                excluded[point] = "no time in " + ", ".join(missing)
+                excluded[point] = f"no {metric} in " + ", ".join(missing) + (
+                    f" ({why_none[point]})" if metric != metrics.DEFAULT and point in why_none else "")
                 continue
             if not done_rounds:
                 continue
@@ -513,9 +535,13 @@ class Stopped(Exception):
 
 
 def run_pending(campaign, printer, busy=None, idle_wait=60.0) -> None:
-    for run in campaign.runs:
-        if run["status"] in (OK, FAILED, SKIPPED):
-            continue
+    """Run the first pending run (with its shared process's other ops) until none is left: a
+    shared process that fails an op sends that op's round back to the pending runs, alone."""
+    while True:
+        run = campaign.next_run() if campaign.shared else next(
+            (r for r in campaign.runs if r["status"] not in (OK, FAILED, SKIPPED)), None)
+        if run is None:
+            return
         failed = campaign.failed_ops().get(run["op"])
         if failed:
             run.update(status=SKIPPED, error=f"op failed in r{failed['round']}_{failed['side']}")
@@ -527,6 +553,14 @@ def run_pending(campaign, printer, busy=None, idle_wait=60.0) -> None:
             if warnings:
                 raise Stopped(f"--require-idle: device still busy after {idle_wait:g}s before "
                               f"{run['op']} r{run['round']}_{run['side']}: {'; '.join(warnings)}")
+        if campaign.shares(run):
+            group = next(g for g in campaign.shared_groups() if run in g)
+            for r in campaign.execute_shared(group):
+                if r["status"] == OK:
+                    printer.done(r)
+                elif r.get("alone") and r.get("shared_error"):
+                    printer.line(f"{r['op']} r{r['round']}_{r['side']}: {r['shared_error']}; its round runs alone")
+            continue
         campaign.execute(run)
         printer.done(run)
 
@@ -541,6 +575,18 @@ class Scaled:
         self.stats: dict = {}
 
     def run_pending(self, campaign, printer) -> None:
+        # a shared process that fails an op sends that op's round back, alone: another batch
+        while True:
+            done = _settled(campaign)
+            self._batch(campaign, printer)
+            if not campaign_units(campaign, self.unit):
+                return
+            if _settled(campaign) == done:
+                raise Stopped("runs left that no batch can finish: "
+                              + ", ".join(f"{r['op']} r{r['round']}_{r['side']}" for r in campaign.runs
+                                          if r["status"] in (PENDING, RUNNING)))
+
+    def _batch(self, campaign, printer) -> None:
         units = campaign_units(campaign, self.unit)
         if not units:
             return
@@ -556,7 +602,8 @@ class Scaled:
         if missing or left:
             why = "; ".join(f"{u}: {r}" for u, r in missing.items()) or "no worker left"
             raise Stopped(f"{len(missing) + len(left)} unit(s) not run ({why})")
-        pending = [f"{r['op']} r{r['round']}_{r['side']}" for r in campaign.runs if r["status"] in (PENDING, RUNNING)]
+        pending = [f"{r['op']} r{r['round']}_{r['side']}" for r in campaign.runs
+                   if r["status"] in (PENDING, RUNNING) and not (r.get("alone") or campaign.shares(r))]
         if pending:  # a run interrupted on its own (exit 130) is pending again, not failed
             raise Stopped(f"{len(pending)} run(s) not finished: {', '.join(pending)}")
 
@@ -576,6 +623,12 @@ class Scaled:
         rows = [[gpu_label(r["worker"]), r["identity"] or "-", r["units"], r["runs"], _clock(r["seconds"]), r["failed_runs"], r["lost"]]
                 for r in self.stats.values()]
         return tabulate(rows, headers=["worker", "device", "units", "runs", "busy", "failed runs", "lost units"])
+
+
+def _settled(campaign) -> tuple:
+    """How far the runs are: finished ones and rounds sent alone (a batch must move one of them)."""
+    return (sum(1 for r in campaign.runs if r["status"] in (OK, FAILED, SKIPPED)),
+            sum(1 for r in campaign.runs if r.get("alone")))
 
 
 def drive(campaign, printer, busy=None, idle_wait=60.0, scaled=None) -> None:
@@ -618,6 +671,8 @@ def _new_campaign(args, session):
     if any(o.run_spec in ("builtin", "all") for o in ops):
         raise UsageError("name the ops (add softmax matmul) instead of 'builtin': each op gets its own runs")
     names = [o.name for o in ops]
+    if SHARED in names:
+        raise UsageError(f"op name {SHARED!r} is where shared processes write: rename the op (NAME:FILE)")
     if len(set(names)) != len(names):
         raise UsageError(f"op named twice: {sorted({n for n in names if names.count(n) > 1})[0]!r}")
     for o in ops:
@@ -650,6 +705,9 @@ def _new_campaign(args, session):
         "require_idle": bool(args.require_idle),
         "idle_wait": args.idle_wait,
         "fail_on_slower": bool(args.fail_on_slower),
+        "metric": args.metric or metrics.DEFAULT,
+        # startup (imports, plugins, device queries) once per round and side for all ops
+        "process": PER_OP if (args.process_per_op or args.task or args.unit == "op") else SHARED_PROCESS,
         "statistics": {
             "alpha": args.alpha, "margin_pct": args.margin, "min_effect_pct": args.min_effect,
             "noise_from": os.path.abspath(args.noise_from) if args.noise_from else None, "floors": floors,
@@ -680,8 +738,12 @@ def _print_dry_run(data, a, b, ops, guard) -> None:
     rounds = f"{s['first_look']} rounds" + (f", then up to {s['max_rounds']} until confident" if s["until_confident"] else "")
     print(f"ops: {', '.join(o.name for o in ops)}; {rounds}; autotune replay: {'on' if data['replay'] else 'off'}")
     extra = " ".join(data["extension_args"] + data["run_args"])
-    for o in ops:
-        print(f"  zlf {o.command} {o.run_spec} {extra}".rstrip())
+    if data.get("process") == SHARED_PROCESS:
+        print("one process per round and side for all ops (--process-per-op: one per op):")
+        print(f"  zlf run {' '.join(o.run_spec for o in ops)} {extra}".rstrip())
+    else:
+        for o in ops:
+            print(f"  zlf {o.command} {o.run_spec} {extra}".rstrip())
     for r in guard:
         where = ", ".join(r["found"]) if r["found"] else "NOT FOUND"
         print(f"switch {r['name']} referenced in: {where}")
@@ -700,6 +762,9 @@ def main(args, session) -> int:
             raise UsageError(f"campaign {args.resume!r} is still being run by process {pid}")
         _preflight({**campaign.data, "scale": scale}, session)
         campaign.data["scale"] = scale
+        if args.metric:
+            campaign.data["metric"] = args.metric
+        shutil.rmtree(campaign.path / SHARED / ".staging", ignore_errors=True)  # a shared process cut short
         stale = [r for r in campaign.runs if r["status"] in (PENDING, RUNNING)]
         for run in stale:
             run.update(status=PENDING, started=None)  # a run in flight when it stopped is re-run whole

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from . import stats
+from . import metrics, stats
 from .campaign import FAILED, OK, PLOT, REPORT, SKIPPED, SUMMARY_JSON, SUMMARY_LOG, now
 
 HEADERS = ["point", "A median ms", "B median ms", "delta median", "delta interval", "noise A/B",
@@ -46,8 +46,9 @@ def rows(results, aa=False) -> list:
     return out
 
 
-def headers(aa=False) -> list:
-    h = list(HEADERS)
+def headers(aa=False, metric="time") -> list:
+    unit = metrics.unit(metric)
+    h = [c.replace(" ms", f" {unit}") for c in HEADERS]
     if aa:
         h.insert(-1, "noise floor")
     return h
@@ -69,6 +70,9 @@ def _context_lines(campaign, alpha) -> list:
     floor = (f"A/A floors from {s['noise_from']} ({len(s.get('floors') or {})} points), else {s['min_effect_pct']}%"
              if s.get("noise_from") else f"{s['min_effect_pct']}% (no A/A calibration: --noise-from DIR)")
     lines.append(f"  noise floor: {floor}; equivalence margin: {s['margin_pct']}%")
+    metric = d.get("metric") or metrics.DEFAULT
+    if metric != metrics.DEFAULT:
+        lines.append(f"  metric: {metric} ({metrics.unit(metric)}: {metrics.METRICS[metric].summary})")
     lines.append("  autotune replay: " + ("on (round 1 A records, every other run replays it)" if d.get("replay")
                                           else "OFF -- autotune_replay not active: every run tuned for itself"))
     run_args = " ".join(d["extension_args"] + d["run_args"])
@@ -77,6 +81,9 @@ def _context_lines(campaign, alpha) -> list:
     for command in commands:
         if command == "task":
             lines.append(f"  every run: zlf task PKG {run_args} --candidate <the side's>")
+        elif d.get("process") == "shared":
+            lines.append(f"  every run: zlf {command} OP [OP ...] {run_args}".rstrip()
+                         + " (all ops of a round and side in one process; an op that failed there re-ran alone)")
         else:
             lines.append(f"  every run: zlf {command} OP {run_args}".rstrip())
     return lines
@@ -134,7 +141,7 @@ def render(campaign, results, remarks, excluded, alpha, ir_lines) -> str:
     guards = _guard_lines(campaign, ir_lines)
     if guards:
         parts += [""] + guards
-    table = (tabulate(rows(results, aa), headers=headers(aa), disable_numparse=True) if results
+    table = (tabulate(rows(results, aa), headers=headers(aa, campaign.data.get("metric") or metrics.DEFAULT), disable_numparse=True) if results
              else "(no point has a complete pair of rounds)")
     parts += ["", table] + _findings(campaign, results, remarks)
     problems = _problem_lines(campaign, excluded)
@@ -151,7 +158,7 @@ def render_markdown(campaign, results, remarks, excluded, alpha, ir_lines, why_n
     if guards:
         out += ["## Guards", "", *[f"- {g}" for g in guards], ""]
     out += ["## Points", ""]
-    out.append(tabulate(rows(results, aa), headers=headers(aa), tablefmt="github", disable_numparse=True)
+    out.append(tabulate(rows(results, aa), headers=headers(aa, campaign.data.get("metric") or metrics.DEFAULT), tablefmt="github", disable_numparse=True)
                if results else "(no point has a complete pair of rounds)")
     out += ["", *[f"- {line}" for line in _findings(campaign, results, remarks)], ""]
     out.append(f"![per-point delta intervals]({PLOT})" if not why_no_plot else f"(no plot: {why_no_plot})")

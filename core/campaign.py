@@ -10,10 +10,14 @@ Layout::
       report.md            markdown report; delta_intervals.png its plot
       <op>/r<k>_<A|B>/     one run directory per op, round and side (``zlf run`` wrote it)
       <op>/logs/r<k>_<A|B>.txt   that run's stdout and stderr
+      _shared/logs/r<k>_<A|B>.txt  output of a process that ran every op of a round and side
       triton_cache/<A|B>-<hash>/ one Triton cache per side definition (unless --triton-cache)
 
-Runs are independent ``zlf run`` processes (``zlf task`` for a task package); the campaign
-process never imports a kernel. A run is described by a JSON-able *run spec* (:meth:`Campaign.run_spec`)
+Runs are ``zlf run`` processes (``zlf task`` for a task package); the campaign process never
+imports a kernel. A campaign with ``"process": "shared"`` runs every op of a (round, side) in
+one process (startup paid once) and splits its run directory into the per-op ones
+(:meth:`Campaign.file_shared`); an op that fails or crashes there gets its round re-run in
+per-op processes (``"alone"``), so a report never rests on a shared process that misbehaved. A run is described by a JSON-able *run spec* (:meth:`Campaign.run_spec`)
 whose paths are relative to ``{campaign}``, so that a worker process or a Ray task elsewhere can
 execute it (:func:`execute_spec`) and the driver files the outcome (:meth:`Campaign.file`).
 """
@@ -32,10 +36,11 @@ from pathlib import Path
 from typing import Optional
 
 import attrs
+import yaml
 
 from . import __version__
 from .errors import UsageError
-from .rundir import RunDir
+from .rundir import LOG, META, RESULTS, SHAPES, RunDir, write_atomic
 
 CAMPAIGN = "campaign.json"
 #: placeholder for the campaign directory in a run spec (replaced where the run executes).
@@ -49,6 +54,11 @@ LOGS = "logs"
 #: where the autotune_replay extension writes a record run's decisions (FORMATS.md §3).
 RECORDS_DIR = "autotune_records"
 FORMAT_VERSION = 1
+
+#: where processes that run several ops write (an op may not have this name).
+SHARED = "_shared"
+#: ``campaign.json``'s ``process``: one process per (op, round, side), or per (round, side).
+PER_OP, SHARED_PROCESS = "per-op", "shared"
 
 PENDING, RUNNING, OK, FAILED, SKIPPED = "pending", "running", "ok", "failed", "skipped"
 #: campaign status words.
@@ -176,6 +186,8 @@ class Campaign:
     def __init__(self, path: Path, data: dict):
         self.path = Path(path)
         self.data = data
+        #: ``{shared key: [run dirs]}`` of the shared processes handed to an executor
+        self.groups: dict = {}
 
     # ------------------------------------------------------------------ create / open
     @classmethod
@@ -223,11 +235,14 @@ class Campaign:
         """Append round ``k``: odd rounds A then B, even rounds B then A (cancels one-way drift);
         within a round each op's pair runs back to back."""
         order = ("A", "B") if k % 2 == 1 else ("B", "A")
+        alone = {r["op"] for r in self.runs if r.get("alone")}
         for op in self.ops:
             for side in order:
                 self.runs.append({"op": op.name, "round": k, "side": side, "dir": f"{op.name}/r{k}_{side}",
                                   "status": PENDING, "rc": None, "started": None, "finished": None,
                                   "seconds": None, "flags": [], "error": None})
+                if op.name in alone:  # it failed or crashed in a shared process: it runs alone
+                    self.runs[-1]["alone"] = True
         self.save()
 
     def run_dir(self, run: dict) -> Path:
@@ -330,6 +345,202 @@ class Campaign:
 
     def _staging(self, run: dict) -> Path:
         return self.path / run["op"] / STAGING / f"r{run['round']}_{run['side']}"
+
+    # ------------------------------------------------------------------ shared processes
+    @property
+    def shared(self) -> bool:
+        """Whether the ops of a (round, side) share one process (campaigns before this: no)."""
+        return self.data.get("process") == SHARED_PROCESS
+
+    def shares(self, run: dict) -> bool:
+        """Whether ``run`` goes into a shared process: not once its op has failed or crashed in
+        one (from that round on the op runs alone), nor for a task package."""
+        if not self.shared or self.op_spec(run["op"]).command != "run":
+            return False
+        return not any(r.get("alone") for r in self.runs if r["op"] == run["op"])
+
+    def next_run(self) -> Optional[dict]:
+        """The run to start next: the earliest round first, in the round's side order (a shared
+        process of side A before B's in odd rounds), else campaign order."""
+        todo = [(i, r) for i, r in enumerate(self.runs) if r["status"] not in (OK, FAILED, SKIPPED)]
+        if not todo:
+            return None
+        def order(item):
+            i, r = item
+            return r["round"], ("A", "B").index(r["side"]) ^ (0 if r["round"] % 2 else 1), i
+        return min(todo, key=order)[1]
+
+    def op_spec(self, name: str) -> OpSpec:
+        return next(o for o in self.ops if o.name == name)
+
+    def replay_origin(self, run: dict) -> str:
+        """The process whose autotune record ``run`` replays ("" when it records or replay is off):
+        ops share a process only with ops that replay the same record."""
+        return self.record_source(run) if self.replays(run) else ""
+
+    def record_source(self, run: dict) -> str:
+        """The campaign-relative directory whose autotune record ``run`` replays: the shared
+        process that ran its op's r1_A (kept for that), else ``<op>/r1_A``. Before r1_A has run
+        (a scaled campaign builds a unit's specs up front): the shared process it is in."""
+        first = self.find(run["op"], 1, "A") or {}
+        if first.get("process"):
+            return first["process"]
+        if first.get("status") != OK:
+            for key in reversed(list(self.groups)):
+                if first.get("dir") in self.groups[key]:
+                    return key
+        return first.get("dir") or f"{run['op']}/r1_A"
+
+    def shared_groups(self, runs=None) -> list:
+        """``[[run, ...]]``: the pending shared runs (or ``runs``) grouped by round, side and replay
+        origin, in campaign order (the group of the first pending run first)."""
+        failed = self.failed_ops()
+        todo = runs if runs is not None else [
+            r for r in self.runs if r["status"] in (PENDING, RUNNING) and self.shares(r) and r["op"] not in failed]
+        groups: dict = {}
+        for r in todo:
+            groups.setdefault((r["round"], r["side"], self.replay_origin(r)), []).append(r)
+        return list(groups.values())
+
+    def shared_key(self, runs: list) -> str:
+        """A fresh ``_shared/r<k>_<side>[-n]`` for one process of ``runs`` (never reused: a
+        process re-run after a crash keeps the first one's log)."""
+        base = f"{SHARED}/r{runs[0]['round']}_{runs[0]['side']}"
+        taken = {r.get("process") for r in self.runs} | set(self.groups)
+        for n in range(1, 10000):
+            key = base if n == 1 else f"{base}-{n}"
+            if key not in taken and not (self.path / SHARED / LOGS / f"{Path(key).name}.txt").exists():
+                self.groups[key] = [r["dir"] for r in runs]
+                return key
+        raise RuntimeError(f"no free key for {base}")
+
+    def shared_spec(self, key: str, runs: list) -> dict:
+        """The run spec of one process that runs every op of ``runs`` (one round, one side)."""
+        run = runs[0]
+        side = self.sides[run["side"]]
+        root = Path(ROOT)
+        name = Path(key).name
+        staging = f"{SHARED}/{STAGING}/{name}"
+        argv = [side.interpreter, "-m", "zlf", "run", *[self.op_spec(r["op"]).run_spec for r in runs],
+                "--out", str(root / staging), "--name", f"r{run['round']}_{run['side']}"]
+        argv += self.data["extension_args"] + self.data["run_args"] + list(side.args)
+        spec = {"key": key, "argv": argv, "env": self.env_overrides(run, root=root), "cwd": self.data["cwd"],
+                "staging": staging, "dir": key, "log": f"{SHARED}/{LOGS}/{name}.txt", "needs": [],
+                "shared": [r["dir"] for r in runs]}
+        if self.replays(run):
+            source = self.record_source(run)  # the same for every op of the group (shared_groups)
+            record = f"{source}/{RECORDS_DIR}"
+            spec["needs"] = [record]
+            spec["replay"] = {"record": record, "args": ["--replay-from", str(root / source)]}
+        return spec
+
+    def execute_shared(self, runs: list) -> list:
+        """Run ``runs`` (one round and side) in one process, then file each op's outcome.
+
+        :return: the runs filed ok, and those whose round goes alone (see :meth:`file_shared`).
+        Raises KeyboardInterrupt (after marking the runs pending) when the user interrupts.
+        """
+        key = self.shared_key(runs)
+        for run in runs:
+            self.start(run)
+        try:
+            outcome = execute_spec(self.shared_spec(key, runs), self.path)
+        except KeyboardInterrupt:
+            for run in runs:
+                run.update(status=PENDING, started=None)
+            self.save()
+            raise
+        if not self.file_shared(key, runs, outcome):
+            raise KeyboardInterrupt
+        return runs
+
+    def file_shared(self, key: str, runs: list, outcome: dict) -> bool:
+        """Split a shared process's run directory into each op's ``<op>/r<k>_<side>`` and file it.
+
+        Per op: every planned point recorded and ok -> ok; a point not ok, or the op in flight
+        when the process died (or every op, when it died after all of them) -> the op's round
+        (both sides) is pending again with ``alone``: it is re-run in per-op processes, as
+        campaigns without shared processes run it; an op the process never reached -> pending
+        for the next shared process. False when the user interrupted it (all pending again).
+        """
+        rc = outcome["rc"]
+        raw = self.path / key
+        states = self._shared_states(raw if outcome["made"] else None, runs, rc)
+        if rc == 130 or rc == -signal.SIGINT:
+            for run in runs:
+                run.update(status=PENDING, started=None, finished=None)
+            shutil.rmtree(raw, ignore_errors=True)
+            self.save()
+            return False
+        share = round((outcome["seconds"] or 0) / max(1, len(runs)), 2)
+        why = None
+        for run, (state, names, points) in zip(runs, states):
+            if run["status"] != RUNNING:
+                continue  # its round went alone meanwhile (scaled: the other side failed first)
+            if state == OK:
+                dest = self.run_dir(run)
+                if dest.exists():
+                    shutil.rmtree(dest)
+                split_run_dir(raw, dest, names, points, {"key": key, "ops": [r["op"] for r in runs], "rc": rc})
+                log = self.log_path(run)
+                log.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(self.path / outcome["log"], log)
+                run.update(status=OK, rc=0, finished=outcome["finished"], seconds=share, process=key, error=None,
+                           flags=device_flags(dest))
+                if outcome.get("started"):
+                    run["started"] = outcome["started"]
+                if "gpu" in run:
+                    run["device_id"] = device_identity(dest)
+            elif state == "not reached":
+                run.update(status=PENDING, started=None)
+            else:
+                if why is None:
+                    why = _failure_reason(rc, raw if outcome["made"] else None, self.path / outcome["log"])
+                for side in ("A", "B"):  # the round's pair again, both sides alone: one pair, one way
+                    r = self.find(run["op"], run["round"], side)
+                    if r is not None and r["status"] in (PENDING, RUNNING, OK):
+                        r.update(status=PENDING, started=None, finished=None, rc=None, error=None, alone=True,
+                                 shared_error=f"{state} in {key}: {why}" if r is run else f"{run['side']} side {state} in {key}")
+                        r.pop("process", None)
+                for r in self.runs:  # and every later round of the op (see shares)
+                    if r["op"] == run["op"] and r["status"] == PENDING:
+                        r["alone"] = True
+        if not (self.data.get("replay") and runs[0]["round"] == 1 and runs[0]["side"] == "A"
+                and (raw / RECORDS_DIR).is_dir()):
+            shutil.rmtree(raw, ignore_errors=True)  # split; a record process stays: later runs replay it
+        self.save()
+        return True
+
+    def _shared_states(self, raw: Optional[Path], runs: list, rc: int) -> list:
+        """``[(ok | "failed" | "crashed" | "not reached", op names, planned points)]`` per run."""
+        meta = RunDir(raw).meta() if raw is not None else {}
+        records = RunDir(raw).records()[0] if raw is not None else []
+        by_spec = {a.get("spec"): a for a in meta.get("op_args") or []}
+        states = []
+        for run in runs:
+            entry = by_spec.get(self.op_spec(run["op"]).run_spec)
+            if entry is None:
+                states.append(["not reached", set(), 0])
+                continue
+            names, points = set(entry.get("ops") or ()), int(entry.get("points") or 0)
+            mine = {r.point: r for r in records if r.op in names}
+            if points and len(mine) >= points:
+                state = OK if all(r.status == "ok" for r in mine.values()) else "failed"
+            else:  # no point planned (zlf run alone refuses that) or cut short
+                state = "crashed" if mine or not points else "not reached"
+            states.append([state, names, points])
+        if rc == 0:
+            for s in states:  # it ended well without running the op: nothing to trust there
+                if s[0] == "not reached":
+                    s[0] = "crashed"
+        elif not any(s[0] in ("failed", "crashed") for s in states):
+            first = next((s for s in states if s[0] == "not reached"), None)
+            if first is not None:
+                first[0] = "crashed"  # it died starting this op (or before any: one op at a time)
+            else:
+                for s in states:  # it died after every op: nothing to pin it on
+                    s[0] = "crashed"
+        return [tuple(s) for s in states]
 
     def start(self, run: dict, worker: Optional[dict] = None) -> None:
         run.update(status=RUNNING, started=now(), finished=None, rc=None, error=None, flags=[])
@@ -440,6 +651,56 @@ def execute_spec(spec: dict, root, extra_env: Optional[dict] = None) -> dict:
             "seconds": round(time.monotonic() - t0, 2), "log": spec["log"]}
 
 
+def _link_or_copy(src, dst) -> None:
+    try:
+        os.link(src, dst)  # the shared process's files are final: a link costs no space
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def split_run_dir(raw: Path, dest: Path, names: set, points: int, shared: dict) -> None:
+    """Write the run directory of the ops ``names`` from a shared process's ``raw`` one: their
+    records and shapes, meta.json with their counts and a ``shared_process`` section, the whole
+    run.log, the IR of their points' shapes and every other file (autotune records ...) whole."""
+    from .irtree import IR_DIR
+    from .records import shape_str
+
+    src = RunDir(raw)
+    final, dest = dest, dest.with_name(f".{dest.name}.split")  # in place only once whole
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
+    out = RunDir(dest)
+    records = [r for r in src.records()[0] if r.op in names]
+    for r in records:
+        out.append(r)
+    shapes = {op: v for op, v in (src.shapes() or {}).items() if op in names}
+    write_atomic(dest / SHAPES, yaml.safe_dump(shapes, sort_keys=False, default_flow_style=None))
+    meta = src.meta()
+    ran_status = meta.get("status")
+    meta.update(ops=sorted(names), points=points, status="complete",
+                counts={s: sum(1 for r in records if r.status == s) for s in ("ok", "FAILED", "OOM")},
+                shared_process={**shared, "status": ran_status})
+    out.write_meta(meta)
+    if (raw / LOG).is_file():
+        shutil.copyfile(raw / LOG, dest / LOG)
+    own_shapes = {shape_str(r.shape) for r in records}
+    for item in raw.iterdir():
+        if item.name in (RESULTS, META, LOG, SHAPES):
+            continue
+        if item.name == IR_DIR and item.is_dir():  # ir/<shape>/...: only this op's shapes
+            (dest / IR_DIR).mkdir()
+            for sub in item.iterdir():
+                if sub.is_dir() and sub.name in own_shapes:
+                    shutil.copytree(sub, dest / IR_DIR / sub.name, copy_function=_link_or_copy)
+                elif sub.is_file():
+                    _link_or_copy(sub, dest / IR_DIR / sub.name)
+        elif item.is_dir():
+            shutil.copytree(item, dest / item.name, copy_function=_link_or_copy)
+        else:
+            _link_or_copy(item, dest / item.name)
+    os.replace(dest, final)
+
+
 def device_identity(run_dir: Path) -> str:
     """The device a run measured on, from its meta.json: uuid, else PCI bus id, else the name
     (two GPUs of one model still differ by a few percent)."""
@@ -509,6 +770,8 @@ def campaign_units(campaign: Campaign, per: str = "pair") -> list:
     """
     from .scheduler import Unit
 
+    if campaign.shared and per == "pair":
+        return _shared_units(campaign)
     groups: dict = {}
     for run in campaign.runs:
         groups.setdefault((run["op"], run["round"] if per == "pair" else 0), []).append(run)
@@ -527,8 +790,52 @@ def campaign_units(campaign: Campaign, per: str = "pair") -> list:
     return units
 
 
+def _shared_units(campaign: Campaign) -> list:
+    """Units of a shared-process campaign: per round, one process per side (and replay origin),
+    A and B on one GPU; the rounds of ops sent alone as per-op pair units (after the shared
+    ones). A round half done on some GPU when the campaign stopped runs again whole."""
+    from .scheduler import Unit
+
+    failed = campaign.failed_ops()
+    pending = [r for r in campaign.runs if r["status"] in (PENDING, RUNNING) and r["op"] not in failed]
+    rounds: dict = {}
+    alone: dict = {}
+    for run in pending:
+        if campaign.shares(run):
+            rounds.setdefault(run["round"], []).append(run)
+        else:
+            alone.setdefault((run["op"], run["round"]), []).append(run)
+    units, first = [], None
+    for k, runs in rounds.items():
+        for run in list(runs):
+            other = campaign.find(run["op"], k, "B" if run["side"] == "A" else "A")
+            if other and other["status"] == OK and "gpu" in other and other not in runs:
+                runs.append(other)  # its pair partner ran on another GPU: both again, here
+        order = ("A", "B") if k % 2 == 1 else ("B", "A")
+        runs.sort(key=lambda r: (order.index(r["side"]), campaign.runs.index(r)))
+        keys = []
+        for side in order:  # A's processes are known (keys) before B's replay origin is looked up
+            keys += [campaign.shared_key(g) for g in campaign.shared_groups([r for r in runs if r["side"] == side])]
+        units.append(Unit(f"r{k}", keys))
+        if k == 1 and any(r["side"] == "A" for r in runs):
+            first = f"r{k}"
+    for (op, k), runs in alone.items():
+        units.append(Unit(f"{op}/r{k}", [r["dir"] for r in runs], group=op))
+    if not campaign.data.get("replay"):
+        return units
+    # the unit that runs an op's r1_A writes the record its other runs replay: they wait for it
+    recorder = {u.group: u.id for u in units if u.group and f"{u.group}/r1_A" in u.keys}
+    out = []
+    for u in units:
+        dep = recorder.get(u.group) if u.group else None
+        dep = dep if dep is not None else first
+        out.append(u if dep in (None, u.id) else Unit(u.id, u.keys, u.group, (dep,)))
+    return out
+
+
 class CampaignJob:
-    """The campaign as an executor sees it (zlf.executors): specs out, outcomes filed."""
+    """The campaign as an executor sees it (zlf.executors): specs out, outcomes filed. A key is
+    a run's directory, or a shared process's key (``_shared/r<k>_<side>``, see :meth:`Campaign.shared_spec`)."""
 
     def __init__(self, campaign: Campaign, printer):
         self.campaign = campaign
@@ -536,7 +843,12 @@ class CampaignJob:
         self.root = campaign.path
         self._runs = {r["dir"]: r for r in campaign.runs}
 
+    def _group(self, key: str) -> list:
+        return [self._runs[d] for d in self.campaign.groups.get(key, ())]
+
     def spec(self, key: str) -> dict:
+        if key in self.campaign.groups:
+            return self.campaign.shared_spec(key, self._group(key))
         return self.campaign.run_spec(self._runs[key])
 
     def skip(self, unit) -> Optional[str]:
@@ -548,9 +860,26 @@ class CampaignJob:
         return reason
 
     def started(self, key: str, worker: dict) -> None:
+        if key in self.campaign.groups:
+            for run in self._group(key):
+                if not run.get("alone"):  # a round sent alone meanwhile is not in this process's hands
+                    self.campaign.start(run, worker)
+            return
         self.campaign.start(self._runs[key], worker)
 
     def finished(self, key: str, outcome: dict, worker: dict) -> bool:
+        if key in self.campaign.groups:
+            runs = self._group(key)
+            for run in runs:
+                if run["status"] == RUNNING:
+                    run.update(worker)
+            filed = self.campaign.file_shared(key, runs, outcome)
+            for run in runs:
+                if run["status"] == OK and run.get("process") == key:
+                    self.printer.done(run)
+                elif run.get("alone") and run.get("shared_error", "").find(key) >= 0:
+                    self.printer.line(f"{run['op']} r{run['round']}_{run['side']}: {run['shared_error']}; its round runs alone")
+            return filed  # the unit goes on: a failed op's round is re-run alone in a later batch
         run = self._runs[key]
         run.update(worker)
         filed = self.campaign.file(run, outcome)
@@ -559,23 +888,33 @@ class CampaignJob:
 
     def skipped(self, keys, reason: str) -> None:
         for key in keys:
-            run = self._runs[key]
-            if run["status"] in (PENDING, RUNNING):
-                run.update(status=SKIPPED, error=reason)
-                self.printer.done(run)
+            for run in self._group(key) if key in self.campaign.groups else [self._runs[key]]:
+                if run["status"] in (PENDING, RUNNING) and key in self.campaign.groups:
+                    run.update(status=PENDING, started=None)  # a shared process not run: its ops wait
+                elif run["status"] in (PENDING, RUNNING):
+                    run.update(status=SKIPPED, error=reason)
+                    self.printer.done(run)
         self.campaign.save()
 
     def lost(self, unit) -> None:
         for key in unit.keys:
-            run = self._runs[key]
-            run.update(status=PENDING, started=None, finished=None, rc=None)  # re-run whole, the pair together
+            for run in self._group(key) if key in self.campaign.groups else [self._runs[key]]:
+                if run["status"] in (PENDING, RUNNING):
+                    run.update(status=PENDING, started=None, finished=None, rc=None)  # re-run whole, the pair together
+                elif key in self.campaign.groups and run["status"] == OK and run.get("process") == key:
+                    run.update(status=PENDING, started=None, finished=None, rc=None)
         self.campaign.save()
 
     def discard(self, key: str) -> None:
+        if key in self.campaign.groups:
+            for p in (self.root / key, self.root / SHARED / STAGING / Path(key).name):
+                shutil.rmtree(p, ignore_errors=True)
+            return
         self.campaign.discard_partial(self._runs[key])
 
     def identity(self, key: str) -> str:
-        return self._runs[key].get("device_id") or ""
+        runs = self._group(key) if key in self.campaign.groups else [self._runs[key]]
+        return next((r.get("device_id") for r in runs if r.get("device_id")), "")
 
     def note(self, text: str) -> None:
         self.printer.line(text)

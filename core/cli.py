@@ -9,6 +9,7 @@ Exit codes: 0 success, 1 a point failed (or a gate tripped), 2 bad input, 130 in
 from __future__ import annotations
 
 import argparse
+import collections
 import importlib
 import json
 import sys
@@ -202,6 +203,10 @@ def cmd_run(args, session) -> int:
     rundir = RunDir.create(args.out, label)
     rundir.write_shapes(shapes_by_op(plan))
     run = Run(session, rundir, plan, argv=["zlf", *sys.argv[1:]])
+    # which argument gave which ops and how many points: zlf ab splits a run of several ops by it
+    per_op = collections.Counter(p.op.name for p in plan)
+    run.meta["op_args"] = [{"spec": spec, "ops": names, "points": sum(per_op[n] for n in names)}
+                           for spec, names in session.op_args]
     if backend.host_timing:
         run.log.info(f"backend {backend.name}: times are host wall-clock of interpreted kernels, not GPU kernel times")
     progress = Progress(len(plan)) if not args.json else None

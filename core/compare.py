@@ -20,6 +20,7 @@ import attrs
 from tabulate import tabulate
 
 from . import ceilings as ceilings_mod
+from . import metrics
 from .console import paint, use_colour, warn
 from .errors import UsageError
 from .records import STATUS_OK, STATUS_OOM, PointRecord, shape_str
@@ -57,6 +58,8 @@ class Row:
     status: str
     delta_pct: Optional[float] = None
     ir: Optional[str] = None
+    #: why A and B ran at different clock states (:func:`zlf.metrics.clock_differs`), or None
+    clock: Optional[str] = None
 
     @property
     def comparable(self) -> bool:
@@ -136,7 +139,8 @@ def _by_point(records) -> dict:
     return {r.point: r for r in records}
 
 
-def pair(a_records, b_records, allow_mixed_timers: bool = False, ir_status: Optional[dict] = None) -> list:
+def pair(a_records, b_records, allow_mixed_timers: bool = False, ir_status: Optional[dict] = None,
+         metric: str = metrics.DEFAULT) -> list:
     """Pair records by point id; every point of either side gets exactly one :class:`Row`.
 
     A delta exists only where both sides are ``ok`` with a positive median and, unless
@@ -144,6 +148,7 @@ def pair(a_records, b_records, allow_mixed_timers: bool = False, ir_status: Opti
     kernel can differ by 2× with no code change.
 
     :param ir_status: ``{shape dir name: status}`` from :func:`zlf.irtree.shape_status`, or None.
+    :param metric: what the delta is of (:mod:`zlf.metrics`): ``time`` (default), ``cycles``, ``wall``.
     :return: rows in A's order, then B-only points in B's order.
     """
     a_by, b_by = _by_point(a_records), _by_point(b_records)
@@ -161,18 +166,19 @@ def pair(a_records, b_records, allow_mixed_timers: bool = False, ir_status: Opti
                 status = f"both {a.status}"
             else:
                 status = "; ".join(f"{side} {r.status}" for side, r in (("A", a), ("B", b)) if r.status != STATUS_OK)
-        elif not a.median_ms or not b.median_ms or a.median_ms <= 0 or b.median_ms <= 0:
-            status = "no time"
+        elif metrics.value(a, metric) is None or metrics.value(b, metric) is None:
+            status = "no time" if metric == metrics.DEFAULT else f"no {metric}"
         elif a.timer != b.timer and not allow_mixed_timers:
             status = TIMER_MISMATCH
         else:
             status = COMPARED if a.timer == b.timer else MIXED_TIMERS
-            delta = (b.median_ms - a.median_ms) / a.median_ms * 100.0
+            va, vb = metrics.value(a, metric), metrics.value(b, metric)
+            delta = (vb - va) / va * 100.0
         ir = None
         if ir_status is not None:
             ir = ir_status.get(shape_str(ref.shape), "-")
         rows.append(Row(point=pid, op=ref.op, shape=tuple(ref.shape), dtype=ref.dtype, variant=ref.variant,
-                        a=a, b=b, status=status, delta_pct=delta, ir=ir))
+                        a=a, b=b, status=status, delta_pct=delta, ir=ir, clock=metrics.clock_differs(a, b)))
     return rows
 
 
@@ -313,17 +319,20 @@ class Comparison:
     summary: Summary
     notes: tuple
     ir_column: bool
+    metric: str = metrics.DEFAULT
 
     @property
     def threshold(self) -> Threshold:
         return self.summary.threshold
 
 
-def compare_dirs(a_path, b_path, threshold_pct: Optional[float] = None, allow_mixed_timers: bool = False) -> Comparison:
+def compare_dirs(a_path, b_path, threshold_pct: Optional[float] = None, allow_mixed_timers: bool = False,
+                 metric: str = metrics.DEFAULT) -> Comparison:
     """Load, pair and summarise two run directories (exit-2 errors raised as UsageError)."""
+    metric = metrics.check(metric)
     a, b = load_side(a_path, "A"), load_side(b_path, "B")
     ir_status, ir_note = ir_status_for(a.path, b.path)
-    rows = pair(a.records, b.records, allow_mixed_timers=allow_mixed_timers, ir_status=ir_status)
+    rows = pair(a.records, b.records, allow_mixed_timers=allow_mixed_timers, ir_status=ir_status, metric=metric)
     if not any(r.a is not None and r.b is not None for r in rows):
         raise UsageError(
             f"nothing to pair: no point id in common (A: {', '.join(a.ops)}, {len(a.records)} points; "
@@ -343,7 +352,14 @@ def compare_dirs(a_path, b_path, threshold_pct: Optional[float] = None, allow_mi
     notes.extend(ceilings_notes(a, b))
     if ir_note:
         notes.append(ir_note)
-    return Comparison(a, b, tuple(sort_rows(rows)), summarize(rows, threshold), tuple(notes), ir_status is not None)
+    if metric != metrics.DEFAULT:
+        notes.append(f"metric: {metric} ({metrics.unit(metric)}: {metrics.METRICS[metric].summary}); Δ is of that")
+    differ = sum(1 for r in rows if r.clock)
+    if differ:
+        notes.append(f"{differ} point(s) ran at different clock states on A and B (clock column): "
+                     "their time delta includes the clock change (--metric cycles takes it out for compute-bound points)")
+    return Comparison(a, b, tuple(sort_rows(rows)), summarize(rows, threshold), tuple(notes), ir_status is not None,
+                      metric)
 
 
 def ceilings_notes(*sides) -> list:
@@ -426,15 +442,18 @@ def verdict_cell(row: Row, threshold_pct: float, colour: bool) -> str:
 def table_rows(cmp: Comparison, colour: bool = False) -> tuple:
     """``(headers, rows)`` of the human table; metric columns appear only where some row has a value."""
     t = cmp.threshold.pct
+    unit = metrics.unit(cmp.metric)
+    col_a, col_b = f"A {unit}", f"B {unit}"
     columns = {
-        "point": [], "verdict": [], "A ms": [], "B ms": [], "Δ": [], "timer": [],
-        "B GB/s": [], "B TFLOP/s": [], "B % ceiling": [], "markers": [], "IR": [],
+        "point": [], "verdict": [], col_a: [], col_b: [], "Δ": [], "timer": [],
+        "B GB/s": [], "B TFLOP/s": [], "B % ceiling": [], "clock": [], "markers": [], "IR": [],
     }
     for r in cmp.rows:
         columns["point"].append(r.point)
         columns["verdict"].append(verdict_cell(r, t, colour))
-        columns["A ms"].append(format_number(r.a.median_ms) if r.a else "")
-        columns["B ms"].append(format_number(r.b.median_ms) if r.b else "")
+        columns[col_a].append(format_number(metrics.value(r.a, cmp.metric)) if r.a else "")
+        columns[col_b].append(format_number(metrics.value(r.b, cmp.metric)) if r.b else "")
+        columns["clock"].append(f"differs: {r.clock}" if r.clock else "")
         columns["Δ"].append(f"{r.delta_pct:+.1f}%" if r.comparable else "")
         columns["timer"].append(timer_cell(r))
         columns["B GB/s"].append(format_number(r.b.gbps) if r.b else "")
@@ -442,7 +461,7 @@ def table_rows(cmp: Comparison, colour: bool = False) -> tuple:
         columns["B % ceiling"].append(ceiling_cell(r.b, cmp.b.ceilings))
         columns["markers"].append(markers_cell(r))
         columns["IR"].append(r.ir or "")
-    always = ("point", "verdict", "A ms", "B ms", "Δ", "timer")
+    always = ("point", "verdict", col_a, col_b, "Δ", "timer")
     keep = [h for h, vals in columns.items() if h in always or (h == "IR" and cmp.ir_column) or any(vals)]
     return keep, [list(vals) for vals in zip(*(columns[h] for h in keep))]
 
@@ -469,7 +488,7 @@ def _side_values(record: Optional[PointRecord], ceilings) -> dict:
         "status": record.status, "timer": record.timer, "median_ms": record.median_ms,
         "gbps": record.gbps, "tflops": record.tflops, "pct_bandwidth": bw, "pct_tflops": tf,
         "markers": list(record.markers), "fallback_reason": record.fallback_reason,
-        "error": record.error, "samples": list(record.samples),
+        "error": record.error, "samples": list(record.samples), "clock": record.clock,
     }
 
 
@@ -477,12 +496,14 @@ def to_json(cmp: Comparison, gate_pct: Optional[float] = None) -> dict:
     t = cmp.threshold.pct
     out = {
         "a": cmp.a.to_json(), "b": cmp.b.to_json(),
+        "metric": cmp.metric, "unit": metrics.unit(cmp.metric),
         "summary": cmp.summary.to_json(), "summary_lines": cmp.summary.lines(), "notes": list(cmp.notes),
         "rows": [
             {
                 "point": r.point, "op": r.op, "shape": list(r.shape), "dtype": r.dtype, "variant": r.variant,
                 "status": r.status, "verdict": r.verdict(t), "delta_pct": r.delta_pct, "ratio": r.ratio,
-                "ir": r.ir, "a": _side_values(r.a, cmp.a.ceilings), "b": _side_values(r.b, cmp.b.ceilings),
+                "ir": r.ir, "clock_differs": r.clock,
+                "a": _side_values(r.a, cmp.a.ceilings), "b": _side_values(r.b, cmp.b.ceilings),
             }
             for r in cmp.rows
         ],
@@ -502,7 +523,8 @@ def _metric(record: Optional[PointRecord], value) -> str:
 
 
 def to_csv(cmp: Comparison) -> str:
-    """One row per point: shape columns, then ``time_ms``, ``bandwidth_GB_s``, ``tflops`` per side."""
+    """One row per point: shape columns, then ``time_ms``, ``bandwidth_GB_s``, ``tflops`` per side;
+    the metric's values per side when it is not time, and ``clock_differs`` when some point has it."""
     rank = max((len(r.shape) for r in cmp.rows), default=0)
     headers = ["point", "op", "dtype", "variant", "shape", *(f"dim{i}" for i in range(rank)), "status", "verdict",
                "time_ms_A", "time_ms_B", "delta_pct", "timer_A", "timer_B",
@@ -510,6 +532,12 @@ def to_csv(cmp: Comparison) -> str:
                "pct_bandwidth_A", "pct_bandwidth_B", "pct_tflops_A", "pct_tflops_B", "markers_A", "markers_B"]
     if cmp.ir_column:
         headers.append("ir")
+    other = cmp.metric != metrics.DEFAULT
+    clock_col = any(r.clock for r in cmp.rows)
+    if other:
+        headers += [f"{cmp.metric}_A", f"{cmp.metric}_B"]
+    if clock_col:
+        headers.append("clock_differs")
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(headers)
@@ -528,6 +556,10 @@ def to_csv(cmp: Comparison) -> str:
                 " ".join(marker_names(r.a)), " ".join(marker_names(r.b))]
         if cmp.ir_column:
             line.append(r.ir or "")
+        if other:
+            line += [_metric(side, metrics.value(side, cmp.metric)) for side in (r.a, r.b)]
+        if clock_col:
+            line.append(r.clock or "")
         w.writerow(line)
     return buf.getvalue()
 
@@ -539,6 +571,8 @@ def configure_parser(parser) -> None:
     parser.add_argument("--format", choices=FORMATS, default="table", help="output format (default: table)")
     parser.add_argument("--threshold", type=float, metavar="PCT",
                         help="|Δ| below this counts as unchanged (default: the measured noise of the points, floor 1%%)")
+    parser.add_argument("--metric", choices=metrics.NAMES, default=metrics.DEFAULT,
+                        help="compare on time (default), cycles (time x measured SM clock) or wall (host wall-clock)")
     parser.add_argument("--allow-mixed-timers", action="store_true",
                         help="compare rows whose sides used different timers (refused by default)")
     parser.add_argument("--fail-if-slower", type=float, metavar="PCT",
@@ -553,7 +587,7 @@ def configure_parser(parser) -> None:
 
 
 def main(args, session) -> int:
-    cmp = compare_dirs(args.a_dir, args.b_dir, args.threshold, args.allow_mixed_timers)
+    cmp = compare_dirs(args.a_dir, args.b_dir, args.threshold, args.allow_mixed_timers, getattr(args, "metric", None))
     machine = args.format in ("csv", "json")
     if machine:  # stdout stays parseable; what a reader must not miss goes to stderr
         for side in (cmp.a, cmp.b):

@@ -15,7 +15,9 @@ state on disk has one writer:
   ``identity(key)`` -- the device a finished run measured on, ``note(text)`` -- a progress line.
 
 A run is always a separate ``zlf`` process (:func:`zlf.campaign.execute_spec`); a worker only
-starts them one after another, pinned to its GPU with the backend's visible-devices variable.
+starts them one after another, pinned to its GPU with the backend's visible-devices variable. A
+failed run ends its unit, except a spec marked ``shared`` (a campaign's process of several ops,
+whose failed op is re-run alone later).
 """
 from __future__ import annotations
 
@@ -113,8 +115,8 @@ def worker_main(stdin=None, stdout=None) -> int:
             say({"event": "start", "key": spec["key"]})
             outcome = execute_spec(spec, msg["root"])
             say({"event": "outcome", "key": spec["key"], "outcome": outcome})
-            if outcome["rc"] != 0:
-                break
+            if outcome["rc"] != 0 and not (spec.get("shared") and not interrupted(outcome)):
+                break  # a shared process's failed op is re-run alone later; the unit goes on
         say({"event": "unit_done", "unit": msg["unit"]})
     return 0
 
@@ -348,7 +350,7 @@ def run_unit_remote(payload: dict, pin_env: Optional[str]) -> dict:
             here = {**extra, "TRITON_CACHE_DIR": cache.replace(ROOT, str(caches))} if ROOT in cache else extra
             outcome = execute_spec(spec, root, here)
             outcomes.append(outcome)
-            if outcome["rc"] != 0:
+            if outcome["rc"] != 0 and not (spec.get("shared") and not interrupted(outcome)):
                 break
         files = _pack(root, [p for o, s in zip(outcomes, payload["runs"]) for p in (s["dir"], s["log"])])
     return {"outcomes": outcomes, "files": files, "host": socket.gethostname(), "gpus": gpus,

@@ -2,6 +2,7 @@
 soon as it exists, so a crash or Ctrl-C loses nothing already measured."""
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import os
 import sys
@@ -83,6 +84,8 @@ class Run:
         self.current_inputs = None
         self._markers: list = []
         self._extra: dict = {}
+        #: the backend's :class:`~zlf.backends.base.ClockSampler` (None: the device's clock is not read)
+        self.clock_sampler = None
         self.meta = {
             "zlf_version": __version__,
             "command": list(argv if argv is not None else sys.argv),
@@ -131,7 +134,7 @@ def run_point(run: Run, planned, compiler_hooks) -> PointRecord:
     backend, hooks = run.backend, run.hooks
     run.current_point, run.current_op = point, op
     run._markers, run._extra = [], {}
-    status, error, timing, max_err = STATUS_OK, None, None, None
+    status, error, timing, max_err, clock = STATUS_OK, None, None, None, None
     try:
         hooks.before_point(run, point)
         inputs = hooks.make_inputs(op, point, backend)
@@ -145,7 +148,10 @@ def run_point(run: Run, planned, compiler_hooks) -> PointRecord:
         if error:
             status = STATUS_FAILED
         else:
-            timing = hooks.time_fn(lambda: op.fn(*inputs), point, backend, run.options, op=op, inputs=inputs)
+            # the clock is read beside the timer (a background thread), never between its samples
+            with (run.clock_sampler.window() if run.clock_sampler else contextlib.nullcontext()) as window:
+                timing = hooks.time_fn(lambda: op.fn(*inputs), point, backend, run.options, op=op, inputs=inputs)
+            clock = window.summary() if window is not None else None
     except KeyboardInterrupt:
         raise
     except Exception as exc:  # a point's failure is recorded; the run goes on
@@ -165,7 +171,7 @@ def run_point(run: Run, planned, compiler_hooks) -> PointRecord:
         markers=tuple(run._markers), l2=timing.l2 if timing else None,
         fallback_reason=timing.fallback_reason if timing else None,
         max_rel_err=max_err, extra={**(timing.extra if timing else {}), **run._extra},
-        wall_ms=timing.wall_ms if timing else None,
+        wall_ms=timing.wall_ms if timing else None, clock=clock if timing else None,
     )
     try:
         hooks.after_point(run, point, record)
@@ -182,6 +188,20 @@ def run_point(run: Run, planned, compiler_hooks) -> PointRecord:
     except Exception:
         pass
     return record
+
+
+def _clock_sampler(backend, run: Run):
+    """The backend's clock sampler, or None; what was chosen is recorded in meta.json."""
+    try:
+        sampler = backend.clock_sampler()
+    except Exception as exc:  # clock readings are information; their absence never stops a run
+        run.log.info(f"clock sampler unavailable: {_one_line(exc)}")
+        sampler = None
+    if sampler is None:
+        run.meta["clock"] = {"source": None}
+    else:
+        run.meta["clock"] = {"source": sampler.source, "interval_ms": round(sampler.interval_s * 1e3, 3)}
+    return sampler
 
 
 def execute(run: Run, progress: Optional[Progress] = None) -> list:
@@ -201,6 +221,7 @@ def execute(run: Run, progress: Optional[Progress] = None) -> list:
             run.meta["device_state_start"] = state
         warnings = backend.busy_warnings()
         run.meta["warnings"] = warnings
+        run.clock_sampler = _clock_sampler(backend, run)
         for w in warnings:
             run.log.warning(w)
             from .console import warn
@@ -231,6 +252,8 @@ def execute(run: Run, progress: Optional[Progress] = None) -> list:
             hooks.after_run(run, list(run.records))
         finally:
             compiler_hooks.remove()
+            if run.clock_sampler is not None:
+                run.clock_sampler.close()
             if progress:
                 progress.close()
             run.meta["status"] = run.status

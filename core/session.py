@@ -36,6 +36,7 @@ class Session:
         self.options = options
         self.hooks = hooks
         self.backend = None
+        self.op_args: list = []
 
     @classmethod
     def create(cls, options, extra_plugins=(), tolerant: bool = False) -> "Session":
@@ -76,6 +77,8 @@ class Session:
     # ------------------------------------------------------------------ ops and points
     def resolve_ops(self, specs) -> list:
         ops = []
+        #: ``[(spec, [op names])]``: which op argument gave which ops (meta.json's ``op_args``)
+        self.op_args = []
         for spec in specs or ["builtin"]:
             found = self.hooks.resolve_ops(spec, self)
             if not found:
@@ -86,6 +89,7 @@ class Session:
                     "not FILE.py[::NAME], and no active extension knows it"
                 )
             ops.extend(found)
+            self.op_args.append((spec, [op.name for op in found]))
         names = [op.name for op in ops]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:

@@ -450,3 +450,112 @@ def test_a_refused_option_combination_leaves_no_campaign(tmp_path, capsys, monke
     before = (c.path / "campaign.json").read_text()
     rc = cli.main(["ab", "--resume", str(c.path), "--gpus", "0", "--ext", "seed"])
     assert rc == 2 and (c.path / "campaign.json").read_text() == before
+
+
+# ----------------------------------------------------------------------------- shared processes
+SHARED_OPS = '''
+import os
+import sys
+import torch
+import zlf
+
+
+def make(shape, dtype, device):
+    x = torch.randn(shape, dtype=getattr(torch, dtype), device=device)
+    return (x, torch.empty_like(x))
+
+
+def _neg(x, out):
+    torch.neg(x, out=out)
+
+
+def _boom(x, out):
+    if sum("my_ops.py" in a for a in sys.argv) > 1:  # dies whenever it shares its process
+        os._exit(3)
+    torch.neg(x, out=out)
+
+
+def _bad(x, out):
+    if os.environ.get("ZLF_AB_TEST_BREAK") == "1":  # side B's "compiler" is broken
+        out.copy_(x)
+    else:
+        torch.neg(x, out=out)
+
+
+def _op(name, fn):
+    return zlf.Op(name=name, fn=fn, make_inputs=make, shapes=[(256,), (512,)], reference=lambda x, out: -x, outputs=(1,))
+
+
+neg, boom, bad = _op("neg", _neg), _op("boom", _boom), _op("bad", _bad)
+'''
+
+
+@pytest.mark.slow
+def test_shared_processes_isolate_a_crashing_and_a_failing_op(tmp_path):
+    (tmp_path / "my_ops.py").write_text(SHARED_OPS)
+    proc = _zlf("ab", "neg:my_ops.py", "boom:my_ops.py", "bad:my_ops.py", "--switch", "ZLF_AB_TEST_BREAK",
+                "--rounds", "2", "--rep-ms", "2", "--warmup-ms", "1", "--ext", "seed", "--out", "o", cwd=tmp_path)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 1, out + err  # bad failed, as it would alone
+    (camp,) = (tmp_path / "o").glob("ab_*")
+    state = json.loads((camp / "campaign.json").read_text())
+    assert state["process"] == "shared"
+    runs = {r["dir"]: r for r in state["runs"]}
+    # neg shared every process; its run directories hold its records only
+    assert all(runs[f"neg/{d}"]["process"].startswith("_shared/") and runs[f"neg/{d}"]["status"] == "ok"
+               for d in ("r1_A", "r1_B", "r2_B", "r2_A"))
+    for d in ("r1_A", "r2_A"):
+        records, _ = RunDir(camp / "neg" / d).records()
+        assert {r.op for r in records} == {"neg"} and len(records) == 2
+        meta = json.loads((camp / "neg" / d / "meta.json").read_text())
+        assert meta["ops"] == ["neg"] and meta["counts"]["ok"] == 2 and meta["shared_process"]["ops"]
+    # boom crashed the first shared process: its rounds ran alone, and it is reported
+    assert "crashed in _shared/r1_A" in runs["boom/r1_A"]["shared_error"] and "exit code 3" in runs["boom/r1_A"]["shared_error"]
+    assert all(runs[f"boom/{d}"]["status"] == "ok" and runs[f"boom/{d}"].get("alone") and "process" not in runs[f"boom/{d}"]
+               for d in ("r1_A", "r1_B", "r2_B", "r2_A"))
+    assert "boom/256/float32" in out and "boom r1_A: crashed in _shared/r1_A" in err
+    # bad failed its check in the shared B process, then alone: no report, as today
+    assert runs["bad/r1_B"]["status"] == "failed" and "wrong result" in runs["bad/r1_B"]["error"]
+    assert runs["bad/r1_A"]["status"] == "ok" and runs["bad/r1_A"].get("alone")  # A re-ran alone too: one pair, one way
+    assert [runs[f"bad/{d}"]["status"] for d in ("r2_B", "r2_A")] == ["skipped", "skipped"]
+    assert "NO REPORT for bad: run r1_B failed" in out
+    assert "neg/512/float32" in out
+
+
+def test_process_per_op_and_task_campaigns_keep_one_process_per_run(tmp_path, capsys):
+    args = parse("add", "softmax", "--switch", "X", "--process-per-op", "--dry-run")
+    session = type("S", (), {"hooks": FakeHooks([Info("seed")])})()
+    ab._new_campaign(args, session)
+    out = capsys.readouterr().out
+    assert "  zlf run add " in out and "  zlf run softmax " in out
+    ab._new_campaign(parse("add", "softmax", "--switch", "X", "--dry-run"), session)
+    assert "  zlf run add softmax " in capsys.readouterr().out
+    with pytest.raises(UsageError, match="_shared"):
+        ab._new_campaign(parse("_shared", "--switch", "X", "--dry-run"), session)
+
+
+def test_a_shared_run_directory_is_split_per_op_with_its_ir_shapes(tmp_path):
+    from zlf.campaign import split_run_dir
+
+    raw = tmp_path / "raw"
+    (raw / "ir" / "256").mkdir(parents=True)
+    (raw / "ir" / "64x64").mkdir(parents=True)
+    (raw / "ir" / "index.tsv").write_text("all\n")
+    (raw / "ir" / "256" / "k.ttgir").write_text("neg kernel")
+    (raw / "ir" / "64x64" / "k.ttgir").write_text("mm kernel")
+    (raw / "autotune_records").mkdir()
+    (raw / "autotune_records" / "k.json").write_text("{}")
+    rd = RunDir(raw)
+    rd.write_meta({"status": "crashed", "ops": ["mm", "neg"], "points": 2})
+    rd.write_shapes({"neg": [(256,)], "mm": [(64, 64)]})
+    rd.append(PointRecord(point="neg/256/float32", op="neg", shape=(256,), dtype="float32", status="ok", median_ms=1.0))
+    rd.append(PointRecord(point="mm/64x64/float32", op="mm", shape=(64, 64), dtype="float32", status="ok", median_ms=2.0))
+    dest = tmp_path / "neg" / "r1_A"
+    split_run_dir(raw, dest, {"neg"}, 1, {"key": "_shared/r1_A", "ops": ["neg", "mm"], "rc": 1})
+    records, _ = RunDir(dest).records()
+    assert [r.point for r in records] == ["neg/256/float32"]
+    assert sorted(p.name for p in (dest / "ir").iterdir()) == ["256", "index.tsv"]
+    assert (dest / "autotune_records" / "k.json").is_file()
+    meta = RunDir(dest).meta()
+    assert meta["ops"] == ["neg"] and meta["status"] == "complete" and meta["shared_process"]["status"] == "crashed"
+    assert list(RunDir(dest).shapes()) == ["neg"]

@@ -12,6 +12,7 @@ import pytest
 from zlf.campaign import OK, PENDING, ROOT, Campaign, campaign_units
 from zlf.executors import LocalPool, RayPool, parse_gpus
 from zlf.errors import UsageError
+from zlf.rundir import RunDir
 from zlf.scheduler import DONE, GAVE_UP, SKIPPED, Scheduler, Unit
 
 from conftest import read_records, run_dir_from
@@ -243,18 +244,24 @@ def test_ray_local_cluster_with_fake_gpus_runs_a_campaign(zlf_cli, tmp_path):
 
 # ----------------------------------------------------------------------------- review fixes
 @pytest.mark.slow
-def test_ab_on_two_gpus_replays_round_1_a(zlf_cli, tmp_path):
+@pytest.mark.parametrize("process", ["per-op", "shared"])
+def test_ab_on_two_gpus_replays_round_1_a(zlf_cli, tmp_path, process):
+    per_op = ["--process-per-op"] if process == "per-op" else []
     zlf_cli("ab", "matmul", "--switch", "ZLF_SCALE_NULL", "--rounds", "2", "--rep-ms", "5", "--warmup-ms", "1",
-            "--ext", "seed", "--ext", "autotune_replay", "--out", "o", "--gpus", "0,1", check_rc=0)
+            "--ext", "seed", "--ext", "autotune_replay", "--out", "o", "--gpus", "0,1", *per_op, check_rc=0)
     camp, state = _campaign(tmp_path, "o")
-    assert state["replay"] and all(r["status"] == OK for r in state["runs"])
+    assert state["replay"] and all(r["status"] == OK for r in state["runs"]) and state["process"] == process
     assert (camp / "matmul" / "r1_A" / "autotune_records").is_dir()
+    # the record is the directory of the process that ran round 1's A: the op's own, or the shared one
+    source = camp / "matmul" / "r1_A" if process == "per-op" else camp / "_shared" / "r1_A"
+    assert (source / "autotune_records").is_dir()
     for r in state["runs"]:
         if r["dir"] == "matmul/r1_A":
             continue
         command = (camp / "matmul" / "logs" / f"r{r['round']}_{r['side']}.txt").read_text().splitlines()[0]
-        assert f"--replay-from {camp / 'matmul' / 'r1_A'}" in command, command
+        assert f"--replay-from {source}" in command, command
         assert not (camp / r["dir"] / "autotune_records").exists()
+        assert RunDir(camp / r["dir"]).meta()["autotune"]["mode"] == "replay"
 
 
 def test_an_interrupted_run_leaves_its_unit_pending_not_skipped(tmp_path):
@@ -311,3 +318,46 @@ def test_run_gpus_names_a_crashed_shard_and_passes_bad_input_on(zlf_cli, tmp_pat
     assert not list((tmp_path / "c").glob(".zlf-shards-*"))
     zlf_cli("run", "no_such_op", "--ext", "seed", "--out", "u", "--gpus", "0", check_rc=2)
     assert not list((tmp_path / "u").glob(".zlf-shards-*"))
+
+
+@pytest.mark.slow
+def test_ab_on_two_gpus_shares_processes_and_isolates_a_crashing_op(zlf_cli, tmp_path):
+    from test_ab import SHARED_OPS
+
+    (tmp_path / "my_ops.py").write_text(SHARED_OPS)
+    zlf_cli("ab", "neg:my_ops.py", "boom:my_ops.py", "--switch", "ZLF_SCALE_NULL", "--rounds", "2", "--rep-ms", "2",
+            "--warmup-ms", "1", "--ext", "seed", "--out", "o", "--gpus", "0,1", check_rc=0)
+    camp, state = _campaign(tmp_path, "o")
+    runs = {r["dir"]: r for r in state["runs"]}
+    assert all(r["status"] == OK for r in state["runs"])
+    assert all(runs[f"neg/{d}"]["process"].startswith("_shared/") for d in ("r1_A", "r1_B", "r2_B", "r2_A"))
+    assert all(runs[f"boom/{d}"].get("alone") and "process" not in runs[f"boom/{d}"]
+               for d in ("r1_A", "r1_B", "r2_B", "r2_A"))
+    for op in ("neg", "boom"):
+        for k in (1, 2):  # a pair never spans two GPUs, shared or alone
+            assert runs[f"{op}/r{k}_A"]["gpu"] == runs[f"{op}/r{k}_B"]["gpu"]
+    summary = (camp / "summary.log").read_text()
+    assert "neg/256/float32" in summary and "boom/512/float32" in summary
+
+
+def test_shared_campaign_units_are_rounds_and_alone_ops_wait_for_their_record(tmp_path):
+    data = campaign_data(tmp_path, ops=("add", "mm"))
+    data.update(replay=True, process="shared")
+    c = Campaign.create(tmp_path / "o", "t", data)
+    c.add_round(1)
+    c.add_round(2)
+    units = {u.id: u for u in campaign_units(c)}
+    assert list(units) == ["r1", "r2"]
+    assert units["r1"].keys == ("_shared/r1_A", "_shared/r1_B") and units["r2"].keys == ("_shared/r2_B", "_shared/r2_A")
+    assert units["r2"].after == ("r1",) and units["r1"].after == ()
+    assert c.groups["_shared/r1_A"] == ["add/r1_A", "mm/r1_A"]
+    # r1_B replays the record of the process that runs r1_A, even before it ran
+    assert c.shared_spec("_shared/r1_B", [c.find("add", 1, "B")])["replay"]["record"] == "_shared/r1_A/autotune_records"
+    # mm's round 1 went alone: its runs are per-op pair units, the later one waits for its r1_A
+    for side in "AB":
+        c.find("mm", 1, side).update(alone=True)
+    c.groups.clear()
+    units = {u.id: u for u in campaign_units(c)}
+    assert units["mm/r1"].keys == ("mm/r1_A", "mm/r1_B") and units["mm/r2"].after == ("mm/r1",)
+    assert units["r1"].keys == ("_shared/r1_A", "_shared/r1_B") and c.groups["_shared/r1_A"] == ["add/r1_A"]
+    assert units["r2"].after == ("r1",)

@@ -11,7 +11,9 @@ import os
 import platform
 import re
 import shutil
+import statistics
 import subprocess
+import threading
 import time
 from typing import Callable, ClassVar, NamedTuple, Optional
 
@@ -51,6 +53,110 @@ def run_vendor_cli(exe: str, args=(), timeout: float = 10) -> Optional[str]:
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout if out.returncode == 0 else None
+
+
+#: throttle-reason bits as NVML numbers them (``nvmlClocksEventReason*``); other vendors map theirs
+#: onto the same names where they can.
+THROTTLE_REASONS = {
+    0x1: "gpu_idle", 0x2: "applications_clocks_setting", 0x4: "sw_power_cap", 0x8: "hw_slowdown",
+    0x10: "sync_boost", 0x20: "sw_thermal_slowdown", 0x40: "hw_thermal_slowdown",
+    0x80: "hw_power_brake_slowdown", 0x100: "display_clock_setting",
+}
+#: reasons that do not lower the clock of a busy device (the same rule as ``busy_warnings``).
+NOT_THROTTLED = ("gpu_idle",)
+
+
+def throttle_names(mask: int) -> list:
+    """``0x5`` -> ``["gpu_idle", "sw_power_cap"]``; an unknown bit reads as its hex value."""
+    names = []
+    bit = 1
+    while mask and bit <= mask:
+        if mask & bit:
+            names.append(THROTTLE_REASONS.get(bit, hex(bit)))
+        bit <<= 1
+    return names
+
+
+def is_throttled(clock: Optional[dict]) -> bool:
+    """Whether a record's ``clock`` saw a reason that lowers the clock of a busy device."""
+    return bool(clock) and any(r not in NOT_THROTTLED for r in clock.get("throttle_reasons") or ())
+
+
+class ClockWindow:
+    """The clock readings of one point, taken by a background thread while the point is timed.
+
+    Reading is the sampler's ``read()`` (``(sm MHz, throttle mask)``); one reading is taken when
+    the window opens and one when it closes, so a point shorter than the interval still has two.
+    A failing read costs the readings, never the point.
+    """
+
+    def __init__(self, read, interval_s: float, source: str):
+        self._read, self._interval, self.source = read, interval_s, source
+        self.readings: list = []
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self.error: Optional[str] = None
+
+    def _take(self) -> None:
+        try:
+            mhz, mask = self._read()
+        except Exception as exc:  # a missing reading is information lost, not a failed point
+            self.error = self.error or f"{type(exc).__name__}: {exc}"
+            return
+        if mhz is not None:
+            self.readings.append((float(mhz), int(mask or 0)))
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._interval):
+            self._take()
+
+    def __enter__(self) -> "ClockWindow":
+        self._take()
+        self._thread = threading.Thread(target=self._loop, name="zlf-clock", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._take()
+
+    def summary(self) -> Optional[dict]:
+        """``PointRecord.clock``: min / median / max SM clock (MHz), the throttle reasons seen
+        (names, and their OR as hex), how many readings and of those how many throttled."""
+        if not self.readings:
+            return None
+        mhz = [r[0] for r in self.readings]
+        mask = 0
+        for _, m in self.readings:
+            mask |= m
+        throttled = sum(1 for _, m in self.readings if any(n not in NOT_THROTTLED for n in throttle_names(m)))
+        return {"sm_mhz_min": min(mhz), "sm_mhz_median": statistics.median(mhz), "sm_mhz_max": max(mhz),
+                "throttle_reasons": throttle_names(mask), "throttle_mask": hex(mask),
+                "readings": len(mhz), "throttled_readings": throttled, "source": self.source}
+
+
+class ClockSampler:
+    """Made once per run by :meth:`Backend.clock_sampler`; :meth:`window` per point.
+
+    :param read: ``() -> (sm_mhz, throttle_mask)`` for this backend's device (cheap: it runs every
+        ``interval_s`` in a background thread while the point is timed).
+    """
+
+    def __init__(self, read, interval_s: float = 0.015, source: str = "", close=None):
+        self.read, self.interval_s, self.source = read, interval_s, source
+        self._close = close
+
+    def window(self) -> ClockWindow:
+        return ClockWindow(self.read, self.interval_s, self.source)
+
+    def close(self) -> None:
+        if self._close is not None:
+            try:
+                self._close()
+            except Exception:
+                pass
 
 
 class ContractItem(NamedTuple):
@@ -100,6 +206,7 @@ CONTRACT = (
     ContractItem("smi_command", "attribute", "optional", "vendor CLI (nvidia-smi, mthreads-gmi, mx-smi)"),
     ContractItem("device_state", "method", "device", "clocks, temperature, throttling, other processes"),
     ContractItem("busy_warnings", "method", "device", "lines warning that timings may be distorted"),
+    ContractItem("clock_sampler", "method", "optional", "SM clock and throttle reasons while a point samples, or None"),
     ContractItem("visible_devices_env", "attribute", "optional", "CUDA_VISIBLE_DEVICES-like variable"),
     ContractItem("fingerprint", "method", "device", "versions and identity for meta.json"),
     ContractItem("device_properties", "method", "optional", "capability, multiprocessors, memory for the fingerprint"),
@@ -318,6 +425,11 @@ class Backend:
         ``kernel_timer`` hook instead, and wins over this. Must not raise: a missing tracer
         returns None and the event timer is used.
         """
+        return None
+
+    def clock_sampler(self) -> Optional[ClockSampler]:
+        """A :class:`ClockSampler` reading this device's SM clock and throttle reasons while each
+        point is timed (``PointRecord.clock``), or None where the platform cannot say (cpu)."""
         return None
 
     # ---------------------------------------------------------------- compiler hooks

@@ -3,7 +3,11 @@ from __future__ import annotations
 
 import os
 
-from .base import Backend, run_vendor_cli
+from .base import Backend, ClockSampler, run_vendor_cli
+
+#: clock readings while a point is timed: NVML reads are microseconds; nvidia-smi is a process each.
+NVML_INTERVAL_S = 0.015
+SMI_INTERVAL_S = 0.25
 
 _SMI_GPU_FIELDS = (
     "name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,temperature.gpu,power.draw,"
@@ -210,3 +214,66 @@ class CudaBackend(Backend):
         if reasons and reasons not in ("0x0000000000000000", "0x0000000000000001", "[N/A]", "N/A"):
             warnings.append(f"GPU clocks are throttled (reasons {reasons})")
         return warnings
+
+    # ---------------------------------------------------------------- clocks while sampling
+    def clock_sampler(self):
+        """NVML (``nvidia-ml-py``) where it is installed and answers, else ``nvidia-smi``; None
+        when neither can read this device."""
+        return self._nvml_sampler() or self._smi_sampler()
+
+    def _nvml_sampler(self):
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+        except Exception:
+            return None
+        try:
+            handle = self._nvml_handle(pynvml)
+            reasons = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
+                pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
+
+            def read():
+                return pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM), reasons(handle)
+
+            read()  # fails here, not in every point, when the device cannot be read
+        except Exception:
+            try:
+                pynvml.nvmlShutdown()
+            except Exception:
+                pass
+            return None
+        return ClockSampler(read, NVML_INTERVAL_S, "nvml", close=pynvml.nvmlShutdown)
+
+    def _nvml_handle(self, pynvml):
+        # NVML numbers GPUs in PCI order, CUDA (by default) fastest first: match by UUID.
+        try:
+            import torch
+
+            uuid = str(torch.cuda.get_device_properties(self.index).uuid)
+            return pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
+        except Exception:
+            pass
+        index = self._smi_index()
+        if index.startswith(("GPU-", "MIG-")):
+            return pynvml.nvmlDeviceGetHandleByUUID(index)
+        return pynvml.nvmlDeviceGetHandleByIndex(int(index))
+
+    def _smi_sampler(self):
+        args = ["-i", self._smi_index(), "--query-gpu=clocks.sm,clocks_throttle_reasons.active",
+                "--format=csv,noheader,nounits"]
+
+        def read():
+            out = run_vendor_cli(self.smi_command, args, timeout=5)
+            if not out:
+                return None, 0
+            mhz, _, mask = out.strip().splitlines()[0].partition(",")
+            mask = mask.strip()
+            return float(mhz), int(mask, 16) if mask.startswith("0x") else 0
+
+        try:
+            if read()[0] is None:
+                return None
+        except ValueError:  # [N/A] or an unexpected format
+            return None
+        return ClockSampler(read, SMI_INTERVAL_S, "nvidia-smi")
