@@ -21,6 +21,7 @@ from .campaign import (C_COMPLETE, C_INTERRUPTED, C_RUNNING, FAILED, OK, PENDING
 from .console import paint, warn
 from .errors import UsageError
 from .executors import add_scale_arguments, make_executor, parse_gpus, pin_variable
+from .procs import stop_code, stop_word
 from .rundir import RunDir
 from .scheduler import Scheduler, gpu_label
 
@@ -36,7 +37,8 @@ examples:
   zlf ab --switch X --gpus 0,1,2,3               one worker per GPU; a round's A and B share a GPU
   zlf ab --switch X --executor ray --ray-address HEAD:6379   Ray tasks of one GPU each
 verdicts (B against A): FASTER, SLOWER, SAME, UNSURE -- the rule is in docs/ab.md
-exit codes: 0 done, 1 an op failed (or --fail-on-slower and a point is SLOWER), 2 bad input, 130 interrupted
+exit codes: 0 done, 1 an op failed (or --fail-on-slower and a point is SLOWER), 2 bad input, 130 interrupted,
+            143 terminated (SIGTERM; --resume continues either)
 """
 
 DEFAULT_ROUNDS = 6
@@ -723,11 +725,11 @@ def main(args, session) -> int:
         printer.line(f"  {scaled.executor.describe()}; unit of work: {'a round pair (A and B on one GPU)' if scaled.unit == 'pair' else 'an op'}")
     try:
         drive(campaign, printer, busy, d.get("idle_wait", 60.0), scaled)
-    except KeyboardInterrupt:
-        campaign.data.update(status=C_INTERRUPTED)
+    except KeyboardInterrupt as exc:
+        campaign.data.update(status=stop_word(exc))  # "interrupted" or "terminated" (SIGTERM); resumable
         campaign.save()
-        print(f"\ninterrupted; finished runs kept -- continue with: zlf ab --resume {campaign.path}", file=sys.stderr)
-        return 130
+        print(f"\n{stop_word(exc)}; finished runs kept -- continue with: zlf ab --resume {campaign.path}", file=sys.stderr)
+        return stop_code(exc)
     except Stopped as exc:
         campaign.data.update(status=C_INTERRUPTED)
         campaign.save()

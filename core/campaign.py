@@ -35,6 +35,7 @@ import attrs
 
 from . import __version__
 from .errors import UsageError
+from .procs import Terminated, die_with_parent
 from .rundir import RunDir
 
 CAMPAIGN = "campaign.json"
@@ -362,7 +363,7 @@ class Campaign:
         run.update(rc=rc, finished=outcome["finished"], seconds=outcome["seconds"])
         if outcome.get("started"):
             run["started"] = outcome["started"]
-        if rc == 130 or rc == -signal.SIGINT:
+        if rc in (130, 143, -signal.SIGINT, -signal.SIGTERM):  # stopped, not failed
             run.update(status=PENDING, started=None, finished=None)
             self.save()
             return False
@@ -423,12 +424,13 @@ def execute_spec(spec: dict, root, extra_env: Optional[dict] = None) -> dict:
     with open(log, "w") as out:
         out.write("$ " + " ".join(cmd) + "\n")
         out.flush()
+        # SIGTERM when this process dies: the run marks itself terminated and stops its own children.
         proc = subprocess.Popen(cmd, cwd=spec["cwd"], env=env, stdout=out, stderr=subprocess.STDOUT,
-                                preexec_fn=_die_with_parent)
+                                preexec_fn=die_with_parent(signal.SIGTERM))
         try:
             rc = proc.wait()
-        except KeyboardInterrupt:
-            _stop(proc)
+        except KeyboardInterrupt as exc:
+            _stop(proc, exc)
             raise
     made = [p for p in staging.iterdir() if p.is_dir()] if staging.is_dir() else []
     if made:
@@ -447,20 +449,13 @@ def device_identity(run_dir: Path) -> str:
     return str(fp.get("uuid") or fp.get("pci.bus_id") or fp.get("device_name") or "")
 
 
-def _die_with_parent() -> None:
-    """Child side of Popen: die when the campaign process dies (Linux), so a killed campaign
-    leaves no orphan run writing into a directory that --resume is about to discard."""
+def _stop(proc, exc: BaseException) -> None:
+    """Stop a run this process was waiting for: Ctrl-C reached it too (same process group);
+    SIGTERM reached this process only, so it is passed on. Killed if it does not stop."""
     try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except Exception:
-        pass
-
-
-def _stop(proc) -> None:
-    try:
-        proc.wait(timeout=10)  # it got the same Ctrl-C (same process group)
+        if isinstance(exc, Terminated):
+            proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=10)
     except (subprocess.TimeoutExpired, KeyboardInterrupt):
         proc.kill()
         proc.wait()

@@ -177,7 +177,8 @@ def _mismatch(actual, expected, tolerance: float) -> Optional[str]:
     if actual.dtype.is_floating_point or actual.dtype.is_complex:
         if bool(torch.isnan(actual).any()) and not bool(torch.isnan(expected).any()):
             return "outputs left unwritten (still poisoned)"
-        a, e = actual.to(torch.float64), expected.to(torch.float64)
+        wide = torch.complex128 if actual.dtype.is_complex or expected.dtype.is_complex else torch.float64
+        a, e = actual.to(wide), expected.to(wide)  # a float64 cast would drop the imaginary part
         denom = float(torch.linalg.vector_norm(e))
         err = float(torch.linalg.vector_norm(a - e)) / (denom if denom > 0 else 1.0)
         if not err <= tolerance:
