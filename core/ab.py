@@ -91,7 +91,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     t.add_argument("--cases", metavar="LIST", help="cases to judge, e.g. 1,3-5 (default: all)")
     t.add_argument("--rtol", type=float, help="rtol given to the package's check")
     t.add_argument("--atol", type=float, help="atol given to the package's check")
-    t.add_argument("--time-limit", type=float, metavar="SEC", help="per-case limit of the candidate")
+    t.add_argument("--time-limit", type=float, metavar="SEC",
+                   help="per-case limit of the candidate; without --task: every zlf run's per-point limit")
     r = parser.add_argument_group("rounds")
     r.add_argument("--rounds", type=int, metavar="N",
                    help=f"rounds of A+B runs (default {DEFAULT_ROUNDS}; with --until-confident the first look, default {DEFAULT_FIRST_LOOK})")
@@ -242,6 +243,17 @@ def task_args(args) -> list:
         if value is not None:
             out += [flag, str(value)]
     return out
+
+
+def run_limit_args(args) -> list:
+    """``--time-limit`` of an op campaign: each ``zlf run``'s per-point limit (a task campaign
+    passes it as the per-case limit, see :func:`task_args`)."""
+    limit = getattr(args, "time_limit", None)
+    if limit is None:
+        return []
+    if not limit >= 0:
+        raise UsageError(f"--time-limit {limit:g}: expected seconds >= 0 (0: no limit)")
+    return [] if getattr(args, "task", None) else ["--time-limit", str(limit)]
 
 
 def scale_options(args, previous) -> "dict | None":
@@ -614,7 +626,7 @@ def _new_campaign(args, session):
         ops = [OpSpec.task(t) for t in args.task]
     else:
         for dest, flag in TASK_OPTIONS:
-            if getattr(args, dest, None) is not None:
+            if dest != "time_limit" and getattr(args, dest, None) is not None:
                 raise UsageError(f"{flag} needs --task PKG_DIR")
         ops = [OpSpec.parse(t) for t in (args.ops or ["add", "softmax", "matmul"])]
     if any(o.run_spec in ("builtin", "all") for o in ops):
@@ -643,7 +655,7 @@ def _new_campaign(args, session):
         "switch": args.switch,
         "sides": [a.to_json(), b.to_json()],
         "ops": [o.to_json() for o in ops],
-        "run_args": pass_through_args(args, session.hooks) + task_args(args),
+        "run_args": pass_through_args(args, session.hooks) + task_args(args) + run_limit_args(args),
         "extension_args": extension_args(session.hooks, need_task=bool(args.task)),
         "scale": scale_options(args, None),
         "replay": replay,
@@ -671,6 +683,11 @@ def _new_campaign(args, session):
     campaign = Campaign.create(args.out, label, data)
     if not campaign.data.get("triton_cache"):
         campaign.data["triton_cache"] = os.path.abspath(args.triton_cache) if args.triton_cache else str(campaign.path / "triton_cache")
+        campaign.seal()  # the cache is where Triton loads compiled launchers from: signed too
+    if not campaign.data.get("signature"):
+        from .campaign import key_path
+
+        warn(f"cannot create the campaign signing key {key_path()}: this campaign cannot be resumed")
     for k in range(1, first + 1):
         campaign.add_round(k)
     return campaign
@@ -700,6 +717,7 @@ def main(args, session) -> int:
         pid = campaign.data.get("driver_pid")
         if campaign.data["status"] == C_RUNNING and pid and pid != os.getpid() and _alive(pid):
             raise UsageError(f"campaign {args.resume!r} is still being run by process {pid}")
+        campaign.check_resume({"A": args.a_python, "B": args.b_python})
         _preflight({**campaign.data, "scale": scale}, session)
         campaign.data["scale"] = scale
         stale = [r for r in campaign.runs if r["status"] in (PENDING, RUNNING)]
