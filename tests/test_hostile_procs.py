@@ -24,7 +24,15 @@ from zlf.campaign import Campaign, OpSpec, Side
 from zlf.cli import main
 
 PKG = ROOT / "tests" / "data" / "taskpkg_vecadd"
-HANG = PKG / "candidates" / "hang.py"
+#: a candidate that says when it runs, then never returns
+HANG = textwrap.dedent('''
+    import os, time
+
+    def run_kernel(*args):
+        open(os.environ["ZLF_TEST_MARKER"], "w").close()
+        while True:
+            time.sleep(0.05)
+''')
 
 OPS = textwrap.dedent('''
     import signal, sys, time, torch, zlf
@@ -148,6 +156,14 @@ def wait_for(predicate, timeout: float, what: str):
     pytest.fail(f"timed out waiting for {what}")
 
 
+@pytest.fixture
+def hang(tmp_path, env) -> Path:
+    path = tmp_path / "hang.py"
+    path.write_text(HANG)
+    env["ZLF_TEST_MARKER"] = str(tmp_path / "candidate_runs")
+    return path
+
+
 def worker_of(pid: int) -> int:
     """The judge's worker (running the candidate) under process ``pid``, once it runs the candidate."""
     def find():
@@ -241,11 +257,11 @@ def test_resume_refuses_a_changed_interpreter_unless_named_again(tmp_path, env):
 
 # ----------------------------------------------------------------------------- 7: workers die with their judge
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
-def test_killed_judge_leaves_no_worker(tmp_path, env, sig):
-    proc = spawn(["task", PKG, "--candidate", HANG, "--ext", "task", "--backend", "cpu", "--time-limit", "100",
+def test_killed_judge_leaves_no_worker(tmp_path, env, hang, sig):
+    proc = spawn(["task", PKG, "--candidate", hang, "--ext", "task", "--backend", "cpu", "--time-limit", "100",
                   "--out", tmp_path / "runs"], tmp_path, env)
     worker = worker_of(proc.pid)
-    time.sleep(2)  # the worker imports torch and starts the candidate
+    wait_for((tmp_path / "candidate_runs").exists, 30, "the candidate to run")
     os.kill(proc.pid, sig)
     _, err = proc.communicate(timeout=20)
     assert gone_within([worker]), f"worker {worker} outlived its judge"
@@ -255,13 +271,13 @@ def test_killed_judge_leaves_no_worker(tmp_path, env, sig):
         assert meta["status"] == "terminated"
 
 
-def test_killed_task_campaign_leaves_no_worker(tmp_path, env):
+def test_killed_task_campaign_leaves_no_worker(tmp_path, env, hang):
     """kill -9 of zlf ab --task: its zlf task run and that run's worker go too."""
-    proc = spawn(["ab", "--task", PKG, "--a-candidate", HANG, "--b-candidate", HANG, "--rounds", "1",
+    proc = spawn(["ab", "--task", PKG, "--a-candidate", hang, "--b-candidate", hang, "--rounds", "1",
                   "--time-limit", "100", "--backend", "cpu", "--ext", "task", "--out", tmp_path / "o"], tmp_path, env)
     worker = worker_of(proc.pid)
+    wait_for((tmp_path / "candidate_runs").exists, 30, "the candidate to run")
     tree = descendants(proc.pid)
-    time.sleep(1)
     os.kill(proc.pid, signal.SIGKILL)
     proc.communicate(timeout=20)
     assert gone_within(tree, 8), [cmdline(p) for p in tree if alive(p)]
@@ -294,7 +310,7 @@ def test_hard_hang_is_stopped_by_the_watchdog(tmp_path, env, ops_file):
 
 def test_bad_time_limit_is_one_line(tmp_path, env):
     done = run(["run", "add", "--backend", "cpu", "--time-limit", "-1", "--out", tmp_path / "runs"], tmp_path, env)
-    assert done.returncode == 2 and "--time-limit -1" in one_line(done.stderr)
+    assert done.returncode == 2 and "--time-limit -1: expected seconds >= 0" in one_line(done.stderr)
     assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").iterdir())
 
 
