@@ -719,7 +719,9 @@ def main(args, session) -> int:
             raise UsageError(f"campaign {args.resume!r} is still being run by process {pid}")
         campaign.check_resume({"A": args.a_python, "B": args.b_python})
         _preflight({**campaign.data, "scale": scale}, session)
-        campaign.data["scale"] = scale
+        if scale != campaign.data.get("scale"):
+            campaign.data["scale"] = scale
+            campaign.seal()  # given on this command line: trusted as a new campaign's would be
         stale = [r for r in campaign.runs if r["status"] in (PENDING, RUNNING)]
         for run in stale:
             run.update(status=PENDING, started=None)  # a run in flight when it stopped is re-run whole

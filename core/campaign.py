@@ -55,7 +55,8 @@ FORMAT_VERSION = 1
 
 #: campaign.json fields that become the runs' command lines, environment or code: signed at
 #: creation with this user's key, so that ``--resume`` runs nothing an edit put there.
-SIGNED = ("sides", "ops", "run_args", "extension_args", "cwd", "triton_cache", "identities")
+#: (``scale`` too: a Ray address is where results are unpickled from.)
+SIGNED = ("sides", "ops", "run_args", "extension_args", "cwd", "triton_cache", "scale", "identities")
 KEY_FILE = "campaign.key"
 
 PENDING, RUNNING, OK, FAILED, SKIPPED = "pending", "running", "ok", "failed", "skipped"
@@ -558,9 +559,10 @@ def execute_spec(spec: dict, root, extra_env: Optional[dict] = None) -> dict:
     with open(log, "w") as out:
         out.write("$ " + " ".join(cmd) + "\n")
         out.flush()
-        # SIGTERM when this process dies: the run marks itself terminated and stops its own children.
+        # SIGKILL when this process dies (a run stuck in a C call would not act on SIGTERM; what it
+        # leaves --resume discards); a `zlf task` run's worker dies with it in turn.
         proc = subprocess.Popen(cmd, cwd=spec["cwd"], env=env, stdout=out, stderr=subprocess.STDOUT,
-                                preexec_fn=die_with_parent(signal.SIGTERM))
+                                preexec_fn=die_with_parent(signal.SIGKILL))
         try:
             rc = proc.wait()
         except KeyboardInterrupt as exc:

@@ -193,7 +193,7 @@ class LocalPool:
         env["ZLF_GPU"] = slot.gpu  # the label, for logs; zlf itself reads only the pin variable
         slot.generation += 1
         slot.proc = subprocess.Popen(self.worker_cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
-                                     text=True, preexec_fn=die_with_parent(signal.SIGTERM))
+                                     text=True, preexec_fn=die_with_parent(signal.SIGKILL))
         slot.pid = slot.proc.pid
         gen, out = slot.generation, slot.proc.stdout
 
