@@ -717,7 +717,8 @@ def main(args, session) -> int:
         pid = campaign.data.get("driver_pid")
         if campaign.data["status"] == C_RUNNING and pid and pid != os.getpid() and _alive(pid):
             raise UsageError(f"campaign {args.resume!r} is still being run by process {pid}")
-        campaign.check_resume({"A": args.a_python, "B": args.b_python})
+        if campaign.data["status"] != C_COMPLETE or any(r["status"] in (PENDING, RUNNING) for r in campaign.runs):
+            campaign.check_resume({"A": args.a_python, "B": args.b_python})  # it will start runs
         _preflight({**campaign.data, "scale": scale}, session)
         if scale != campaign.data.get("scale"):
             campaign.data["scale"] = scale

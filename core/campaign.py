@@ -23,8 +23,8 @@ import datetime as _dt
 import hashlib
 import hmac
 import json
-import secrets
 import os
+import secrets
 import shutil
 import signal
 import subprocess
