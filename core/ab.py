@@ -23,6 +23,7 @@ from .campaign import (C_COMPLETE, C_INTERRUPTED, C_RUNNING, FAILED, OK, PENDING
 from .console import paint, warn
 from .errors import UsageError
 from .executors import add_scale_arguments, make_executor, parse_gpus, pin_variable
+from .procs import stop_code, stop_word
 from .rundir import RunDir
 from .scheduler import Scheduler, gpu_label
 
@@ -40,7 +41,8 @@ examples:
   zlf ab --switch X --process-per-op a b c       a zlf run process per op (default: one per round and side)
   zlf ab --switch X --executor ray --ray-address HEAD:6379   Ray tasks of one GPU each
 verdicts (B against A): FASTER, SLOWER, SAME, UNSURE -- the rule is in docs/ab.md
-exit codes: 0 done, 1 an op failed (or --fail-on-slower and a point is SLOWER), 2 bad input, 130 interrupted
+exit codes: 0 done, 1 an op failed (or --fail-on-slower and a point is SLOWER), 2 bad input, 130 interrupted,
+            143 terminated (SIGTERM; --resume continues either)
 """
 
 DEFAULT_ROUNDS = 6
@@ -93,7 +95,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     t.add_argument("--cases", metavar="LIST", help="cases to judge, e.g. 1,3-5 (default: all)")
     t.add_argument("--rtol", type=float, help="rtol given to the package's check")
     t.add_argument("--atol", type=float, help="atol given to the package's check")
-    t.add_argument("--time-limit", type=float, metavar="SEC", help="per-case limit of the candidate")
+    t.add_argument("--time-limit", type=float, metavar="SEC",
+                   help="per-case limit of the candidate; without --task: every zlf run's per-point limit")
     r = parser.add_argument_group("rounds")
     r.add_argument("--rounds", type=int, metavar="N",
                    help=f"rounds of A+B runs (default {DEFAULT_ROUNDS}; with --until-confident the first look, default {DEFAULT_FIRST_LOOK})")
@@ -250,6 +253,17 @@ def task_args(args) -> list:
         if value is not None:
             out += [flag, str(value)]
     return out
+
+
+def run_limit_args(args) -> list:
+    """``--time-limit`` of an op campaign: each ``zlf run``'s per-point limit (a task campaign
+    passes it as the per-case limit, see :func:`task_args`)."""
+    limit = getattr(args, "time_limit", None)
+    if limit is None:
+        return []
+    if not limit >= 0:
+        raise UsageError(f"--time-limit {limit:g}: expected seconds >= 0 (0: no limit)")
+    return [] if getattr(args, "task", None) else ["--time-limit", str(limit)]
 
 
 def scale_options(args, previous) -> "dict | None":
@@ -665,7 +679,7 @@ def _new_campaign(args, session):
         ops = [OpSpec.task(t) for t in args.task]
     else:
         for dest, flag in TASK_OPTIONS:
-            if getattr(args, dest, None) is not None:
+            if dest != "time_limit" and getattr(args, dest, None) is not None:
                 raise UsageError(f"{flag} needs --task PKG_DIR")
         ops = [OpSpec.parse(t) for t in (args.ops or ["add", "softmax", "matmul"])]
     if any(o.run_spec in ("builtin", "all") for o in ops):
@@ -696,7 +710,7 @@ def _new_campaign(args, session):
         "switch": args.switch,
         "sides": [a.to_json(), b.to_json()],
         "ops": [o.to_json() for o in ops],
-        "run_args": pass_through_args(args, session.hooks) + task_args(args),
+        "run_args": pass_through_args(args, session.hooks) + task_args(args) + run_limit_args(args),
         "extension_args": extension_args(session.hooks, need_task=bool(args.task)),
         "scale": scale_options(args, None),
         "replay": replay,
@@ -727,6 +741,11 @@ def _new_campaign(args, session):
     campaign = Campaign.create(args.out, label, data)
     if not campaign.data.get("triton_cache"):
         campaign.data["triton_cache"] = os.path.abspath(args.triton_cache) if args.triton_cache else str(campaign.path / "triton_cache")
+        campaign.seal()  # the cache is where Triton loads compiled launchers from: signed too
+    if not campaign.data.get("signature"):
+        from .campaign import key_path
+
+        warn(f"cannot create the campaign signing key {key_path()}: this campaign cannot be resumed")
     for k in range(1, first + 1):
         campaign.add_round(k)
     return campaign
@@ -760,11 +779,15 @@ def main(args, session) -> int:
         pid = campaign.data.get("driver_pid")
         if campaign.data["status"] == C_RUNNING and pid and pid != os.getpid() and _alive(pid):
             raise UsageError(f"campaign {args.resume!r} is still being run by process {pid}")
+        if campaign.data["status"] != C_COMPLETE or any(r["status"] in (PENDING, RUNNING) for r in campaign.runs):
+            campaign.check_resume({"A": args.a_python, "B": args.b_python})  # it will start runs
         _preflight({**campaign.data, "scale": scale}, session)
-        campaign.data["scale"] = scale
         if args.metric:
             campaign.data["metric"] = args.metric
         shutil.rmtree(campaign.path / SHARED / ".staging", ignore_errors=True)  # a shared process cut short
+        if scale != campaign.data.get("scale"):
+            campaign.data["scale"] = scale
+            campaign.seal()  # given on this command line: trusted as a new campaign's would be
         stale = [r for r in campaign.runs if r["status"] in (PENDING, RUNNING)]
         for run in stale:
             run.update(status=PENDING, started=None)  # a run in flight when it stopped is re-run whole
@@ -788,11 +811,11 @@ def main(args, session) -> int:
         printer.line(f"  {scaled.executor.describe()}; unit of work: {'a round pair (A and B on one GPU)' if scaled.unit == 'pair' else 'an op'}")
     try:
         drive(campaign, printer, busy, d.get("idle_wait", 60.0), scaled)
-    except KeyboardInterrupt:
-        campaign.data.update(status=C_INTERRUPTED)
+    except KeyboardInterrupt as exc:
+        campaign.data.update(status=stop_word(exc))  # "interrupted" or "terminated" (SIGTERM); resumable
         campaign.save()
-        print(f"\ninterrupted; finished runs kept -- continue with: zlf ab --resume {campaign.path}", file=sys.stderr)
-        return 130
+        print(f"\n{stop_word(exc)}; finished runs kept -- continue with: zlf ab --resume {campaign.path}", file=sys.stderr)
+        return stop_code(exc)
     except Stopped as exc:
         campaign.data.update(status=C_INTERRUPTED)
         campaign.save()

@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
+import hmac
 import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -41,6 +43,7 @@ import yaml
 from . import __version__
 from .errors import UsageError
 from .rundir import LOG, META, RESULTS, SHAPES, RunDir, write_atomic
+from .procs import Terminated, die_with_parent
 
 CAMPAIGN = "campaign.json"
 #: placeholder for the campaign directory in a run spec (replaced where the run executes).
@@ -59,6 +62,12 @@ FORMAT_VERSION = 1
 SHARED = "_shared"
 #: ``campaign.json``'s ``process``: one process per (op, round, side), or per (round, side).
 PER_OP, SHARED_PROCESS = "per-op", "shared"
+
+#: campaign.json fields that become the runs' command lines, environment or code: signed at
+#: creation with this user's key, so that ``--resume`` runs nothing an edit put there.
+#: (``scale`` too: a Ray address is where results are unpickled from.)
+SIGNED = ("sides", "ops", "run_args", "extension_args", "cwd", "triton_cache", "scale", "identities")
+KEY_FILE = "campaign.key"
 
 PENDING, RUNNING, OK, FAILED, SKIPPED = "pending", "running", "ok", "failed", "skipped"
 #: campaign status words.
@@ -195,8 +204,73 @@ class Campaign:
         rundir = RunDir.create(Path(parent).absolute(), f"ab_{label}")  # same naming and no-reuse rule as runs
         c = cls(rundir.path, {"format": FORMAT_VERSION, "zlf_version": __version__, "status": C_RUNNING,
                               "started": now(), "finished": None, "runs": [], "looks": [], **data})
+        c.seal()
         c.save()
         return c
+
+    # ------------------------------------------------------------------ trust on --resume
+    def code_files(self) -> dict:
+        """``{label: path}`` of what the runs execute besides zlf: each side's interpreter, op
+        files, task candidates (``--candidate FILE`` among a side's arguments)."""
+        files = {}
+        for side in self.sides.values():
+            if side.python:
+                files[f"side {side.name}'s interpreter"] = side.python
+            for flag, value in zip(side.args, side.args[1:]):
+                if flag == "--candidate":
+                    files[f"side {side.name}'s candidate"] = value
+        for op in self.ops:
+            if op.source and os.path.isfile(op.source):
+                files[f"op file of {op.name}"] = op.source
+        return files
+
+    def seal(self) -> None:
+        """Record the identity of every file in :meth:`code_files` and sign :data:`SIGNED`.
+        Without a key (an unwritable home) the campaign runs but cannot be resumed."""
+        self.data["identities"] = {label: file_identity(path) for label, path in self.code_files().items()}
+        key = signing_key(create=True)
+        self.data["signature"] = _sign(key, self.data) if key else None
+
+    def check_resume(self, named: dict) -> None:
+        """Refuse (UsageError) to resume a campaign whose command lines zlf ab did not write:
+        the signature of :data:`SIGNED` must verify with this user's key, and every file the
+        runs execute must be the one recorded at creation -- an interpreter may instead be named
+        again (``named``: ``{"A": path or None, "B": ...}``), then its new identity is recorded."""
+        where = "--resume"
+        key = signing_key(create=False)
+        if key is None:
+            raise UsageError(f"{where}: no campaign signing key of this user ({key_path()}): cannot verify "
+                             "what campaign.json would run; start a new campaign")
+        try:
+            sides = self.sides
+        except (KeyError, TypeError, AttributeError):
+            raise UsageError(f"{where}: campaign.json has no valid sides") from None
+        for name, path in named.items():
+            if not path:
+                continue
+            side = sides.get(name)
+            recorded = side.python if side else ""
+            if not recorded or os.path.realpath(path) != os.path.realpath(recorded):
+                was = recorded or "the driver's own"
+                raise UsageError(f"{where}: --{name.lower()}-python {path!r} is not side {name}'s interpreter of this "
+                                 f"campaign ({was}); start a new campaign to change it")
+        signature = self.data.get("signature")
+        if not isinstance(signature, str) or not hmac.compare_digest(signature, _sign(key, self.data)):
+            raise UsageError(f"{where}: campaign.json's sides, ops or arguments are not what zlf ab wrote when it "
+                             "created this campaign (edited, or made by another user, machine or zlf version): "
+                             "refusing to run them; start a new campaign")
+        identities = self.data.get("identities") or {}
+        vouched = {f"side {n}'s interpreter" for n, p in named.items() if p}
+        for label, path in self.code_files().items():
+            if label in vouched:
+                continue
+            change = identity_change(identities.get(label), path)
+            if change:
+                again = (f"; name it again with --{label[5].lower()}-python PATH to run it"
+                         if label.endswith("interpreter") else "; start a new campaign")
+                raise UsageError(f"{where}: {label} {path} {change} since the campaign started{again}")
+        if vouched:
+            self.seal()  # the interpreter the user named again is the recorded one from now on
 
     @classmethod
     def open(cls, path) -> "Campaign":
@@ -573,7 +647,7 @@ class Campaign:
         run.update(rc=rc, finished=outcome["finished"], seconds=outcome["seconds"])
         if outcome.get("started"):
             run["started"] = outcome["started"]
-        if rc == 130 or rc == -signal.SIGINT:
+        if rc in (130, 143, -signal.SIGINT, -signal.SIGTERM):  # stopped, not failed
             run.update(status=PENDING, started=None, finished=None)
             self.save()
             return False
@@ -588,6 +662,68 @@ class Campaign:
                 run["device_id"] = device_identity(final)
         self.save()
         return True
+
+
+def file_identity(path) -> dict:
+    """``realpath``, ``size``, ``mtime_ns`` and ``sha256`` of a file (empty dict if unreadable)."""
+    real = os.path.realpath(path)
+    try:
+        st = os.stat(real)
+        digest = hashlib.sha256()
+        with open(real, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                digest.update(chunk)
+    except OSError:
+        return {}
+    return {"realpath": real, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": digest.hexdigest()}
+
+
+def identity_change(recorded, path) -> Optional[str]:
+    """How ``path`` differs from its recorded identity, or None. The content decides (a touched
+    but unchanged file is the same file)."""
+    now_ = file_identity(path)
+    if not now_:
+        return "cannot be read"
+    if not isinstance(recorded, dict) or not recorded:
+        return "has no recorded identity"
+    if now_["realpath"] != recorded.get("realpath"):
+        return f"now resolves to {now_['realpath']} (was {recorded.get('realpath')})"
+    if now_["sha256"] != recorded.get("sha256") or now_["size"] != recorded.get("size"):
+        return "changed (its sha256 differs)"
+    return None
+
+
+def key_path() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(base) / "zlf" / KEY_FILE
+
+
+def signing_key(create: bool) -> Optional[bytes]:
+    """This user's campaign key: private (0600, owned by this user), made on first use."""
+    path = key_path()
+    if create and not path.exists():
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(secrets.token_hex(32) + "\n")
+        except FileExistsError:
+            pass
+        except OSError:
+            return None
+    try:
+        st = os.stat(path)
+        if st.st_uid != os.getuid() or st.st_mode & 0o077:
+            return None  # another user could read (forge) or replace it
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    return text.encode() if len(text) >= 32 else None
+
+
+def _sign(key: bytes, data: dict) -> str:
+    body = json.dumps({k: data.get(k) for k in SIGNED}, sort_keys=True, default=str)
+    return hmac.new(key, body.encode(), hashlib.sha256).hexdigest()
 
 
 def _inside(path: Path, parent: Path) -> bool:
@@ -634,12 +770,14 @@ def execute_spec(spec: dict, root, extra_env: Optional[dict] = None) -> dict:
     with open(log, "w") as out:
         out.write("$ " + " ".join(cmd) + "\n")
         out.flush()
+        # SIGKILL when this process dies (a run stuck in a C call would not act on SIGTERM; what it
+        # leaves --resume discards); a `zlf task` run's worker dies with it in turn.
         proc = subprocess.Popen(cmd, cwd=spec["cwd"], env=env, stdout=out, stderr=subprocess.STDOUT,
-                                preexec_fn=_die_with_parent)
+                                preexec_fn=die_with_parent(signal.SIGKILL))
         try:
             rc = proc.wait()
-        except KeyboardInterrupt:
-            _stop(proc)
+        except KeyboardInterrupt as exc:
+            _stop(proc, exc)
             raise
     made = [p for p in staging.iterdir() if p.is_dir()] if staging.is_dir() else []
     if made:
@@ -708,20 +846,13 @@ def device_identity(run_dir: Path) -> str:
     return str(fp.get("uuid") or fp.get("pci.bus_id") or fp.get("device_name") or "")
 
 
-def _die_with_parent() -> None:
-    """Child side of Popen: die when the campaign process dies (Linux), so a killed campaign
-    leaves no orphan run writing into a directory that --resume is about to discard."""
+def _stop(proc, exc: BaseException) -> None:
+    """Stop a run this process was waiting for: Ctrl-C reached it too (same process group);
+    SIGTERM reached this process only, so it is passed on. Killed if it does not stop."""
     try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except Exception:
-        pass
-
-
-def _stop(proc) -> None:
-    try:
-        proc.wait(timeout=10)  # it got the same Ctrl-C (same process group)
+        if isinstance(exc, Terminated):
+            proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=10)
     except (subprocess.TimeoutExpired, KeyboardInterrupt):
         proc.kill()
         proc.wait()

@@ -4,7 +4,8 @@ Parsing happens in two steps, as in pytest: ``--ext`` / ``--no-ext`` are read fi
 disabled extensions are blocked before import; then the selected extensions add their options
 and sub-commands, and the full command line is parsed.
 
-Exit codes: 0 success, 1 a point failed (or a gate tripped), 2 bad input, 130 interrupted.
+Exit codes: 0 success, 1 a point failed (or a gate tripped), 2 bad input, 124 a point hung past
+``--time-limit`` where it could not be interrupted, 130 interrupted (Ctrl-C), 143 terminated (SIGTERM).
 """
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ examples:
   zlf run --no-ext seed                    every installed extension but one
   zlf run --gpus 0,1,2,3                   one worker per GPU, one op per unit, one merged run dir
 environment: ZLF_EXTENSIONS=a,b  ZLF_DISABLE=a,b  ZLF_BACKEND=cpu|cuda|...  NO_COLOR=1
-exit codes: 0 all points ok, 1 a point FAILED, 2 bad input, 130 interrupted
+exit codes: 0 all points ok, 1 a point FAILED, 2 bad input, 124 a point hung past --time-limit
+            where it could not be interrupted (run stopped), 130 interrupted, 143 terminated (SIGTERM)
 """
 
 #: sub-commands implemented in core modules: name -> (module, one-line help). Each module has
@@ -82,6 +84,9 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     l2.add_argument("--flush-l2", dest="flush_l2", action="store_true", default=None,
                     help="flush L2 before every sample (direct timer's default on GPUs)")
     l2.add_argument("--no-flush-l2", dest="flush_l2", action="store_false", help="keep L2 warm between samples")
+    parser.add_argument("--time-limit", type=float, metavar="SEC",
+                        help="per-point limit (inputs, check and timing); past it the point is FAILED (time limit) "
+                             "and the run goes on; 0: none (default: 600 on GPU backends, 1800 on cpu)")
     parser.add_argument("--json", action="store_true", help="print the records as JSON instead of the table")
 
 
@@ -183,6 +188,7 @@ def results_table(records, colour=True) -> str:
 
 
 def cmd_run(args, session) -> int:
+    from .procs import stop_code, stop_word
     from .records import STATUS_FAILED
     from .run import Run, execute
     from .rundir import RunDir
@@ -192,6 +198,8 @@ def cmd_run(args, session) -> int:
         from .sharded_run import main as run_sharded  # the driver never sets up a device
 
         return run_sharded(args, session)
+    if args.time_limit is not None and not args.time_limit >= 0:
+        raise UsageError(f"--time-limit {args.time_limit:g}: expected seconds >= 0 (0: no limit)")
     session.hooks.check_exclusive()
     backend = session.choose_backend(args.backend, args.device)
     ops = session.resolve_ops(args.ops)
@@ -212,9 +220,9 @@ def cmd_run(args, session) -> int:
     progress = Progress(len(plan)) if not args.json else None
     try:
         records = execute(run, progress)
-    except KeyboardInterrupt:
-        print(f"\ninterrupted; {len(run.records)} finished points kept\nrun dir: {rundir.path}", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        print(f"\n{stop_word(exc)}; {len(run.records)} finished points kept\nrun dir: {rundir.path}", file=sys.stderr)
+        return stop_code(exc)
     failed = sum(1 for r in records if r.status == STATUS_FAILED)
     if args.json:
         print(json.dumps({"run_dir": str(rundir.path), "records": [r.to_json() for r in records]}, indent=2))
@@ -230,9 +238,23 @@ def cmd_run(args, session) -> int:
 
 def main(argv=None, extra_plugins=()) -> int:
     """Entry point of the ``zlf`` console script; returns the exit code."""
-    from .session import Session
+    import signal
+
+    from .procs import handle_sigterm
 
     argv = list(sys.argv[1:] if argv is None else argv)
+    previous = handle_sigterm()  # SIGTERM stops like Ctrl-C: what is finished is kept and marked, exit 143
+    try:
+        return _main(argv, extra_plugins)
+    finally:
+        if previous is not None:  # an in-process caller (a test) gets its own handler back
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv, extra_plugins) -> int:
+    from .procs import stop_code, stop_word
+    from .session import Session
+
     pre = _preparse(argv)
     tolerant = bool(argv) and argv[0] == "plugins"
     try:
@@ -248,9 +270,9 @@ def main(argv=None, extra_plugins=()) -> int:
     except UsageError as exc:
         print(f"zlf: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("\nzlf: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        print(f"\nzlf: {stop_word(exc)}", file=sys.stderr)
+        return stop_code(exc)
     except BrokenPipeError:
         # The reader went away (`zlf compare A B | head`): stop quietly, as cat(1) does.
         import os

@@ -36,7 +36,8 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from .campaign import _die_with_parent, execute_spec
+from .campaign import execute_spec
+from .procs import Terminated, die_with_parent
 from .errors import UsageError
 
 EXECUTORS = ("local", "ray")
@@ -122,8 +123,8 @@ def worker_main(stdin=None, stdout=None) -> int:
 
 
 def interrupted(outcome: dict) -> bool:
-    """The run was stopped by Ctrl-C (SIGINT), not failed: it is pending again, its op has not failed."""
-    return outcome.get("rc") in (130, -signal.SIGINT)
+    """The run was stopped by Ctrl-C (SIGINT) or SIGTERM, not failed: it is pending again, its op has not failed."""
+    return outcome.get("rc") in (130, 143, -signal.SIGINT, -signal.SIGTERM)
 
 
 class _UnitTally:
@@ -194,7 +195,7 @@ class LocalPool:
         env["ZLF_GPU"] = slot.gpu  # the label, for logs; zlf itself reads only the pin variable
         slot.generation += 1
         slot.proc = subprocess.Popen(self.worker_cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
-                                     text=True, preexec_fn=_die_with_parent)
+                                     text=True, preexec_fn=die_with_parent(signal.SIGKILL))
         slot.pid = slot.proc.pid
         gen, out = slot.generation, slot.proc.stdout
 
@@ -245,8 +246,12 @@ class LocalPool:
                 if gen != slot.generation:
                     continue  # a restarted worker's predecessor
                 self._handle(slot, event, job, scheduler)
-        except BaseException:
+        except BaseException as exc:
             self._abandon(slots, job, scheduler)
+            if isinstance(exc, Terminated):  # Ctrl-C reached the workers too; SIGTERM only this process
+                for slot in slots:
+                    if slot.proc is not None and slot.proc.poll() is None:
+                        slot.proc.send_signal(signal.SIGTERM)
             raise
         finally:
             self._stop(slots)
@@ -459,11 +464,15 @@ class RayPool:
 
 def _worker_entry() -> int:
     """``python -m zlf.executors``: Ctrl-C reaches the whole process group; the driver reports
-    it once, so a worker just stops (its run has already been stopped by execute_spec)."""
+    it once, so a worker just stops (its run has already been stopped by execute_spec). SIGTERM
+    (from the driver, or its death) stops it the same way."""
+    from .procs import handle_sigterm, stop_code
+
+    handle_sigterm()
     try:
         return worker_main()
-    except KeyboardInterrupt:
-        return 130
+    except KeyboardInterrupt as exc:
+        return stop_code(exc)
     except BrokenPipeError:  # the driver is gone
         return 1
 

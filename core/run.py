@@ -15,6 +15,7 @@ import attrs
 from . import __version__
 from .console import Progress
 from .ops import check_output, outside, poison
+from .procs import EXIT_HUNG, PointTimeLimit, PointWatch, stop_word
 from .records import STATUS_FAILED, STATUS_OK, STATUS_OOM, PointRecord, jsonable_options
 from .rundir import LOG, RunDir
 
@@ -86,6 +87,7 @@ class Run:
         self._extra: dict = {}
         #: the backend's :class:`~zlf.backends.base.ClockSampler` (None: the device's clock is not read)
         self.clock_sampler = None
+        self.watch = PointWatch(None, self._hung)  # armed by execute() with --time-limit
         self.meta = {
             "zlf_version": __version__,
             "command": list(argv if argv is not None else sys.argv),
@@ -119,6 +121,33 @@ class Run:
     def save_meta(self) -> None:
         self.rundir.write_meta(self.meta)
 
+    def _hung(self, point) -> None:
+        """The watchdog thread's end of a point stuck where SIGALRM cannot reach it (a C call, a
+        device sync): write its FAILED record and a consistent meta.json, then end the process
+        with :data:`EXIT_HUNG` (after_run hooks cannot run: the main thread is stuck)."""
+        limit = self.watch.limit
+        error = (f"time limit: no result within {limit:g} s, stuck where it cannot be interrupted "
+                 "(native code or a device sync); run stopped")
+        try:
+            record = PointRecord(point=point.id, op=point.op, shape=point.shape, dtype=point.dtype,
+                                 variant=point.variant, status=STATUS_FAILED, error=error)
+            self.rundir.append(record)
+            self.records.append(record)
+            self.log.info(f"{point.id} {STATUS_FAILED} ({error})")
+            self.status = "hung"
+            self.meta.update(status=self.status, finished=_now(), error=f"{point.id}: {error}", counts=_counts(self.records))
+            self.save_meta()
+            self.log.info(f"run hung: {len(self.records)} of {len(self.plan)} points written")
+        finally:
+            print(f"\nzlf: point {point.id} hung past its time limit of {limit:g} s where it cannot be interrupted; "
+                  f"its FAILED record is written and the run stopped (exit {EXIT_HUNG})\nrun dir: {self.dir}",
+                  file=sys.stderr, flush=True)
+            os._exit(EXIT_HUNG)
+
+
+def _counts(records) -> dict:
+    return {s: sum(1 for r in records if r.status == s) for s in (STATUS_OK, STATUS_FAILED, STATUS_OOM)}
+
 
 def _rate(amount_fn, point, median_ms, scale) -> Optional[float]:
     if amount_fn is None or not median_ms or median_ms <= 0:
@@ -136,24 +165,29 @@ def run_point(run: Run, planned, compiler_hooks) -> PointRecord:
     run._markers, run._extra = [], {}
     status, error, timing, max_err, clock = STATUS_OK, None, None, None, None
     try:
-        hooks.before_point(run, point)
-        inputs = hooks.make_inputs(op, point, backend)
-        run.current_inputs = inputs
-        poison(inputs, op.outputs)
-        with compiler_hooks.launch_window(point.id):
-            returned = op.fn(*inputs)
-            backend.synchronize()
-        with outside(op):
-            max_err, error = check_output(op, inputs, returned, point.dtype)
-        if error:
-            status = STATUS_FAILED
-        else:
-            # the clock is read beside the timer (a background thread), never between its samples
-            with (run.clock_sampler.window() if run.clock_sampler else contextlib.nullcontext()) as window:
-                timing = hooks.time_fn(lambda: op.fn(*inputs), point, backend, run.options, op=op, inputs=inputs)
-            clock = window.summary() if window is not None else None
+        with run.watch(point):
+            hooks.before_point(run, point)
+            inputs = hooks.make_inputs(op, point, backend)
+            run.current_inputs = inputs
+            poison(inputs, op.outputs)
+            with compiler_hooks.launch_window(point.id):
+                returned = op.fn(*inputs)
+                backend.synchronize()
+            with outside(op):
+                max_err, error = check_output(op, inputs, returned, point.dtype)
+            if error:
+                status = STATUS_FAILED
+            else:
+                # the clock is read beside the timer (a background thread), never between its samples
+                with (run.clock_sampler.window() if run.clock_sampler else contextlib.nullcontext()) as window:
+                    timing = hooks.time_fn(lambda: op.fn(*inputs), point, backend, run.options, op=op, inputs=inputs)
+                clock = window.summary() if window is not None else None
     except KeyboardInterrupt:
         raise
+    except (PointTimeLimit, SystemExit) as exc:  # BaseExceptions that are the point's failure, not the run's
+        status, timing = STATUS_FAILED, None
+        error = str(exc) if isinstance(exc, PointTimeLimit) else f"called sys.exit({exc.code!r})"
+        run.log.info(f"point {point.id}: {error}:\n{traceback.format_exc().rstrip()}")
     except Exception as exc:  # a point's failure is recorded; the run goes on
         status = STATUS_OOM if backend.is_oom(exc) else STATUS_FAILED
         error = _one_line(exc)
@@ -212,6 +246,9 @@ def execute(run: Run, progress: Optional[Progress] = None) -> list:
         hooks.on_launch if hooks.implemented("on_launch") else None,
     )
     run.meta["compiler_hook_api"] = getattr(compiler_hooks, "api", None)
+    limit = getattr(run.options, "time_limit", None)
+    run.meta["time_limit_s"] = limit = backend.point_time_limit_s if limit is None else limit
+    run.watch = PointWatch(limit, run._hung)
     try:
         hooks.before_run(run)
         run.meta["fingerprint"] = backend.fingerprint()
@@ -238,9 +275,9 @@ def execute(run: Run, progress: Optional[Progress] = None) -> list:
             if progress:
                 progress.step(record.point, outcome)
         run.status = "complete"
-    except KeyboardInterrupt:
-        run.status = "interrupted"
-        run.log.warning("interrupted by the user")
+    except KeyboardInterrupt as exc:
+        run.status = stop_word(exc)
+        run.log.warning("interrupted by the user" if run.status == "interrupted" else "terminated (SIGTERM)")
         raise
     except BaseException as exc:
         run.status = "crashed"
@@ -258,9 +295,7 @@ def execute(run: Run, progress: Optional[Progress] = None) -> list:
                 progress.close()
             run.meta["status"] = run.status
             run.meta["finished"] = _now()
-            run.meta["counts"] = {
-                s: sum(1 for r in run.records if r.status == s) for s in (STATUS_OK, STATUS_FAILED, STATUS_OOM)
-            }
+            run.meta["counts"] = _counts(run.records)
             try:
                 state = backend.device_state()
                 if state:

@@ -20,6 +20,7 @@ import yaml
 
 from .campaign import ROOT, device_identity
 from .errors import UsageError
+from .procs import stop_code, stop_word
 from .executors import LocalPool, make_executor, parse_gpus, pin_variable
 from .rundir import LOG, META, RESULTS, SHAPES, RunDir, timestamp
 from .scheduler import Scheduler, Unit
@@ -168,9 +169,9 @@ def main(args, session) -> int:
     scheduler = Scheduler(units, retries=executor.retries)
     try:
         executor.run(job, scheduler)
-    except KeyboardInterrupt:
-        print(f"\ninterrupted; shards so far kept in {root}", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        print(f"\n{stop_word(exc)}; shards so far kept in {root}", file=sys.stderr)
+        return stop_code(exc)
     except Exception:
         shutil.rmtree(root, ignore_errors=True)
         raise

@@ -192,6 +192,7 @@ CONTRACT = (
     ContractItem("host_timing", "attribute", "optional", "samples are host wall-clock"),
     ContractItem("warmup_ms", "attribute", "optional", "default timer warm-up budget"),
     ContractItem("rep_ms", "attribute", "optional", "default timer measurement budget"),
+    ContractItem("point_time_limit_s", "attribute", "optional", "default --time-limit of one point"),
     ContractItem("flush_l2_default", "attribute", "optional", "flush L2 before each sample by default"),
     ContractItem("flush_l2", "method", "device", "evict the last-level cache"),
     ContractItem("new_stream", "method", "device", "a new stream"),
@@ -249,6 +250,8 @@ class Backend:
     #: default time budgets of the direct timer, in ms (triton.testing.do_bench's defaults).
     warmup_ms: ClassVar[float] = 25.0
     rep_ms: ClassVar[float] = 100.0
+    #: default per-point limit of ``zlf run`` (``--time-limit``), in s: generous, it only stops hangs.
+    point_time_limit_s: ClassVar[float] = 600.0
     #: whether the direct timer flushes L2 before every sample unless told otherwise.
     flush_l2_default: ClassVar[bool] = True
     #: threads per warp of the Triton target (MetaX MACA: 64).

@@ -75,6 +75,8 @@ class CpuBackend(Backend):
     ir_kinds = ()
     warmup_ms = 5.0
     rep_ms = 50.0
+    #: interpreted kernels are orders of magnitude slower than on a device.
+    point_time_limit_s = 1800.0
     flush_l2_default = False
 
     @classmethod

@@ -33,7 +33,7 @@ from ..errors import UsageError
 BUILTIN_OPS = ("add", "softmax", "matmul")
 DTYPES = ("float32", "float16", "bfloat16", "float64", "int32", "int64", "int8", "int16", "uint8", "bool", "complex64")
 #: relative L2 error allowed against the reference, by dtype (METHOD: fp32 far under 1e-3).
-DEFAULT_TOLERANCE = {"float64": 1e-9, "float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}
+DEFAULT_TOLERANCE = {"float64": 1e-9, "float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2, "complex64": 1e-5}
 
 
 def numel(shape) -> int:
@@ -156,15 +156,24 @@ def poison(inputs, indices) -> None:
     poison_tensors(inputs[i] for i in indices)
 
 
+def compare_dtype(*tensors):
+    """float64, or complex128 when any tensor is complex: a float64 cast drops the imaginary part."""
+    import torch
+
+    return torch.complex128 if any(t.dtype.is_complex for t in tensors) else torch.float64
+
+
 def relative_error(out, ref) -> float:
-    """‖out − ref‖ / ‖ref‖ in float64 (inf for a shape mismatch, nan if out has NaN)."""
+    """‖out − ref‖ / ‖ref‖ in float64, complex128 for complex results (inf for a shape
+    mismatch, nan if out has NaN)."""
     import torch
 
     if tuple(out.shape) != tuple(ref.shape):
         return math.inf
     # On the device: copying a 64M-element output to the host would cost more than timing it.
-    r = ref.detach().to(out.device, torch.float64)
-    o = out.detach().to(torch.float64)
+    wide = compare_dtype(out, ref)
+    r = ref.detach().to(out.device, wide)
+    o = out.detach().to(wide)
     denom = torch.linalg.vector_norm(r).item()
     num = torch.linalg.vector_norm(o - r).item()
     return num / denom if denom > 0 else num

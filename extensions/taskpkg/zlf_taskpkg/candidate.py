@@ -23,6 +23,7 @@ from typing import Optional
 import attrs
 
 from zlf import UsageError
+from zlf.procs import die_with_parent, kill_group
 
 KIND_PYTHON = "python"
 KIND_CUDA = "cuda"
@@ -106,7 +107,8 @@ def default_cache_dir() -> Path:
 def _run_limited(cmd, timeout: Optional[float]) -> tuple:
     """``(returncode, output)``; returncode None when ``cmd`` ran past ``timeout`` s. The command
     gets its own process group, so the kill also takes nvcc's children (cicc, ptxas)."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                            preexec_fn=die_with_parent(signal.SIGKILL))
     try:
         out, _ = proc.communicate(timeout=timeout)
         return proc.returncode, out
@@ -117,20 +119,29 @@ def _run_limited(cmd, timeout: Optional[float]) -> tuple:
             pass
         out, _ = proc.communicate()
         return None, out or ""
+    except BaseException:  # Ctrl-C / SIGTERM: nvcc and its children are in their own group
+        kill_group(proc)
+        raise
 
 
 def compile_cuda(candidate: Candidate, cache_dir, arch: str, extra_flags=(), timeout: Optional[float] = None) -> Candidate:
     """Compile once per hash; a cache hit costs a stat. Returns the candidate with ``library``
     set, or with ``compile_failed`` and the compiler's output (also when nvcc ran past
     ``timeout`` seconds and was killed)."""
+    # No usable nvcc is the judge machine's set-up problem, not the candidate's Compile Error.
     nvcc = find_nvcc()
     if nvcc is None:
-        return attrs.evolve(candidate, compile_failed=True,
-                            compile_output="nvcc not found (PATH, CUDA_HOME, /usr/local/cuda): cannot compile a CUDA C++ candidate")
-    rc, version = _run_limited([nvcc, "--version"], timeout)
+        raise UsageError("nvcc not found (PATH, CUDA_HOME, /usr/local/cuda): this machine cannot compile "
+                         f"CUDA C++ candidates such as {candidate.path.name!r} (install the CUDA toolkit)")
+    try:
+        rc, version = _run_limited([nvcc, "--version"], timeout)
+    except OSError as exc:
+        raise UsageError(f"nvcc {nvcc!r} cannot be run: {exc.strerror or exc}") from None
     if rc is None:
-        return attrs.evolve(candidate, compile_failed=True,
-                            compile_output=f"error: `{nvcc} --version` did not finish within the compile time limit of {timeout:g} s")
+        raise UsageError(f"`{nvcc} --version` did not finish within the compile time limit of {timeout:g} s: "
+                         "the CUDA toolkit of this machine is broken")
+    if rc != 0:
+        raise UsageError(f"`{nvcc} --version` failed (exit code {rc}): the CUDA toolkit of this machine is broken")
     flags = [*NVCC_FLAGS, f"-arch={arch}", *extra_flags]
     key = hashlib.sha256("\0".join([candidate.sha256, SHIM, " ".join(flags), version]).encode()).hexdigest()[:24]
     entry = Path(cache_dir) / key

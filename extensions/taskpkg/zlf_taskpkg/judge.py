@@ -26,6 +26,7 @@ from tabulate import tabulate
 
 from zlf import UsageError
 from zlf.console import paint
+from zlf.procs import die_with_parent, kill_group, stop_code, stop_word
 from zlf.records import STATUS_FAILED, STATUS_OK, is_jsonable, jsonable_options
 from zlf.run import Run
 from zlf.rundir import RunDir
@@ -78,6 +79,7 @@ class WorkerProcess:
             [sys.executable, "-m", "zlf_taskpkg.worker", str(spec_path), str(r_ctrl), str(w_evt)],
             stdin=subprocess.PIPE, stdout=self._log, stderr=subprocess.STDOUT, pass_fds=(r_ctrl, w_evt),
             start_new_session=True,  # its own process group: a kill takes its compiler children too
+            preexec_fn=die_with_parent(signal.SIGKILL),  # a killed judge leaves no candidate running
         )
         os.close(r_ctrl)
         os.close(w_evt)
@@ -138,11 +140,7 @@ class WorkerProcess:
         return event
 
     def kill(self) -> None:
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        self.proc.wait()
+        kill_group(self.proc)
         self._close()
 
     def finish(self) -> None:
@@ -158,6 +156,7 @@ class WorkerProcess:
         except subprocess.TimeoutExpired:
             self.kill()
             return
+        kill_group(self.proc)  # what the candidate started and left behind in the worker's group
         self._close()
 
     def exit_description(self) -> str:
@@ -349,8 +348,8 @@ class Judge:
                     print(f"[{len(records)}/{len(self.cases)}] case {case}: {verdict}", file=sys.stderr, flush=True)
             self._retire_worker()
             self.run.status = "complete"
-        except KeyboardInterrupt:
-            self.run.status = "interrupted"
+        except KeyboardInterrupt as exc:
+            self.run.status = stop_word(exc)
             raise
         finally:
             if self.worker is not None:
@@ -426,9 +425,9 @@ def judge(args, session) -> int:
     j.start_run()
     try:
         records = j.execute()
-    except KeyboardInterrupt:
-        print(f"\ninterrupted; finished cases kept\nrun dir: {j.rundir.path}", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        print(f"\n{stop_word(exc)}; finished cases kept\nrun dir: {j.rundir.path}", file=sys.stderr)
+        return stop_code(exc)
     s = summary(records)
     if args.json:
         print(json.dumps({"run_dir": str(j.rundir.path), "package": j.package.name, "candidate": str(j.candidate.path),

@@ -380,7 +380,7 @@ class Worker:
         worst = None
         for i in outputs:
             a, b = args[i], base_args[i]
-            if _is_tensor(a) and a.dtype.is_floating_point:
+            if _is_tensor(a) and (a.dtype.is_floating_point or a.dtype.is_complex):
                 try:
                     err = relative_error(a, b)
                 except Exception:

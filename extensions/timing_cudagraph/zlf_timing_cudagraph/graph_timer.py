@@ -185,7 +185,8 @@ def _mismatch(actual, expected, tolerance: float) -> Optional[str]:
             return "outputs left unwritten (still poisoned)"
         if bool((nan_e & ~nan_a).any()):
             return "NaN in a direct call where the replay has a number"
-        wide = actual.dtype if actual.dtype.is_complex else torch.float64
+        # complex stays complex: a float64 cast would drop the imaginary part
+        wide = torch.complex128 if actual.dtype.is_complex or expected.dtype.is_complex else torch.float64
         a, e = actual.to(wide), expected.to(wide)
         inf_a, inf_e = torch.isinf(a), torch.isinf(e)
         if not bool(torch.equal(inf_a, inf_e)) or not bool(torch.equal(a[inf_a], e[inf_e])):

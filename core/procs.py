@@ -1,0 +1,158 @@
+"""Child processes and signals: children die with their parent, SIGTERM stops like Ctrl-C, and a
+point that never returns is stopped at its time limit.
+
+* :func:`die_with_parent` -- a ``preexec_fn`` that asks Linux to signal the child when the process
+  that started it dies (``PR_SET_PDEATHSIG``): a ``kill -9`` of zlf leaves no orphan holding a GPU.
+* :class:`Terminated` -- what SIGTERM raises once :func:`handle_sigterm` is installed; it *is* a
+  KeyboardInterrupt, so every path that keeps finished work on Ctrl-C keeps it on SIGTERM too.
+* :class:`PointWatch` -- the per-point time limit of ``zlf run``: SIGALRM interrupts a hang in
+  Python code; a watchdog thread handles a hang that cannot be interrupted (inside a C call).
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+import threading
+from typing import Callable, Optional
+
+PR_SET_PDEATHSIG = 1
+EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143
+#: exit code of a run stopped by the watchdog: a point hung where it could not be interrupted.
+EXIT_HUNG = 124
+
+try:  # looked up in the parent: a dlopen between fork and exec can deadlock
+    _prctl = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("linux") else None
+except (OSError, AttributeError):
+    _prctl = None
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM arrived: stop as on Ctrl-C (finished work kept, state says so), exit 143."""
+
+
+def stop_code(exc: BaseException) -> int:
+    """Exit code of a stop by the user: 143 for SIGTERM, 130 for Ctrl-C."""
+    return EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
+
+
+def stop_word(exc: BaseException) -> str:
+    """The status a run or campaign records when stopped: ``terminated`` or ``interrupted``."""
+    return "terminated" if isinstance(exc, Terminated) else "interrupted"
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated()
+
+
+def handle_sigterm():
+    """Turn SIGTERM into :class:`Terminated` (main thread only; elsewhere nothing); returns the
+    previous handler, or None."""
+    if threading.current_thread() is threading.main_thread():
+        return signal.signal(signal.SIGTERM, _raise_terminated)
+    return None
+
+
+def die_with_parent(sig: int = signal.SIGKILL) -> Callable[[], None]:
+    """A ``preexec_fn``: the child gets ``sig`` when this process dies (Linux; elsewhere nothing).
+
+    The parent here must be the thread that starts the child and lives as long as it (Linux ties
+    the signal to the creating thread): zlf starts its children from the main thread.
+    """
+    parent = os.getpid()
+
+    def preexec() -> None:
+        if _prctl is not None:
+            _prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before the request took effect
+            os._exit(1)
+
+    return preexec
+
+
+def kill_group(proc, sig: int = signal.SIGKILL) -> None:
+    """Signal ``proc``'s process group (it was started with ``start_new_session``), then reap it."""
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.wait()
+    except Exception:
+        pass
+
+
+# ----------------------------------------------------------------------------- point time limit
+class PointTimeLimit(BaseException):
+    """A point ran past ``--time-limit`` (a BaseException: an op's ``except Exception`` must not
+    swallow it)."""
+
+
+def hard_hang_grace(limit: float) -> float:
+    """How long after SIGALRM the watchdog waits before declaring the process stuck."""
+    return max(2.0, min(60.0, 0.1 * limit))
+
+
+class PointWatch:
+    """Arms a limit around one point. ``on_hang(point)`` runs in the watchdog thread when the
+    main thread did not come back ``hard_hang_grace`` seconds after the limit; it must write what
+    it can and end the process (``os._exit``)."""
+
+    def __init__(self, limit: Optional[float], on_hang: Callable):
+        self.limit = limit if limit and limit > 0 else None
+        self.on_hang = on_hang
+        self._lock = threading.Lock()
+        self._token = 0
+        self._armed = False
+        self._usable = self.limit is not None and threading.current_thread() is threading.main_thread() \
+            and hasattr(signal, "setitimer")
+        if self._usable:
+            signal.signal(signal.SIGALRM, self._alarm)
+
+    def _alarm(self, signum, frame):
+        if self._armed:
+            self._armed = False
+            raise PointTimeLimit(f"time limit: no result within {self.limit:g} s (--time-limit)")
+
+    def __call__(self, point):
+        return _Armed(self, point)
+
+    def _watch(self, token: int, point, done: threading.Event) -> None:
+        if done.wait(self.limit + hard_hang_grace(self.limit)):
+            return
+        with self._lock:
+            if token != self._token:
+                return
+            self._token += 1
+        self.on_hang(point)
+
+
+class _Armed:
+    def __init__(self, watch: PointWatch, point):
+        self.watch, self.point = watch, point
+
+    def __enter__(self):
+        w = self.watch
+        if not w._usable:
+            return self
+        with w._lock:
+            w._token += 1
+            token = w._token
+        self.done = threading.Event()
+        threading.Thread(target=w._watch, args=(token, self.point, self.done), daemon=True, name="zlf-point-watchdog").start()
+        w._armed = True
+        signal.setitimer(signal.ITIMER_REAL, w.limit)
+        return self
+
+    def __exit__(self, *exc):
+        w = self.watch
+        if not w._usable:
+            return False
+        w._armed = False  # first: an alarm arriving now does nothing
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        with w._lock:
+            w._token += 1  # a watchdog about to fire sees the point is over
+        self.done.set()
+        return False

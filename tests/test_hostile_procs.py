@@ -1,0 +1,385 @@
+"""Hostile cases: processes, signals and the judge (docs/hostile_procs.md lists them).
+
+Each test reproduces one fault as a user met it: real subprocesses are killed with SIGKILL or
+SIGTERM and the test checks that nothing is left running, that the state on disk says what
+happened, and that the message is one line.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, read_records
+
+from zlf.campaign import Campaign, OpSpec, Side
+from zlf.cli import main
+
+PKG = ROOT / "tests" / "data" / "taskpkg_vecadd"
+#: a candidate that says when it runs, then never returns
+HANG = textwrap.dedent('''
+    import os, time
+
+    def run_kernel(*args):
+        open(os.environ["ZLF_TEST_MARKER"], "w").close()
+        while True:
+            time.sleep(0.05)
+''')
+
+OPS = textwrap.dedent('''
+    import signal, sys, time, torch, zlf
+
+    def make(shape, dtype, device):
+        x = torch.randn(shape, dtype=getattr(torch, dtype), device=device)
+        return (x, torch.empty_like(x))
+
+    def ok(x, out):
+        out.copy_(x)
+
+    def hang(x, out):               # a Python-level hang: SIGALRM reaches it
+        while True:
+            time.sleep(0.05)
+
+    def hard(x, out):               # a hang SIGALRM cannot reach (as inside a C call or a device sync)
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+        time.sleep(1000)
+
+    def bye(x, out):
+        sys.exit(3)
+
+    ref = lambda x, out: x.clone()
+    def op(name, fn):
+        return zlf.Op(name=name, fn=fn, make_inputs=make, shapes=[(64,)], reference=ref, outputs=(1,))
+
+    a_ok, b_hang, c_ok, d_exit, e_hard = (op("a_ok", ok), op("b_hang", hang), op("c_ok", ok),
+                                          op("d_exit", bye), op("e_hard", hard))
+
+    def cmake(shape, dtype, device):
+        x = torch.randn(shape, dtype=torch.complex64, device=device)
+        return (x, torch.empty_like(x))
+
+    def conj_imag_wrong(x, out):    # right real part, wrong imaginary part
+        out.copy_(torch.conj(x).resolve_conj())
+
+    def cplx_ok(x, out):
+        out.copy_(x)
+
+    c_wrong = zlf.Op(name="c_wrong", fn=conj_imag_wrong, make_inputs=cmake, shapes=[(256,)], dtypes=["complex64"],
+                     reference=ref, outputs=(1,))
+    c_right = zlf.Op(name="c_right", fn=cplx_ok, make_inputs=cmake, shapes=[(256,)], dtypes=["complex64"],
+                     reference=ref, outputs=(1,))
+''')
+
+
+@pytest.fixture
+def ops_file(tmp_path) -> Path:
+    path = tmp_path / "ops.py"
+    path.write_text(OPS)
+    return path
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch) -> dict:
+    """A private config home (the campaign signing key) for this process and its children."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("ZLF_NO_PROGRESS", "1")
+    monkeypatch.setenv("NO_COLOR", "1")
+    e = dict(os.environ)
+    e.pop("FORCE_COLOR", None)
+    return e
+
+
+def spawn(args, cwd, env) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "zlf", *map(str, args)], cwd=cwd, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def run(args, cwd, env, timeout=60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "zlf", *map(str, args)], cwd=cwd, env=env, text=True,
+                          capture_output=True, timeout=timeout)
+
+
+def one_line(err: str) -> str:
+    lines = [l for l in err.splitlines() if l.startswith("zlf: error:")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+def alive(pid: int) -> bool:
+    """Running (a zombie waiting to be reaped by whoever adopted it counts as gone)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def descendants(pid: int) -> list:
+    children = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(d.name))
+    out, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def wait_for(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+@pytest.fixture
+def hang(tmp_path, env) -> Path:
+    path = tmp_path / "hang.py"
+    path.write_text(HANG)
+    env["ZLF_TEST_MARKER"] = str(tmp_path / "candidate_runs")
+    return path
+
+
+def worker_of(pid: int) -> int:
+    """The judge's worker (running the candidate) under process ``pid``, once it runs the candidate."""
+    def find():
+        found = [p for p in descendants(pid) if "zlf_taskpkg.worker" in cmdline(p)]
+        return found[0] if found else None
+    return wait_for(find, 30, "the judge's worker")
+
+
+def gone_within(pids, seconds: float = 5.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not any(alive(p) for p in pids):
+            return True
+        time.sleep(0.1)
+    for p in pids:  # do not leave them behind for the next test
+        try:
+            os.kill(p, signal.SIGKILL)
+        except OSError:
+            pass
+    return False
+
+
+def only_dir(parent: Path) -> Path:
+    dirs = [d for d in parent.iterdir() if d.is_dir()]
+    assert len(dirs) == 1, dirs
+    return dirs[0]
+
+
+# ----------------------------------------------------------------------------- 2: --resume runs only what zlf ab wrote
+def _campaign(tmp_path, python: str = "") -> Campaign:
+    data = {"label": "t", "cwd": str(tmp_path), "aa": False, "switch": "X",
+            "sides": [Side("A", {"X": "0"}, python).to_json(), Side("B", {"X": "1"}, python).to_json()],
+            "ops": [OpSpec("add", "add").to_json()], "run_args": ["--backend", "cpu"], "extension_args": ["--ext", "seed"],
+            "replay": False, "backend": "cpu", "device": 0, "require_idle": False, "idle_wait": 0,
+            "fail_on_slower": False, "guards": {"switch_source": []}, "triton_cache": str(tmp_path / "cache"),
+            "statistics": {"alpha": 0.05, "margin_pct": 2.0, "min_effect_pct": 1.0, "noise_from": None, "floors": {},
+                           "until_confident": False, "first_look": 1, "max_rounds": 1}}
+    c = Campaign.create(tmp_path / "o", "t", data)
+    c.add_round(1)
+    return c
+
+
+def test_resume_refuses_an_edited_interpreter(tmp_path, env):
+    """campaign.json's sides[].python edited to a script, runs pending: --resume must not run it."""
+    c = _campaign(tmp_path)
+    marker = tmp_path / "pwned"
+    evil = tmp_path / "evil.sh"
+    evil.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    evil.chmod(0o755)
+    doc = json.loads((c.path / "campaign.json").read_text())
+    doc["sides"][0]["python"] = str(evil)
+    (c.path / "campaign.json").write_text(json.dumps(doc))
+    done = run(["ab", "--resume", c.path, "--ext", "seed"], tmp_path, env)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "are not what zlf ab wrote" in one_line(done.stderr)
+    assert not marker.exists()
+    # naming the campaign's real interpreter does not make the edited one run either
+    done = run(["ab", "--resume", c.path, "--a-python", sys.executable, "--ext", "seed"], tmp_path, env)
+    assert done.returncode == 2 and "is not side A's interpreter" in one_line(done.stderr)
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("field, edit", [
+    ("env", lambda d: d["sides"][1]["env"].update(LD_PRELOAD="/tmp/evil.so")),
+    ("run_args", lambda d: d["run_args"].extend(["--ext", "evil"])),
+    ("ops", lambda d: d["ops"][0].update(run_spec="/tmp/evil.py")),
+    ("triton_cache", lambda d: d.update(triton_cache="/tmp/shared-cache")),
+])
+def test_resume_refuses_edited_command_lines(tmp_path, env, field, edit):
+    c = _campaign(tmp_path)
+    c.data = json.loads((c.path / "campaign.json").read_text())
+    c.check_resume({"A": None, "B": None})  # negative control: as written, it verifies
+    edit(c.data)
+    with pytest.raises(Exception, match="are not what zlf ab wrote"):
+        c.check_resume({"A": None, "B": None})
+
+
+def test_resume_refuses_a_changed_interpreter_unless_named_again(tmp_path, env):
+    python = tmp_path / "venv" / "python"
+    python.parent.mkdir()
+    python.write_text("#!/bin/sh\nexec python3 \"$@\"\n")
+    python.chmod(0o755)
+    c = _campaign(tmp_path, str(python))
+    c.check_resume({"A": None, "B": None})
+    python.write_text("#!/bin/sh\necho replaced\n")
+    with pytest.raises(Exception, match=r"side A's interpreter .* changed .* name it again with --a-python"):
+        c.check_resume({"A": None, "B": None})
+    c.check_resume({"A": str(python), "B": str(python)})  # the user vouches for it: recorded anew
+    c.check_resume({"A": None, "B": None})
+
+
+# ----------------------------------------------------------------------------- 7: workers die with their judge
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_killed_judge_leaves_no_worker(tmp_path, env, hang, sig):
+    proc = spawn(["task", PKG, "--candidate", hang, "--ext", "task", "--backend", "cpu", "--time-limit", "100",
+                  "--out", tmp_path / "runs"], tmp_path, env)
+    worker = worker_of(proc.pid)
+    wait_for((tmp_path / "candidate_runs").exists, 30, "the candidate to run")
+    os.kill(proc.pid, sig)
+    _, err = proc.communicate(timeout=20)
+    assert gone_within([worker]), f"worker {worker} outlived its judge"
+    if sig == signal.SIGTERM:
+        assert proc.returncode == 143 and "terminated; finished cases kept" in err, err
+        meta = json.loads((only_dir(tmp_path / "runs") / "meta.json").read_text())
+        assert meta["status"] == "terminated"
+
+
+def test_killed_task_campaign_leaves_no_worker(tmp_path, env, hang):
+    """kill -9 of zlf ab --task: its zlf task run and that run's worker go too."""
+    proc = spawn(["ab", "--task", PKG, "--a-candidate", hang, "--b-candidate", hang, "--rounds", "1",
+                  "--time-limit", "100", "--backend", "cpu", "--ext", "task", "--out", tmp_path / "o"], tmp_path, env)
+    worker = worker_of(proc.pid)
+    wait_for((tmp_path / "candidate_runs").exists, 30, "the candidate to run")
+    tree = descendants(proc.pid)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=20)
+    assert gone_within(tree, 8), [cmdline(p) for p in tree if alive(p)]
+    assert worker in tree
+
+
+# ----------------------------------------------------------------------------- 8: per-point time limit
+def test_python_level_hang_is_a_failed_point_and_the_run_goes_on(tmp_path, env, ops_file):
+    done = run(["run", f"{ops_file}::a_ok", f"{ops_file}::b_hang", f"{ops_file}::c_ok", "--backend", "cpu",
+                "--no-ext", "cudagraph", "--time-limit", "1", "--out", tmp_path / "runs"], tmp_path, env)
+    assert done.returncode == 1, done.stderr
+    records = {r["op"]: r for r in read_records(only_dir(tmp_path / "runs"))}
+    assert [records[o]["status"] for o in ("a_ok", "b_hang", "c_ok")] == ["ok", "FAILED", "ok"]
+    assert records["b_hang"]["error"] == "time limit: no result within 1 s (--time-limit)"
+
+
+def test_hard_hang_is_stopped_by_the_watchdog(tmp_path, env, ops_file):
+    done = run(["run", f"{ops_file}::a_ok", f"{ops_file}::e_hard", f"{ops_file}::c_ok", "--backend", "cpu",
+                "--no-ext", "cudagraph", "--time-limit", "1", "--out", tmp_path / "runs"], tmp_path, env, timeout=30)
+    assert done.returncode == 124, done.stderr
+    assert "hung past its time limit of 1 s" in done.stderr and "Traceback" not in done.stderr
+    d = only_dir(tmp_path / "runs")
+    records = read_records(d)
+    assert [(r["op"], r["status"]) for r in records] == [("a_ok", "ok"), ("e_hard", "FAILED")]
+    assert records[1]["error"].startswith("time limit: no result within 1 s, stuck where it cannot be interrupted")
+    meta = json.loads((d / "meta.json").read_text())
+    assert meta["status"] == "hung" and meta["counts"] == {"ok": 1, "FAILED": 1, "OOM": 0}
+    assert not list(d.glob(".*.tmp"))
+
+
+def test_bad_time_limit_is_one_line(tmp_path, env):
+    done = run(["run", "add", "--backend", "cpu", "--time-limit", "-1", "--out", tmp_path / "runs"], tmp_path, env)
+    assert done.returncode == 2 and "--time-limit -1: expected seconds >= 0" in one_line(done.stderr)
+    assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").iterdir())
+
+
+# ----------------------------------------------------------------------------- 9: SIGTERM is handled like Ctrl-C
+def test_sigterm_of_a_run_keeps_points_and_says_terminated(tmp_path, env, ops_file):
+    proc = spawn(["run", f"{ops_file}::a_ok", f"{ops_file}::b_hang", "--backend", "cpu", "--no-ext", "cudagraph",
+                  "--time-limit", "0", "--out", tmp_path / "runs"], tmp_path, env)
+    wait_for(lambda: any(p.stat().st_size for p in (tmp_path / "runs").glob("*/results.jsonl")), 30, "the first point")
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 143 and "terminated; 1 finished points kept" in err, err
+    d = only_dir(tmp_path / "runs")
+    assert json.loads((d / "meta.json").read_text())["status"] == "terminated"
+    assert [r["op"] for r in read_records(d)] == ["a_ok"]
+
+
+def test_sigterm_of_a_campaign_leaves_it_resumable(tmp_path, env, ops_file):
+    proc = spawn(["ab", f"{ops_file}::b_hang", "--switch", "X", "--rounds", "1", "--time-limit", "0", "--backend", "cpu",
+                  "--ext", "seed", "--out", tmp_path / "o"], tmp_path, env)
+    camp = wait_for(lambda: next((tmp_path / "o").glob("ab_*/campaign.json"), None), 30, "campaign.json")
+    run_proc = wait_for(lambda: next((p for p in descendants(proc.pid) if " run " in cmdline(p)), None), 30, "a run")
+    time.sleep(2)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 143 and "continue with: zlf ab --resume" in err, err
+    state = json.loads(camp.read_text())
+    assert state["status"] == "terminated"
+    assert [r["status"] for r in state["runs"]] == ["pending", "pending"]
+    assert gone_within([run_proc])
+
+
+# ----------------------------------------------------------------------------- 10: sys.exit inside an op
+def test_sys_exit_in_an_op_is_the_points_failure(tmp_path, env, ops_file, capsys):
+    rc = main(["run", f"{ops_file}::d_exit", f"{ops_file}::a_ok", "--backend", "cpu", "--no-ext", "cudagraph",
+               "--out", str(tmp_path / "runs")])
+    assert rc == 1
+    records = read_records(only_dir(tmp_path / "runs"))
+    assert [(r["op"], r["status"], r["error"]) for r in records] == [
+        ("d_exit", "FAILED", "called sys.exit(3)"), ("a_ok", "ok", None)]
+
+
+# ----------------------------------------------------------------------------- 15: no nvcc is the judge's problem
+def test_missing_nvcc_is_a_setup_error(tmp_path, env, monkeypatch, capsys):
+    import zlf_taskpkg.candidate as candidate
+
+    monkeypatch.setattr(candidate, "find_nvcc", lambda: None)
+    rc = main(["task", str(PKG), "--candidate", str(PKG / "candidates" / "correct.cu"), "--ext", "task",
+               "--backend", "cpu", "--out", str(tmp_path / "runs")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "nvcc not found" in one_line(err)
+    assert not (tmp_path / "runs").exists()
+
+
+# ----------------------------------------------------------------------------- 16: complex outputs, both parts
+def test_complex_output_checked_on_both_parts(tmp_path, env, ops_file):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # torch's "Casting complex values to real discards the imaginary part"
+        rc = main(["run", f"{ops_file}::c_wrong", f"{ops_file}::c_right", "--backend", "cpu", "--no-ext", "cudagraph",
+                   "--out", str(tmp_path / "runs")])
+    records = {r["op"]: r for r in read_records(only_dir(tmp_path / "runs"))}
+    assert rc == 1
+    assert records["c_wrong"]["status"] == "FAILED" and "relative error" in records["c_wrong"]["error"]
+    assert records["c_right"]["status"] == "ok"  # negative control
+
+
+def test_cudagraph_replay_comparison_is_complex():
+    torch = pytest.importorskip("torch")
+    graph_timer = pytest.importorskip("zlf_timing_cudagraph.graph_timer")
+    x = torch.randn(256, dtype=torch.complex64)
+    assert graph_timer._mismatch(torch.conj(x).resolve_conj(), x, 1e-5) is not None
+    assert graph_timer._mismatch(x.clone(), x, 1e-5) is None
