@@ -28,6 +28,7 @@ from zlf import UsageError
 from zlf.console import paint
 from zlf.records import STATUS_FAILED, STATUS_OK, is_jsonable, jsonable_options
 from zlf.run import Run
+from zlf.cli import check_run_options
 from zlf.rundir import RunDir
 
 from . import outcome as V
@@ -421,6 +422,7 @@ def print_details(records) -> None:
 
 
 def judge(args, session) -> int:
+    check_run_options(args)
     j = Judge(args, session)
     j.prepare()
     j.start_run()
