@@ -13,9 +13,9 @@ REDACTED = "<redacted>"
 #: ``DB_PASSWORD``, ``TORCH_HUB_AUTH``, ``SESSION_COOKIE``).
 _SECRET_PARTS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASSPHRASE", "CREDENTIAL", "AUTH",
                  "COOKIE", "PRIVATE", "SIGNATURE")
-#: whole words of a name that do (``FTP_PASS``, ``DB_PWD``); as parts they would hit compiler
-#: switches such as ``LLVM_PASS_PLUGIN_PATH``.
-_SECRET_WORDS = {"PASS", "PWD", "PAT", "SESSION"}
+#: whole words of a name that do (``DB_PWD``, ``GITLAB_PAT``); as parts they would hit other
+#: names. ``PASS`` is no such word: ``LLVM_PASS_PLUGIN_PATH`` changes what is compiled.
+_SECRET_WORDS = {"PWD", "PAT", "SESSION"}
 
 #: prefixes of well-known token formats (NVIDIA, Hugging Face, GitHub, OpenAI-style, Slack,
 #: GitLab, AWS, Google).
@@ -23,6 +23,8 @@ _TOKEN_PREFIX = re.compile(r"^(nvapi-|hf_|gh[pousr]_|github_pat_|sk-|xox[abprs]-
 #: ``scheme://user:password@host``.
 _URL_PASSWORD = re.compile(r"(?P<head>[a-z][a-z0-9+.-]*://[^/\s:@]*:)(?P<password>[^/\s@]+)(?P<tail>@)", re.I)
 _TOKEN_CHARS = re.compile(r"^[A-Za-z0-9_+=.~-]{24,}$")
+#: device ids look random too: ``GPU-5f7b2d1e-…`` (CUDA_VISIBLE_DEVICES), hex hashes.
+_DEVICE_ID = re.compile(r"^((GPU|MIG)-)*[0-9a-f-]+(/\d+)*$", re.I)
 
 
 def secret_name(name: str) -> bool:
@@ -42,7 +44,7 @@ def secret_value(value: str) -> bool:
     value = str(value).strip()
     if _TOKEN_PREFIX.match(value) and len(value) >= 8:
         return True
-    if not _TOKEN_CHARS.match(value):
+    if not _TOKEN_CHARS.match(value) or _DEVICE_ID.match(value):
         return False
     mixed = any(c.islower() for c in value) and any(c.isupper() for c in value) and any(c.isdigit() for c in value)
     return mixed and _entropy(value) >= 4.0

@@ -246,6 +246,18 @@ def test_run_table_escapes_an_error_message(tmp_path, op_file):
     assert "bad kernel \\x1b]0;pwned\\x07" in proc.stdout
 
 
+def test_task_table_escapes_the_candidates_output(tmp_path):
+    cand = tmp_path / "cand.py"
+    cand.write_text("import sys\n\ndef run_kernel(a, b, out, n):\n"
+                    "    print('hello \\x1b]0;pwned\\x07', file=sys.stderr)\n"
+                    "    raise RuntimeError('bad \\x1b[2J')\n")
+    proc = zlf("task", TASKPKG, "--candidate", cand, "--cases", "1", "--out", "out", cwd=tmp_path,
+               env={"ZLF_EXTENSIONS": "task"})
+    assert proc.returncode == 1, proc.stderr  # Runtime Error; the details show the candidate's own traceback
+    no_control(proc.stdout + proc.stderr)
+    assert "bad \\x1b[2J" in proc.stdout
+
+
 # ----------------------------------------------------------------------------- 6 Ray's Triton cache
 def test_ray_cache_is_private_even_when_someone_made_it_first(tmp_path, monkeypatch):
     import tempfile

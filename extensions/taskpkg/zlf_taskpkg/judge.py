@@ -25,7 +25,7 @@ from typing import Optional
 from tabulate import tabulate
 
 from zlf import UsageError
-from zlf.console import paint
+from zlf.console import clean, paint
 from zlf.records import STATUS_FAILED, STATUS_OK, is_jsonable, jsonable_options
 from zlf.run import Run
 from zlf.cli import check_run_options
@@ -398,7 +398,7 @@ def verdict_table(records) -> str:
             note = (note + " " if note else "") + " ".join(m.split(" ")[0] for m in r.markers)
         speed = r.extra.get("speedup")
         rows.append([r.extra.get("case"), "x".join(map(str, r.shape)), paint(verdict, colour), r.timer or "",
-                     _fmt(r.median_ms), _fmt(r.extra.get("baseline_ms")), f"{speed:.3f}x" if speed else "", note[:70]])
+                     _fmt(r.median_ms), _fmt(r.extra.get("baseline_ms")), f"{speed:.3f}x" if speed else "", clean(note[:70])])
     return tabulate(rows, headers=["case", "largest arg", "verdict", "timer", "candidate ms", "baseline ms",
                                    "speedup", "note"])
 
@@ -418,7 +418,7 @@ def print_details(records) -> None:
         else:
             lines = text.splitlines()[-30:]
         print(f"\ncase {r.extra.get('case')}: {verdict}")
-        print("\n".join("  " + l for l in lines))
+        print("\n".join("  " + clean(l) for l in lines))  # the candidate's own output
 
 
 def judge(args, session) -> int:
