@@ -29,7 +29,7 @@ from zlf.console import clean, paint
 from zlf.records import STATUS_FAILED, STATUS_OK, is_jsonable, jsonable_options
 from zlf.run import Run
 from zlf.cli import check_run_options
-from zlf.rundir import RunDir
+from zlf.rundir import RunDir, disk_full
 
 from . import outcome as V
 from .candidate import KIND_CUDA, Candidate, compile_cuda, default_arch, default_cache_dir
@@ -220,6 +220,7 @@ class Judge:
     def start_run(self):
         args = self.args
         self.rundir = RunDir.create(args.out, args.name or self.package.name)
+        self.rundir.reserve()  # room for the last meta.json should the disk fill up
         (self.rundir.path / TASK_DIR).mkdir()
         plan = [types.SimpleNamespace(op=types.SimpleNamespace(name=self.package.name))] * len(self.cases)
         self.run = Run(self.session, self.rundir, plan, argv=["zlf", *sys.argv[1:]])
@@ -353,6 +354,10 @@ class Judge:
         except KeyboardInterrupt:
             self.run.status = "interrupted"
             raise
+        except OSError as exc:
+            if disk_full(exc):
+                self.run.status = "disk full"
+            raise
         finally:
             if self.worker is not None:
                 self._retire_worker(kill=True)
@@ -370,8 +375,15 @@ class Judge:
         for r in records:
             if list(r.shape) not in shapes:
                 shapes.append(list(r.shape))
-        self.rundir.write_shapes({self.package.name: shapes})
-        self.run.save_meta()
+        try:
+            self.rundir.write_shapes({self.package.name: shapes})
+        except OSError as exc:
+            if not disk_full(exc):  # the shapes are in the records too; meta.json comes first
+                raise
+        try:
+            self.run.save_meta()
+        finally:
+            self.rundir.release()
         self.run.log.info(f"run {self.run.status}: {len(records)} of {len(self.cases)} cases written")
         self.run.log.close()
 
@@ -431,6 +443,12 @@ def judge(args, session) -> int:
     except KeyboardInterrupt:
         print(f"\ninterrupted; finished cases kept\nrun dir: {j.rundir.path}", file=sys.stderr)
         return 130
+    except OSError as exc:
+        if not disk_full(exc):
+            raise
+        kept = len(j.rundir.records()[0])
+        raise UsageError(f"{exc.strerror or exc} writing {exc.filename or j.rundir.path}: "
+                         f"{kept} finished case(s) kept in {j.rundir.path}") from exc
     s = summary(records)
     if args.json:
         print(json.dumps({"run_dir": str(j.rundir.path), "package": j.package.name, "candidate": str(j.candidate.path),
