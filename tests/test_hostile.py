@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import errno
 import json
-import math
 import os
 import re
 import resource
@@ -158,11 +157,13 @@ def test_run_name_cannot_leave_out(tmp_path):
 
 
 def test_op_name_cannot_leave_out(tmp_path, op_file):
-    proc = zlf("run", f"{op_file}::escape", "--out", "out", cwd=tmp_path)
+    cwd = tmp_path / "a" / "b" / "c"  # out/../../../x would be a/x_*
+    cwd.mkdir(parents=True)
+    proc = zlf("run", f"{op_file}::escape", "--out", "out", cwd=cwd)
     clean_exit(proc)
-    run_dir = run_dir_from(proc.stdout, tmp_path).resolve()
-    assert run_dir.parent == (tmp_path / "out").resolve() and run_dir.name.startswith("x_")
-    assert not list(tmp_path.parent.parent.glob("x_*")) and not list(tmp_path.parent.glob("x_*"))
+    run_dir = run_dir_from(proc.stdout, cwd).resolve()
+    assert run_dir.parent == (cwd / "out").resolve() and run_dir.name.startswith("x_")
+    assert [p.relative_to(tmp_path) for p in tmp_path.rglob("x_*")] == [run_dir.relative_to(tmp_path)]
 
 
 def test_ab_refuses_an_op_name_that_leaves_the_campaign(tmp_path):
