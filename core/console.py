@@ -71,10 +71,10 @@ class Progress:
     def step(self, label: str, outcome: str) -> None:
         self.done += 1
         if self.bar is not None:
-            self.bar.set_postfix_str(label[-40:], refresh=False)
+            self.bar.set_postfix_str(clean(label[-40:]), refresh=False)
             self.bar.update(1)
         else:
-            print(f"[{self.done}/{self.total}] {label} {outcome}", file=sys.stderr, flush=True)
+            print(f"[{self.done}/{self.total}] {clean(label)} {clean(outcome)}", file=sys.stderr, flush=True)
 
     def close(self) -> None:
         if self.bar is not None:

@@ -12,7 +12,7 @@ from typing import Optional
 import attrs
 
 from . import __version__
-from .console import Progress
+from .console import Progress, clean_lines
 from .ops import check_output, outside, poison
 from .redact import safe_environment
 from .records import STATUS_FAILED, STATUS_OK, STATUS_OOM, PointRecord, jsonable_options
@@ -46,7 +46,7 @@ class RunLog:
 
     def _write(self, line: str) -> None:
         try:
-            self._f.write(line.rstrip("\n") + "\n")
+            self._f.write(clean_lines(line.rstrip("\n")) + "\n")
             self._f.flush()
         except OSError:  # a full disk: the log is for people; records and meta.json come first
             pass

@@ -245,6 +245,7 @@ def test_run_table_escapes_an_error_message(tmp_path, op_file):
     clean_exit(proc, rc=1)
     no_control(proc.stdout + proc.stderr)
     assert "bad kernel \\x1b]0;pwned\\x07" in proc.stdout
+    no_control((run_dir_from(proc.stdout, tmp_path) / "run.log").read_text())  # "no escape codes"
 
 
 def test_task_table_escapes_the_candidates_output(tmp_path):
