@@ -20,11 +20,13 @@ from . import metrics, stats
 from .campaign import (C_COMPLETE, C_INTERRUPTED, C_RUNNING, FAILED, OK, PENDING, PER_OP, RUNNING, SHARED,
                        SHARED_PROCESS, SKIPPED, SUMMARY_JSON, SUMMARY_LOG, Campaign, CampaignJob, OpSpec, Side,
                        campaign_units, now)
-from .console import paint, warn
+from .console import clean, clean_lines, paint, warn
 from .errors import UsageError
 from .executors import add_scale_arguments, make_executor, parse_gpus, pin_variable
 from .procs import stop_code, stop_word
-from .rundir import RunDir
+from .records import duplicate_points
+from .redact import credential_in
+from .rundir import RESULTS, RunDir, safe_name
 from .scheduler import Scheduler, gpu_label
 
 EPILOG = """\
@@ -144,6 +146,10 @@ def _parse_env(items, flag) -> dict:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise UsageError(f"{flag} {item!r}: expected K=V")
+        why = credential_in(key, value)
+        if why:  # campaign.json and the report are for sharing; runs inherit the environment anyway
+            raise UsageError(f"{flag} {key}=...: {why}, and campaign.json would keep it: "
+                             "export it instead (runs inherit the environment, which is never recorded whole)")
         env[key] = value
     return env
 
@@ -434,6 +440,7 @@ def collect(campaign, rounds=None):
         per_point: dict = {}
         timers: dict = {}
         why_none: dict = {}
+        twice: dict = {}
         done_rounds = []
         for k in range(1, rounds + 1):
             pair = [campaign.find(op.name, k, s) for s in ("A", "B")]
@@ -444,6 +451,8 @@ def collect(campaign, rounds=None):
             for side, r in zip(("A", "B"), pair):
                 records, _ = RunDir(campaign.run_dir(r)).records()
                 by_side[side] = {rec.point: rec for rec in records}
+                for point in duplicate_points(records):
+                    twice.setdefault(point, f"point id appears twice in r{k}_{side}/{RESULTS}: not paired")
                 for rec in records:
                     slot = per_point.setdefault(rec.point, {})
                     slot[(k, side)] = metrics.value(rec, metric)
@@ -461,6 +470,9 @@ def collect(campaign, rounds=None):
                 if why:
                     remarks.setdefault(point, []).append(f"CLOCK_DIFFERS r{k} ({why})")
         for point, slot in per_point.items():
+            if point in twice:
+                excluded[point] = twice[point]
+                continue
             missing = [f"r{k}_{s}" for k in done_rounds for s in ("A", "B") if slot.get((k, s)) is None]
             if missing:
                 excluded[point] = f"no {metric} in " + ", ".join(missing) + (
@@ -529,14 +541,14 @@ class Printer:
         eta = f", ~{_clock(left * sum(self.seconds) / len(self.seconds))} left" if self.seconds and left else ""
         what = {OK: paint("ok", "green", sys.stderr), FAILED: paint("FAILED", "red", sys.stderr)}.get(run["status"], run["status"])
         took = f" {run['seconds']:.1f}s" if run.get("seconds") else ""
-        error = f" ({run['error']})" if run.get("error") else ""
+        error = f" ({clean(run['error'])})" if run.get("error") else ""
         flags = paint(" [busy/throttled]", "yellow", sys.stderr) if run.get("flags") else ""
         where = f" on {gpu_label(run['gpu'])}" if run.get("gpu") else ""
-        print(f"[{finished}/{len(runs)}] {run['op']} r{run['round']}_{run['side']} {what}{where}{took}{flags}{error}"
+        print(f"[{finished}/{len(runs)}] {clean(run['op'])} r{run['round']}_{run['side']} {what}{where}{took}{flags}{error}"
               f"  (elapsed {_clock(time.monotonic() - self.t0)}{eta})", file=sys.stderr, flush=True)
 
     def line(self, text: str) -> None:
-        print(text, file=sys.stderr, flush=True)
+        print(clean_lines(text), file=sys.stderr, flush=True)
 
 
 def _clock(seconds: float) -> str:
@@ -687,12 +699,16 @@ def _new_campaign(args, session):
     names = [o.name for o in ops]
     if SHARED in names:
         raise UsageError(f"op name {SHARED!r} is where shared processes write: rename the op (NAME:FILE)")
+    for name in names:  # each op's runs live in <campaign>/<op name>/
+        if safe_name(name, "") != name:
+            raise UsageError(f"op name {name!r} cannot name a directory of the campaign "
+                             "(letters, digits and _ . + - only, not starting with a dot)")
     if len(set(names)) != len(names):
         raise UsageError(f"op named twice: {sorted({n for n in names if names.count(n) > 1})[0]!r}")
     for o in ops:
         if o.source and not os.path.exists(o.source):
             raise UsageError(f"op file {o.source!r} not found")
-    first = args.rounds or (DEFAULT_FIRST_LOOK if args.until_confident else DEFAULT_ROUNDS)
+    first = args.rounds if args.rounds is not None else (DEFAULT_FIRST_LOOK if args.until_confident else DEFAULT_ROUNDS)
     if first < 1:
         raise UsageError("--rounds must be at least 1")
     if args.until_confident and args.max_rounds < first:
@@ -795,6 +811,9 @@ def main(args, session) -> int:
             campaign.data.update(driver_pid=os.getpid(), status=C_RUNNING)
         campaign.save()
     else:
+        from .cli import check_run_options
+
+        check_run_options(args)
         campaign = _new_campaign(args, session)
         if campaign is None:
             return 0

@@ -10,6 +10,7 @@ from pathlib import Path
 from tabulate import tabulate
 
 from . import metrics, stats
+from .console import clean, clean_lines
 from .campaign import FAILED, OK, PLOT, REPORT, SKIPPED, SUMMARY_JSON, SUMMARY_LOG, now
 
 HEADERS = ["point", "A median ms", "B median ms", "delta median", "delta interval", "noise A/B",
@@ -148,7 +149,7 @@ def render(campaign, results, remarks, excluded, alpha, ir_lines) -> str:
     if problems:
         parts += [""] + problems
     parts += ["", RULE]
-    return "\n".join(parts)
+    return clean_lines("\n".join(parts))
 
 
 def render_markdown(campaign, results, remarks, excluded, alpha, ir_lines, why_no_plot) -> str:
@@ -166,7 +167,7 @@ def render_markdown(campaign, results, remarks, excluded, alpha, ir_lines, why_n
     if problems:
         out += ["", "## Problems", "", *[f"- {p}" for p in problems]]
     out += ["", "## Rule", "", RULE + " Details: docs/ab.md.", ""]
-    return "\n".join(out)
+    return clean_lines("\n".join(out))
 
 
 def plot(results, path: Path, title: str) -> str:
@@ -190,7 +191,7 @@ def plot(results, path: Path, title: str) -> str:
     ax.axvspan(-margin, margin, color="tab:blue", alpha=0.08, label=f"equivalence margin ±{margin:g}%")
     ax.axvline(0, color="black", linewidth=0.8)
     ax.set_yticks(range(len(shown)))
-    ax.set_yticklabels([f"{r.point} {r.verdict}" for r in shown], fontsize=7)
+    ax.set_yticklabels([clean(f"{r.point} {r.verdict}") for r in shown], fontsize=7)
     ax.invert_yaxis()
     ax.set_xlabel("delta of B against A, % (positive: B slower); bar = interval, tick = median")
     ax.set_title(title, fontsize=9)

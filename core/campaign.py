@@ -42,8 +42,8 @@ import yaml
 
 from . import __version__
 from .errors import UsageError
-from .rundir import LOG, META, RESULTS, SHAPES, RunDir, write_atomic
 from .procs import Terminated, die_with_parent
+from .rundir import LOG, META, RESULTS, SHAPES, RunDir, inside, write_atomic
 
 CAMPAIGN = "campaign.json"
 #: placeholder for the campaign directory in a run spec (replaced where the run executes).
@@ -78,23 +78,7 @@ def now() -> str:
     return _dt.datetime.now().astimezone().isoformat(timespec="seconds")
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())  # else a reboot can leave an empty campaign.json behind the rename
-    os.replace(tmp, path)
-    try:  # the rename itself lives in the directory
-        fd = os.open(path.parent, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+_write_atomic = write_atomic
 
 
 @attrs.frozen
@@ -279,9 +263,11 @@ class Campaign:
         if not f.is_file():
             raise UsageError(f"{str(path)!r} is not a zlf ab campaign (no {CAMPAIGN})")
         try:
-            data = json.loads(f.read_text())
-        except json.JSONDecodeError as exc:
+            data = json.loads(f.read_bytes())
+        except ValueError as exc:  # not JSON, or not UTF-8
             raise UsageError(f"{f}: not valid JSON ({exc})") from exc
+        if not isinstance(data, dict):
+            raise UsageError(f"{f}: not a zlf campaign (a JSON {type(data).__name__}, not an object)")
         if data.get("format") != FORMAT_VERSION:
             raise UsageError(f"{f}: campaign format {data.get('format')!r}, this zlf reads {FORMAT_VERSION}")
         return cls(p, data)
@@ -754,7 +740,9 @@ def execute_spec(spec: dict, root, extra_env: Optional[dict] = None) -> dict:
     Raises KeyboardInterrupt after stopping the process when the user interrupts.
     """
     root = Path(root)
-    staging, final, log = root / spec["staging"], root / spec["dir"], root / spec["log"]
+    # campaign.json is a file anyone can edit: its paths must not lead out of the campaign
+    # (the old output at ``dir`` is removed before the run).
+    staging, final, log = (inside(root, root / spec[k]) for k in ("staging", "dir", "log"))
     for p in (staging, final):
         if p.exists():
             shutil.rmtree(p, ignore_errors=True)

@@ -13,12 +13,13 @@ import argparse
 import collections
 import importlib
 import json
+import math
 import sys
 
 from tabulate import tabulate
 
 from . import __version__
-from .console import Progress, paint, status_colour
+from .console import Progress, clean, paint, status_colour
 from .errors import UsageError
 
 EPILOG_RUN = """\
@@ -154,6 +155,27 @@ def _split_dtypes(values) -> list:
     return [d.strip() for v in values or () for d in v.split(",") if d.strip()]
 
 
+def check_run_options(args) -> None:
+    """One-line refusals of run options that argparse accepts but no run can use (``zlf run``,
+    ``zlf ab`` and ``zlf task`` call it before they create anything)."""
+    for flag, dest, zero_ok in (("--warmup-ms", "warmup_ms", True), ("--rep-ms", "rep_ms", False)):
+        value = getattr(args, dest, None)
+        if value is not None and not (math.isfinite(value) and (value > 0 or (zero_ok and value == 0))):
+            raise UsageError(f"{flag} {value:g}: expected a {'non-negative' if zero_ok else 'positive'} "
+                             "number of milliseconds")
+    for flag, dest, low in (("--warmup", "warmup", 0), ("--iters", "iters", 1)):
+        value = getattr(args, dest, None)
+        if value is not None and value < low:
+            raise UsageError(f"{flag} {value}: expected {low} or more")
+    dtypes = getattr(args, "dtype", None)
+    if dtypes is not None and not _split_dtypes(dtypes):
+        raise UsageError(f"--dtype {','.join(dtypes)!r}: names no dtype (e.g. --dtype float16,bfloat16)")
+    if getattr(args, "gpus", None) is not None:
+        from .executors import parse_gpus
+
+        parse_gpus(args.gpus)
+
+
 # ----------------------------------------------------------------------------- commands
 def cmd_plugins(args, session) -> int:
     infos = session.hooks.infos
@@ -183,7 +205,7 @@ def results_table(records, colour=True) -> str:
         note = r.error or ("; ".join(m.split(" ")[0] for m in r.markers) if r.markers else "")
         # FORMATS §7: a point that did not fit reads OOM where its numbers would be.
         numbers = ["OOM"] * 3 if r.status == "OOM" else [_fmt(r.median_ms), _fmt(r.gbps), _fmt(r.tflops)]
-        rows.append([r.point, status, r.timer or "", *numbers, note[:80]])
+        rows.append([clean(r.point), status, clean(r.timer or ""), *numbers, clean(note[:80])])
     return tabulate(rows, headers=["point", "status", "timer", "median ms", "GB/s", "TFLOP/s", "note"])
 
 
@@ -191,9 +213,10 @@ def cmd_run(args, session) -> int:
     from .procs import stop_code, stop_word
     from .records import STATUS_FAILED
     from .run import Run, execute
-    from .rundir import RunDir
+    from .rundir import RunDir, disk_full
     from .session import shapes_by_op
 
+    check_run_options(args)
     if getattr(args, "gpus", None) or getattr(args, "executor", None):
         from .sharded_run import main as run_sharded  # the driver never sets up a device
 
@@ -209,20 +232,30 @@ def cmd_run(args, session) -> int:
     implicit = not args.ops or list(args.ops) in (["builtin"], ["all"])
     label = args.name or (ops[0].name if len(ops) == 1 else ("builtin" if implicit else "suite"))
     rundir = RunDir.create(args.out, label)
-    rundir.write_shapes(shapes_by_op(plan))
-    run = Run(session, rundir, plan, argv=["zlf", *sys.argv[1:]])
-    # which argument gave which ops and how many points: zlf ab splits a run of several ops by it
-    per_op = collections.Counter(p.op.name for p in plan)
-    run.meta["op_args"] = [{"spec": spec, "ops": names, "points": sum(per_op[n] for n in names)}
-                           for spec, names in session.op_args]
-    if backend.host_timing:
-        run.log.info(f"backend {backend.name}: times are host wall-clock of interpreted kernels, not GPU kernel times")
-    progress = Progress(len(plan)) if not args.json else None
+    rundir.reserve()
+    run = None
     try:
+        rundir.write_shapes(shapes_by_op(plan))
+        run = Run(session, rundir, plan, argv=["zlf", *sys.argv[1:]])
+        # which argument gave which ops and how many points: zlf ab splits a run of several ops by it
+        per_op = collections.Counter(p.op.name for p in plan)
+        run.meta["op_args"] = [{"spec": spec, "ops": names, "points": sum(per_op[n] for n in names)}
+                               for spec, names in session.op_args]
+        if backend.host_timing:
+            run.log.info(f"backend {backend.name}: times are host wall-clock of interpreted kernels, not GPU kernel times")
+        progress = Progress(len(plan)) if not args.json else None
         records = execute(run, progress)
     except KeyboardInterrupt as exc:
-        print(f"\n{stop_word(exc)}; {len(run.records)} finished points kept\nrun dir: {rundir.path}", file=sys.stderr)
+        print(f"\n{stop_word(exc)}; {len(run.records) if run else 0} finished points kept\nrun dir: {rundir.path}",
+              file=sys.stderr)
         return stop_code(exc)
+    except OSError as exc:
+        if not disk_full(exc):
+            raise
+        raise UsageError(f"{exc.strerror or exc} writing {exc.filename or rundir.path}: "
+                         f"{len(run.records) if run else 0} finished point(s) kept in {rundir.path}") from exc
+    finally:
+        rundir.release()
     failed = sum(1 for r in records if r.status == STATUS_FAILED)
     if args.json:
         print(json.dumps({"run_dir": str(rundir.path), "records": [r.to_json() for r in records]}, indent=2))
@@ -279,6 +312,15 @@ def _main(argv, extra_plugins) -> int:
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+    except OSError as exc:
+        from .rundir import disk_full
+
+        if not disk_full(exc):
+            raise
+        # A full disk (or a file-size limit) is the place given, not a bug: what was written stays.
+        print(f"zlf: error: {exc.strerror or exc}" + (f" writing {exc.filename}" if exc.filename else ""),
+              file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

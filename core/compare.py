@@ -21,9 +21,9 @@ from tabulate import tabulate
 
 from . import ceilings as ceilings_mod
 from . import metrics
-from .console import paint, use_colour, warn
+from .console import clean, paint, use_colour, warn
 from .errors import UsageError
-from .records import STATUS_OK, STATUS_OOM, PointRecord, shape_str
+from .records import STATUS_OK, STATUS_OOM, PointRecord, duplicate_points, shape_str
 from .rundir import RESULTS, RunDir
 
 # Pairing status of a row. Only COMPARED and MIXED_TIMERS rows have a delta.
@@ -32,6 +32,7 @@ MIXED_TIMERS = "mixed timers"
 TIMER_MISMATCH = "timer mismatch"
 ONLY_A = "only A"
 ONLY_B = "only B"
+DUPLICATE = "duplicate id"
 
 FASTER, SLOWER, UNCHANGED = "faster", "slower", "unchanged"
 
@@ -135,7 +136,6 @@ class Summary:
 
 # ----------------------------------------------------------------------------- pure API
 def _by_point(records) -> dict:
-    # A later record of the same point wins (a re-run appended to the same file).
     return {r.point: r for r in records}
 
 
@@ -152,12 +152,16 @@ def pair(a_records, b_records, allow_mixed_timers: bool = False, ir_status: Opti
     :return: rows in A's order, then B-only points in B's order.
     """
     a_by, b_by = _by_point(a_records), _by_point(b_records)
+    dupes = {"A": duplicate_points(a_records), "B": duplicate_points(b_records)}
     rows = []
     for pid in list(a_by) + [p for p in b_by if p not in a_by]:
         a, b = a_by.get(pid), b_by.get(pid)
         ref = a or b
         delta = None
-        if a is None:
+        twice = [side for side in ("A", "B") if pid in dupes[side]]
+        if twice:  # which record holds the time is unknown: pair none
+            status = f"{DUPLICATE} in {' and '.join(twice)}"
+        elif a is None:
             status = ONLY_B
         elif b is None:
             status = ONLY_A
@@ -273,7 +277,9 @@ class Side:
         out = []
         if self.skipped_lines:
             out.append(f"{self.label}: skipped {self.skipped_lines} incomplete line(s) of {RESULTS} "
-                       f"(cut by a crash?); using the {len(self.records)} complete record(s)")
+                       f"(cut by a crash, or not UTF-8 JSON of a record); using the {len(self.records)} complete record(s)")
+        for point, n in duplicate_points(self.records).items():
+            out.append(f"{self.label}: point id {point!r} appears {n} times in {RESULTS}: not paired")
         status = self.meta.get("status")
         if status and status != "complete":
             out.append(f"{self.label}: run status is {status!r}: the run did not finish, some points may be missing")
@@ -432,7 +438,7 @@ def _verdict_colour(verdict: str) -> Optional[str]:
 
 
 def verdict_cell(row: Row, threshold_pct: float, colour: bool) -> str:
-    text = row.verdict(threshold_pct)
+    text = clean(row.verdict(threshold_pct))
     if row.status == MIXED_TIMERS:
         text += " (mixed timers)"
     c = _verdict_colour(row.verdict(threshold_pct))
@@ -449,18 +455,18 @@ def table_rows(cmp: Comparison, colour: bool = False) -> tuple:
         "B GB/s": [], "B TFLOP/s": [], "B % ceiling": [], "clock": [], "markers": [], "IR": [],
     }
     for r in cmp.rows:
-        columns["point"].append(r.point)
+        columns["point"].append(clean(r.point))
         columns["verdict"].append(verdict_cell(r, t, colour))
         columns[col_a].append(format_number(metrics.value(r.a, cmp.metric)) if r.a else "")
         columns[col_b].append(format_number(metrics.value(r.b, cmp.metric)) if r.b else "")
         columns["clock"].append(f"differs: {r.clock}" if r.clock else "")
         columns["Δ"].append(f"{r.delta_pct:+.1f}%" if r.comparable else "")
-        columns["timer"].append(timer_cell(r))
+        columns["timer"].append(clean(timer_cell(r)))
         columns["B GB/s"].append(format_number(r.b.gbps) if r.b else "")
         columns["B TFLOP/s"].append(format_number(r.b.tflops) if r.b else "")
         columns["B % ceiling"].append(ceiling_cell(r.b, cmp.b.ceilings))
-        columns["markers"].append(markers_cell(r))
-        columns["IR"].append(r.ir or "")
+        columns["markers"].append(clean(markers_cell(r)))
+        columns["IR"].append(clean(r.ir or ""))
     always = ("point", "verdict", col_a, col_b, "Δ", "timer")
     keep = [h for h, vals in columns.items() if h in always or (h == "IR" and cmp.ir_column) or any(vals)]
     return keep, [list(vals) for vals in zip(*(columns[h] for h in keep))]
@@ -468,16 +474,17 @@ def table_rows(cmp: Comparison, colour: bool = False) -> tuple:
 
 def render_text(cmp: Comparison, markdown: bool = False, colour: bool = False) -> str:
     headers, rows = table_rows(cmp, colour=colour and not markdown)
-    head = "\n".join(f"{s.label}: {s.path}  ({s.device_name or 'device unknown'})" for s in (cmp.a, cmp.b))
+    head = "\n".join(clean(f"{s.label}: {s.path}  ({s.device_name or 'device unknown'})") for s in (cmp.a, cmp.b))
     table = tabulate(rows, headers=headers, tablefmt="github" if markdown else "simple", disable_numparse=True)
-    summary = cmp.summary.lines()
+    summary = [clean(line) for line in cmp.summary.lines()]
+    notes = [clean(n) for n in cmp.notes]
     if markdown:
         return "\n".join([
-            f"**{summary[0]}**", "", *(f"- {s}" for s in summary[1:] + list(cmp.notes)), "",
-            *(f"- {s.label}: `{s.path}` ({s.device_name or 'device unknown'})" for s in (cmp.a, cmp.b)), "", table,
+            f"**{summary[0]}**", "", *(f"- {s}" for s in summary[1:] + notes), "",
+            *(clean(f"- {s.label}: `{s.path}` ({s.device_name or 'device unknown'})") for s in (cmp.a, cmp.b)), "", table,
         ])
     first = paint(summary[0], "bold") if colour else summary[0]
-    return "\n".join([head, "", table, "", first, *summary[1:], *(f"note: {n}" for n in cmp.notes)])
+    return "\n".join([head, "", table, "", first, *summary[1:], *(f"note: {n}" for n in notes)])
 
 
 def _side_values(record: Optional[PointRecord], ceilings) -> dict:
@@ -560,7 +567,7 @@ def to_csv(cmp: Comparison) -> str:
             line += [_metric(side, metrics.value(side, cmp.metric)) for side in (r.a, r.b)]
         if clock_col:
             line.append(r.clock or "")
-        w.writerow(line)
+        w.writerow([clean(cell) for cell in line])
     return buf.getvalue()
 
 
@@ -592,7 +599,7 @@ def main(args, session) -> int:
     if machine:  # stdout stays parseable; what a reader must not miss goes to stderr
         for side in (cmp.a, cmp.b):
             for n in side.notes():
-                warn(n)
+                warn(clean(n))
     failed = None
     if args.fail_if_slower is not None:
         if not cmp.summary.compared:
@@ -609,7 +616,7 @@ def main(args, session) -> int:
         return 0
     out = sys.stderr if machine else sys.stdout
     if failed:
-        names = ", ".join(f"{r.point} ({r.delta_pct:+.1f}%)" for r in failed)
+        names = ", ".join(f"{clean(r.point)} ({r.delta_pct:+.1f}%)" for r in failed)
         line = f"FAIL: {len(failed)} point(s) more than {args.fail_if_slower:g}% slower: {names}"
         print(paint(line, "red", out), file=out)
         return 1

@@ -2,9 +2,35 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 _COLOURS = {"red": "31", "green": "32", "yellow": "33", "bold": "1", "dim": "2"}
+
+
+#: C0 and C1 control characters, DEL, and the bidirectional overrides that reorder what a
+#: terminal shows: a point id or an error read from a record must not drive the terminal.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def clean(value):
+    """``value`` with every control character written as an escape (``\\x1b``); anything that
+    is not a string is returned unchanged. Use it on every string from records (point ids,
+    errors, markers, meta.json values) before it is printed or put in a markdown page."""
+    if not isinstance(value, str):
+        return value
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}", value)
+
+
+def clean_lines(text: str) -> str:
+    """:func:`clean` applied line by line: a multi-line block (a table, a page) keeps its line
+    breaks; only for text that holds no colour of ours."""
+    return "\n".join(clean(line) for line in text.split("\n"))
+
+
+def clean_rows(rows) -> list:
+    """Table rows (lists of cells) with :func:`clean` applied to every cell."""
+    return [[clean(cell) for cell in row] for row in rows]
 
 
 def use_colour(stream=None) -> bool:
@@ -45,10 +71,10 @@ class Progress:
     def step(self, label: str, outcome: str) -> None:
         self.done += 1
         if self.bar is not None:
-            self.bar.set_postfix_str(label[-40:], refresh=False)
+            self.bar.set_postfix_str(clean(label[-40:]), refresh=False)
             self.bar.update(1)
         else:
-            print(f"[{self.done}/{self.total}] {label} {outcome}", file=sys.stderr, flush=True)
+            print(f"[{self.done}/{self.total}] {clean(label)} {clean(outcome)}", file=sys.stderr, flush=True)
 
     def close(self) -> None:
         if self.bar is not None:

@@ -25,8 +25,10 @@ import io
 import json
 import os
 import queue
+import re
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tarfile
@@ -39,6 +41,7 @@ from typing import Optional
 from .campaign import execute_spec
 from .procs import Terminated, die_with_parent
 from .errors import UsageError
+from .rundir import safe_name
 
 EXECUTORS = ("local", "ray")
 DEFAULT_RETRIES = 1
@@ -67,6 +70,9 @@ def parse_gpus(text: Optional[str]) -> list:
     gpus = [g.strip() for g in str(text).split(",") if g.strip()]
     if not gpus:
         raise UsageError(f"--gpus {text!r}: expected a list such as 0,1,2,3")
+    for g in gpus:  # what a visible-devices variable takes: an index, or a GPU / MIG uuid
+        if not re.fullmatch(r"\d+|(GPU|MIG)-[0-9A-Za-z/-]+", g):
+            raise UsageError(f"--gpus {text!r}: {g!r} is not a GPU index (or GPU-/MIG- uuid); expected e.g. 0,1,2,3")
     if len(set(gpus)) != len(gpus):
         raise UsageError(f"--gpus {text!r}: a GPU is listed twice")
     return gpus
@@ -333,6 +339,24 @@ def _unpack(data: bytes, root: Path) -> None:
             tar.extractall(str(root))
 
 
+def private_dir(name: str) -> Path:
+    """``<tmp>/<name>-<uid>``, a folder of this user's only (mode 0700), kept across tasks; when
+    that path exists but is a link, someone else's or open to others (anyone can create it
+    first in a shared /tmp), a fresh ``mkdtemp`` folder instead: kernels compiled into a cache
+    another user controls would run as ours."""
+    base = Path(tempfile.gettempdir()) / f"{name}-{os.getuid()}"
+    try:
+        base.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    except OSError:
+        return Path(tempfile.mkdtemp(prefix=f"{name}-"))
+    st = os.lstat(base)
+    if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077:
+        return base
+    return Path(tempfile.mkdtemp(prefix=f"{name}-"))
+
+
 def run_unit_remote(payload: dict, pin_env: Optional[str]) -> dict:
     """A Ray task: run one unit's specs in a scratch folder on whatever node Ray chose, return
     the outcomes and the produced run directories and logs as one archive."""
@@ -344,7 +368,7 @@ def run_unit_remote(payload: dict, pin_env: Optional[str]) -> dict:
     extra = {pin_env: ",".join(gpus)} if pin_env and gpus else {}
     # Triton caches inside the campaign stay on the node across tasks, as they stay on the host
     # across runs without Ray (compiling is never timed, but it costs the same on every run).
-    caches = Path(tempfile.gettempdir()) / "zlf-ray-cache" / payload.get("cache", "campaign")
+    caches = private_dir("zlf-ray-cache") / safe_name(payload.get("cache", "campaign"))
     with tempfile.TemporaryDirectory(prefix="zlf-ray-") as scratch:
         root = Path(scratch)
         if payload.get("inputs"):

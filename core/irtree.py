@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import difflib
+import os
 import re
 from pathlib import Path
 from typing import Optional
@@ -45,19 +46,35 @@ _OP_LINE = re.compile(r'^\s*(?:%[\w#:.,\s%]*=\s*)?"?([a-z_][a-z0-9_]*\.[a-z0-9_.
 def ir_root(path) -> Optional[Path]:
     """The ``ir/`` folder of a run directory (or ``path`` itself when it is an ``ir/`` tree)."""
     p = Path(path)
-    if (p / IR_DIR).is_dir():
+    if (p / IR_DIR).is_dir() and not (p / IR_DIR).is_symlink():  # a linked ir/ leaves the run dir
         return p / IR_DIR
     if p.is_dir() and ((p / INDEX).is_file() or p.name == IR_DIR):
         return p
     return None
 
 
+def _entries(folder: Path, want_dir: bool) -> list:
+    """Folders (or regular files) directly in ``folder``, symbolic links left out: a tree read
+    from another machine may link to anything (``/etc/passwd``), and what we read we copy into
+    diffs."""
+    return sorted(p for p in folder.iterdir() if not p.is_symlink() and (p.is_dir() if want_dir else p.is_file()))
+
+
+def symlinks_in(root: Path) -> list:
+    """The symbolic links under ``root`` (shape, kernel and file levels), which the diff ignores."""
+    found = []
+    for folder, dirs, files in os.walk(root):  # os.walk does not descend into linked folders
+        found.extend(Path(folder) / n for n in sorted(dirs + files) if (Path(folder) / n).is_symlink())
+    return found
+
+
 def kernel_files(root: Path) -> dict:
-    """``{(shape, kernel): {file name: Path}}`` for every IR file under ``root``."""
+    """``{(shape, kernel): {file name: Path}}`` for every IR file under ``root`` (regular files
+    in real folders only: symbolic links are never followed)."""
     tree: dict = {}
-    for shape_dir in sorted(p for p in root.iterdir() if p.is_dir() and p.name != DIFF_DIR):
-        for kernel_dir in sorted(p for p in shape_dir.iterdir() if p.is_dir()):
-            files = {f.name: f for f in sorted(kernel_dir.iterdir()) if f.is_file()}
+    for shape_dir in (p for p in _entries(root, True) if p.name != DIFF_DIR):
+        for kernel_dir in _entries(shape_dir, True):
+            files = {f.name: f for f in _entries(kernel_dir, False)}
             if files:
                 tree[(shape_dir.name, kernel_dir.name)] = files
     return tree
@@ -204,8 +221,10 @@ def write_diffs(diff: KernelDiff, out_dir: Path, raw: bool = False) -> list:
 
 def read_index(root: Path) -> list:
     """Rows of ``index.tsv`` as dicts (empty when absent)."""
+    if (root / INDEX).is_symlink():
+        return []
     try:
-        lines = (root / INDEX).read_text().splitlines()
+        lines = (root / INDEX).read_text(errors="replace").splitlines()
     except OSError:
         return []
     if not lines:

@@ -167,3 +167,12 @@ class LaunchEvent:
     point: Optional[str] = None
     raw: Any = None
     in_autotune: bool = False
+
+
+def duplicate_points(records) -> dict:
+    """``{point id: count}`` of the ids that more than one record carries: which of them holds
+    the time is unknown, so readers pair none of them."""
+    counts: dict = {}
+    for r in records:
+        counts[r.point] = counts.get(r.point, 0) + 1
+    return {p: n for p, n in counts.items() if n > 1}

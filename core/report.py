@@ -13,6 +13,8 @@ from typing import Optional
 from tabulate import tabulate
 
 from . import compare
+from .console import clean, clean_lines
+from .redact import safe_environment
 from .errors import UsageError
 from .records import STATUS_FAILED, STATUS_OK, STATUS_OOM
 
@@ -63,7 +65,8 @@ def environment(meta: dict) -> dict:
     exts = meta.get("extensions") or []
     env["extensions"] = ", ".join(f"{e.get('name')} {e.get('version', '')}".strip() for e in exts) or "(none)"
     env["zlf"] = meta.get("zlf_version")
-    for key, value in (meta.get("environment") or {}).items():
+    # Records written before zlf filtered credentials may hold some: the page is for sharing.
+    for key, value in safe_environment(meta.get("environment") or {}).items():
         env[f"${key}"] = value
     for key, value in sorted(meta.items()):
         if key not in env and key not in ENV_KEYS and key not in ENV_SKIP:
@@ -110,12 +113,12 @@ def plot_deltas(cmp: compare.Comparison, path: Path) -> int:
     bars = ax.barh(ys, [r.delta_pct for r in rows], color=[colours[r.verdict(t)] for r in rows], zorder=2)
     ax.bar_label(bars, labels=[f"{r.delta_pct:+.1f}%" for r in rows], fontsize=6, padding=2)
     ax.set_yticks(ys)
-    ax.set_yticklabels([r.point for r in rows], fontsize=7)
+    ax.set_yticklabels([clean(r.point) for r in rows], fontsize=7)
     ax.axvspan(-t, t, color="#bdc3c7", alpha=0.35, lw=0, label=f"±{t:.1f}% threshold", zorder=1)
     ax.margins(x=0.12)
     ax.axvline(0, color="black", lw=0.6)
     ax.set_xlabel("Δ time, B vs A (%)   — right of 0: B slower")
-    ax.set_title(cmp.summary.lines()[0], fontsize=8)
+    ax.set_title(clean(cmp.summary.lines()[0]), fontsize=8)
     ax.legend(loc="lower right", fontsize=7)
     fig.tight_layout()
     fig.savefig(path)
@@ -130,7 +133,7 @@ def plot_latency(records, path: Path) -> int:
     bars = ax.barh(ys, [r.median_ms for r in rows], color="#2e86c1")
     ax.bar_label(bars, labels=[f"{r.median_ms:.3g} ms" for r in rows], fontsize=6, padding=2)
     ax.set_yticks(ys)
-    ax.set_yticklabels([f"{r.point} [{r.timer}]" for r in rows], fontsize=7)
+    ax.set_yticklabels([clean(f"{r.point} [{r.timer}]") for r in rows], fontsize=7)
     if rows:
         ax.set_xscale("log")
         # log bars start at the left limit: put it below the fastest point so every bar shows.
@@ -227,7 +230,7 @@ def write_report(dirs, out: Optional[str] = None, threshold_pct=None, allow_mixe
             page, summary = pair_page(cmp, png_path.name if png_path else None)
         else:
             page, summary = single_page(side, png_path.name if png_path else None)
-        md_path.write_text(page)
+        md_path.write_text(clean_lines(page))
     except OSError as exc:
         raise UsageError(f"cannot write the report to {str(md_path)!r}: {exc.strerror}; pass --out FILE.md") from exc
     return md_path, png_path, summary
@@ -236,7 +239,7 @@ def write_report(dirs, out: Optional[str] = None, threshold_pct=None, allow_mixe
 def main(args, session) -> int:
     md_path, png_path, summary = write_report(args.run_dirs, args.out, args.threshold, args.allow_mixed_timers)
     for line in summary:
-        print(line)
+        print(clean(line))
     print(f"report: {md_path}")
     print(f"plot: {png_path}" if png_path else "plot: none (matplotlib is not installed)")
     return 0

@@ -13,20 +13,22 @@ from typing import Optional
 import attrs
 
 from . import __version__
-from .console import Progress
+from .console import Progress, clean_lines
 from .ops import check_output, outside, poison
 from .procs import EXIT_HUNG, PointTimeLimit, PointWatch, stop_word
+from .redact import safe_environment
 from .records import STATUS_FAILED, STATUS_OK, STATUS_OOM, PointRecord, jsonable_options
-from .rundir import LOG, RunDir
+from .rundir import LOG, RunDir, disk_full
 
-#: environment variables that change what is compiled or timed; recorded in meta.json.
+#: environment variables that change what is compiled or timed; recorded in meta.json (less
+#: any that looks like a credential: :func:`zlf.redact.safe_environment`).
 ENV_PREFIXES = ("TRITON_", "ZLF_", "CUDA_", "NVIDIA_", "FLAGGEMS", "GEMS_", "USE_FLAGTUNE", "MUSA_", "MACA_",
                 "HIP_", "ROCR_", "PYTORCH_", "TORCH_", "DISABLE_", "ENABLE_", "MLIR_", "LLVM_")
 
 
 def relevant_environment(environ=None) -> dict:
     environ = os.environ if environ is None else environ
-    return {k: v for k, v in sorted(environ.items()) if k.startswith(ENV_PREFIXES)}
+    return safe_environment({k: v for k, v in sorted(environ.items()) if k.startswith(ENV_PREFIXES)})
 
 
 def _now() -> str:
@@ -45,8 +47,11 @@ class RunLog:
         self._f = open(path, "a", buffering=1)
 
     def _write(self, line: str) -> None:
-        self._f.write(line.rstrip("\n") + "\n")
-        self._f.flush()
+        try:
+            self._f.write(clean_lines(line.rstrip("\n")) + "\n")
+            self._f.flush()
+        except OSError:  # a full disk: the log is for people; records and meta.json come first
+            pass
 
     def info(self, message: str) -> None:
         self._write(f"{_dt.datetime.now():%Y-%m-%d %H:%M:%S} {message}")
@@ -58,7 +63,10 @@ class RunLog:
         self._write(line)
 
     def close(self) -> None:
-        self._f.close()
+        try:
+            self._f.close()
+        except OSError:
+            pass
 
 
 class Run:
@@ -283,6 +291,8 @@ def execute(run: Run, progress: Optional[Progress] = None) -> list:
         run.status = "crashed"
         run.log.info(f"run crashed:\n{traceback.format_exc().rstrip()}")
         run.meta["error"] = _one_line(exc)
+        if disk_full(exc):
+            run.meta["status"] = run.status = "disk full"
         raise
     finally:
         try:
@@ -302,7 +312,10 @@ def execute(run: Run, progress: Optional[Progress] = None) -> list:
                     run.meta["device_state_end"] = state
             except Exception:
                 pass
-            run.save_meta()
+            try:
+                run.save_meta()
+            finally:
+                run.rundir.release()
             run.log.info(f"run {run.status}: {len(run.records)} of {len(run.plan)} points written")
             run.log.close()
     return run.records

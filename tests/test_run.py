@@ -293,3 +293,15 @@ def test_held_dispatch_helper_restores_torchs_kernel():
     finally:
         env.outside()
     assert float(torch.linalg.vector_norm(torch.ones(4, dtype=torch.float64))) == 2.0
+
+
+def test_recorded_environment_keeps_what_changes_the_measurement():
+    """The credential filter (tests/test_hostile.py) must not drop device ids, paths or compiler
+    switches whose names or values merely look unusual."""
+    from zlf.run import relevant_environment
+
+    env = {"CUDA_VISIBLE_DEVICES": "GPU-5f7b2d1e-3c4a-4b8e-9f1d-2a6c8e0b4d3f", "LLVM_PASS_PLUGIN_PATH": "/opt/p.so",
+           "TRITON_CACHE_DIR": "/home/me/.triton/cache", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+           "DISABLE_MMA_V3": "1", "TRITON_HOME": "0123456789abcdef0123456789abcdef01234567", "HOME": "/home/me"}
+    kept = relevant_environment(env)
+    assert kept == {k: v for k, v in env.items() if k != "HOME"}

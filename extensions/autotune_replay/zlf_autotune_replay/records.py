@@ -228,9 +228,11 @@ class ReplaySource:
         meta = {}
         if (run_dir / "meta.json").is_file():
             try:
-                meta = json.loads((run_dir / "meta.json").read_text())
-            except json.JSONDecodeError as exc:
+                meta = json.loads((run_dir / "meta.json").read_bytes())
+            except ValueError as exc:  # not JSON, or not UTF-8
                 raise UsageError(f"{option}{sep}{path}: meta.json is not valid JSON ({exc})") from exc
+            if not isinstance(meta, dict):
+                raise UsageError(f"{option}{sep}{path}: meta.json is not a JSON object")
         autotune = meta.get("autotune") or {}
         if autotune.get("mode") == "replay":
             origin = autotune.get("source") or "?"
@@ -244,8 +246,8 @@ class ReplaySource:
         docs = []
         for f in sorted(records.glob("*.json")):
             try:
-                doc = json.loads(f.read_text())
-            except json.JSONDecodeError as exc:
+                doc = json.loads(f.read_bytes())
+            except ValueError as exc:  # not JSON, or not UTF-8
                 raise UsageError(f"{option}{sep}{path}: {f.name} is not valid JSON ({exc})") from exc
             if not isinstance(doc, dict) or doc.get("format") != FORMAT or not isinstance(doc.get("decisions"), list):
                 raise UsageError(f"{option}{sep}{path}: {f.name} is not a {FORMAT} file")

@@ -11,7 +11,9 @@ from pathlib import Path
 
 from tabulate import tabulate
 from zlf import UsageError
-from zlf.irtree import CHANGED, IDENTICAL, ONLY_A, ONLY_B, diff_kernels, format_counts, ir_root, op_count_delta, write_diffs
+from zlf.console import clean, clean_rows
+from zlf.irtree import (CHANGED, IDENTICAL, ONLY_A, ONLY_B, diff_kernels, format_counts, ir_root, op_count_delta,
+                        symlinks_in, write_diffs)
 from zlf.rundir import timestamp
 
 
@@ -51,7 +53,11 @@ def main(args, session) -> int:
             files = d.only_a_files or d.only_b_files or tuple(d.a_files)
             rows.append([d.shape, d.kernel, d.status, ", ".join(files), ""])
             continue
-        written = {p.name[: -len(".diff")]: p for p in write_diffs(d, out_dir, raw=args.raw)}
+        try:
+            written = {p.name[: -len(".diff")]: p for p in write_diffs(d, out_dir, raw=args.raw)}
+        except OSError as exc:
+            raise UsageError(f"cannot write the diffs to {str(out_dir)!r}: {exc.strerror or exc}; "
+                             "pass --out DIR somewhere writable") from exc
         for name in d.changed_files:
             delta = op_count_delta(_read(d.a_files[name]), _read(d.b_files[name]))
             rows.append([d.shape, d.kernel, d.status, name, format_counts(delta) or "same op counts"])
@@ -62,9 +68,14 @@ def main(args, session) -> int:
             rows.append([d.shape, d.kernel, d.status, f"{name} (only B)", ""])
         if not d.changed_files and not d.only_a_files and not d.only_b_files:
             rows.append([d.shape, d.kernel, d.status, "", ""])
-    print(f"A: {a_root}\nB: {b_root}")
+    print(clean(f"A: {a_root}") + "\n" + clean(f"B: {b_root}"))
+    for side, root in (("A", a_root), ("B", b_root)):
+        links = symlinks_in(root)
+        if links:
+            print(f"note: {side}: {len(links)} symbolic link(s) in the IR tree left out (never followed), "
+                  f"e.g. {clean(str(links[0]))}")
     if rows:
-        print(tabulate(rows, headers=["shape", "kernel", "status", "file", "op counts A→B"]))
+        print(tabulate(clean_rows(rows), headers=["shape", "kernel", "status", "file", "op counts A→B"]))
     print(", ".join(f"{n} {status}" for status, n in counts.items()) + " (shape, kernel) pairs")
     if counts[CHANGED]:
         print(f"diffs: {out_dir}")

@@ -25,11 +25,12 @@ from typing import Optional
 from tabulate import tabulate
 
 from zlf import UsageError
-from zlf.console import paint
+from zlf.console import clean, paint
 from zlf.procs import die_with_parent, kill_group, stop_code, stop_word
 from zlf.records import STATUS_FAILED, STATUS_OK, is_jsonable, jsonable_options
 from zlf.run import Run
-from zlf.rundir import RunDir
+from zlf.cli import check_run_options
+from zlf.rundir import RunDir, disk_full
 
 from . import outcome as V
 from .candidate import KIND_CUDA, Candidate, compile_cuda, default_arch, default_cache_dir
@@ -218,6 +219,7 @@ class Judge:
     def start_run(self):
         args = self.args
         self.rundir = RunDir.create(args.out, args.name or self.package.name)
+        self.rundir.reserve()  # room for the last meta.json should the disk fill up
         (self.rundir.path / TASK_DIR).mkdir()
         plan = [types.SimpleNamespace(op=types.SimpleNamespace(name=self.package.name))] * len(self.cases)
         self.run = Run(self.session, self.rundir, plan, argv=["zlf", *sys.argv[1:]])
@@ -351,6 +353,10 @@ class Judge:
         except KeyboardInterrupt as exc:
             self.run.status = stop_word(exc)
             raise
+        except OSError as exc:
+            if disk_full(exc):
+                self.run.status = "disk full"
+            raise
         finally:
             if self.worker is not None:
                 self._retire_worker(kill=True)
@@ -368,8 +374,15 @@ class Judge:
         for r in records:
             if list(r.shape) not in shapes:
                 shapes.append(list(r.shape))
-        self.rundir.write_shapes({self.package.name: shapes})
-        self.run.save_meta()
+        try:
+            self.rundir.write_shapes({self.package.name: shapes})
+        except OSError as exc:
+            if not disk_full(exc):  # the shapes are in the records too; meta.json comes first
+                raise
+        try:
+            self.run.save_meta()
+        finally:
+            self.rundir.release()
         self.run.log.info(f"run {self.run.status}: {len(records)} of {len(self.cases)} cases written")
         self.run.log.close()
 
@@ -396,7 +409,7 @@ def verdict_table(records) -> str:
             note = (note + " " if note else "") + " ".join(m.split(" ")[0] for m in r.markers)
         speed = r.extra.get("speedup")
         rows.append([r.extra.get("case"), "x".join(map(str, r.shape)), paint(verdict, colour), r.timer or "",
-                     _fmt(r.median_ms), _fmt(r.extra.get("baseline_ms")), f"{speed:.3f}x" if speed else "", note[:70]])
+                     _fmt(r.median_ms), _fmt(r.extra.get("baseline_ms")), f"{speed:.3f}x" if speed else "", clean(note[:70])])
     return tabulate(rows, headers=["case", "largest arg", "verdict", "timer", "candidate ms", "baseline ms",
                                    "speedup", "note"])
 
@@ -416,10 +429,11 @@ def print_details(records) -> None:
         else:
             lines = text.splitlines()[-30:]
         print(f"\ncase {r.extra.get('case')}: {verdict}")
-        print("\n".join("  " + l for l in lines))
+        print("\n".join("  " + clean(l) for l in lines))  # the candidate's own output
 
 
 def judge(args, session) -> int:
+    check_run_options(args)
     j = Judge(args, session)
     j.prepare()
     j.start_run()
@@ -428,6 +442,12 @@ def judge(args, session) -> int:
     except KeyboardInterrupt as exc:
         print(f"\n{stop_word(exc)}; finished cases kept\nrun dir: {j.rundir.path}", file=sys.stderr)
         return stop_code(exc)
+    except OSError as exc:
+        if not disk_full(exc):
+            raise
+        kept = len(j.rundir.records()[0])
+        raise UsageError(f"{exc.strerror or exc} writing {exc.filename or j.rundir.path}: "
+                         f"{kept} finished case(s) kept in {j.rundir.path}") from exc
     s = summary(records)
     if args.json:
         print(json.dumps({"run_dir": str(j.rundir.path), "package": j.package.name, "candidate": str(j.candidate.path),

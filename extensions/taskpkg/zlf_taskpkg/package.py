@@ -27,6 +27,7 @@ import attrs
 import yaml
 
 from zlf import UsageError
+from zlf.rundir import safe_name
 
 PROBLEM_FUNCTIONS = ("getNumOfTestcases", "getTestCaseSize", "genTestCase", "baseline", "check")
 METADATA_FILES = ("meta.json", "metadata.json", "problem.json", "task.json", "meta.yaml", "problem.yaml")
@@ -107,7 +108,7 @@ class TaskPackage:
     @property
     def name(self) -> str:
         name = str(self.meta.get("name") or self.root.name)
-        return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
+        return safe_name(name, "task")
 
     def load(self):
         """Import the problem module (once); the package folder is importable for its helpers."""
