@@ -263,6 +263,18 @@ def test_zlf_profile_without_a_profiler_says_so_in_one_line(cpu_run, tmp_path):
     assert bad.returncode == 2 and "not in run" in bad.stderr
 
 
+def test_zlf_profile_reports_ncus_own_error_when_nothing_was_profiled(cpu_run, tmp_path):
+    tmp, run = cpu_run
+    denied = tmp_path / "denied.csv"
+    denied.write_text("==PROF== Connected to process 1\n==ERROR== ERR_NVGPUCTRPERM - The user does not have "
+                      "permission to access NVIDIA GPU Performance Counters\n")
+    env = {**_env(tmp_path), "FAKE_NCU_CSV": str(denied)}
+    proc = _zlf(["profile", run, "matmul/64x64x64/float32", "--out", tmp_path / "p"], tmp_path, env)
+    assert proc.returncode == 1 and "ERR_NVGPUCTRPERM" in proc.stdout
+    m = json.loads(next((tmp_path / "p" / "profile").glob("*/metrics.json")).read_text())
+    assert not m["ok"] and m["why"].startswith("ncu profiled no kernel") and "ERR_NVGPUCTRPERM" in m["why"]
+
+
 @pytest.fixture(scope="module")
 def campaign(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("triage_campaign")

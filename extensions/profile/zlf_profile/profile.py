@@ -377,7 +377,8 @@ def profile_point(target: Target, parent: Path, session, calls: int = 3, ncu_pat
             notes.append(f"the profiled point {child_rec.status}: {child_rec.error or ''}".rstrip(": "))
     launches = ncu.parse_csv(text)
     if not launches:
-        tail = _tail(tmp / CHILD_LOG)
+        errors = [n for n in ncu.notes(text) if n.startswith("==ERROR==")]
+        tail = errors[0] if errors else _tail(tmp / CHILD_LOG)
         why = f"ncu profiled no kernel (exit code {rc})" + (f": {tail}" if tail else "")
         return finish(False, why, profiler="ncu")
     groups = ncu.split_calls(launches, calls, per_call)
