@@ -128,6 +128,19 @@ def test_point_ids_parse_with_slashes_in_the_op_name():
         parse_point("matmul")
 
 
+def test_the_profiled_process_gets_the_runs_recorded_environment_not_this_shells(monkeypatch, tmp_path):
+    from zlf_profile.profile import Target, child_environment
+
+    monkeypatch.setenv("DISABLE_MMA_V3", "1")
+    monkeypatch.setenv("TRITON_DEBUG", "1")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    meta = {"environment": {"DISABLE_MMA_V3": "0", "TRITON_CACHE_DIR": "/c/A", "CUDA_VISIBLE_DEVICES": "0"}}
+    env = child_environment(Target(Point("m", (1,), "float32"), "m", tmp_path, None, meta), {"MY_SWITCH": "on"})
+    assert env["DISABLE_MMA_V3"] == "0" and env["TRITON_CACHE_DIR"] == "/c/A" and env["MY_SWITCH"] == "on"
+    assert "TRITON_DEBUG" not in env  # the run did not have it
+    assert env["CUDA_VISIBLE_DEVICES"] == "3"  # device visibility stays this machine's
+
+
 def test_launch_recorder_keeps_the_calls_own_launches_and_counts_the_sweep():
     rec = LaunchRecorder()
     for name, sweep in (("k", True), ("k", True), ("k", False), ("epilogue", False)):

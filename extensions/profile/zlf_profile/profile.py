@@ -177,12 +177,12 @@ def child_extensions(target: Target, session, replay: bool) -> list:
 
 def passed_options(target: Target, session) -> list:
     """The run's own options (core's and its extensions'), re-spelt for the profiled zlf run."""
-    from zlf.ab import _run_pass_through, pass_through_args
+    from zlf.ab import pass_through_args
 
     options = (target.meta.get("options") or {}) if target.run_dir is not None else {}
     if not options:
         return []
-    return pass_through_args(argparse.Namespace(**options), session.hooks, add_core=_run_pass_through, own=(), skip=OWN)
+    return pass_through_args(argparse.Namespace(**options), session.hooks, own=(), skip=OWN)
 
 
 def child_environment(target: Target, extra: Optional[dict] = None) -> dict:
@@ -289,7 +289,7 @@ class Profile:
             return None
 
 
-def _replace_dir(tmp: Path, final: Path) -> None:
+def replace_dir(tmp: Path, final: Path) -> None:
     """Swap a complete folder in: a reader never sees half of one."""
     old = final.with_name(f".{final.name}.old")
     shutil.rmtree(old, ignore_errors=True)
@@ -342,7 +342,7 @@ def profile_point(target: Target, parent: Path, session, calls: int = 3, ncu_pat
         write_atomic(tmp / METRICS_JSON, json.dumps(result.to_json(), indent=2) + "\n")
         write_atomic(tmp / METRICS_MD, render_markdown(result))
         shutil.rmtree(work, ignore_errors=True)
-        _replace_dir(tmp, final)
+        replace_dir(tmp, final)
         return result
 
     tool = ncu.find_ncu(ncu_path)

@@ -28,7 +28,7 @@ from zlf.rundir import RunDir, write_atomic
 
 from . import ncu
 from .launches import TRITON_TYPES
-from .profile import NO_PROFILER, Profile, Target, _replace_dir, add_profiler_options, folder_name, profile_point
+from .profile import NO_PROFILER, Profile, Target, replace_dir, add_profiler_options, folder_name, profile_point
 
 EPILOG = """\
 examples:
@@ -296,7 +296,7 @@ def triage_point(campaign, stat: dict, session, parent: Path, calls: int = 3, nc
         bundle["why"] = "no round where both sides ran this point ok"
         write_atomic(tmp / BUNDLE_JSON, json.dumps(bundle, indent=2) + "\n")
         write_atomic(tmp / BUNDLE_MD, f"# {point_id}\n\n{bundle['why']}\n")
-        _replace_dir(tmp, final)
+        replace_dir(tmp, final)
         return bundle
     op, k, ra, rb, rec_a, rec_b = found
     dir_a, dir_b = campaign.run_dir(ra), campaign.run_dir(rb)
@@ -336,7 +336,7 @@ def triage_point(campaign, stat: dict, session, parent: Path, calls: int = 3, nc
                   counters=why_no_counters or "ok", summary=", ".join(phrases), seconds=round(time.monotonic() - t0, 2))
     write_atomic(tmp / BUNDLE_MD, render_bundle(bundle, pa, pb, ir_why))
     write_atomic(tmp / BUNDLE_JSON, json.dumps(bundle, indent=2, default=str) + "\n")
-    _replace_dir(tmp, final)
+    replace_dir(tmp, final)
     return bundle
 
 
