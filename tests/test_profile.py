@@ -141,6 +141,22 @@ def test_the_profiled_process_gets_the_runs_recorded_environment_not_this_shells
     assert env["CUDA_VISIBLE_DEVICES"] == "3"  # device visibility stays this machine's
 
 
+def test_autotune_choice_falls_back_to_the_record_files(tmp_path):
+    from zlf.records import PointRecord
+    from zlf_profile.triage import _autotune_lines
+
+    (tmp_path / "A" / "autotune_records").mkdir(parents=True)
+    (tmp_path / "B").mkdir()
+    (tmp_path / "A" / "autotune_records" / "m.json").write_text(json.dumps({"kernel": "mod.matmul_kernel", "decisions": [
+        {"key": [64], "point": "m/64/float16", "how": "swept", "config": {"kwargs": {"BLOCK_M": 128}, "num_warps": 8}},
+        {"key": [32], "point": "m/32/float16", "how": "swept", "config": {"kwargs": {"BLOCK_M": 64}, "num_warps": 4}}]}))
+    rec = PointRecord(point="m/64/float16", op="m", shape=(64,), dtype="float16", status="ok")
+    assert _autotune_lines(rec, tmp_path / "A", {}) == ["matmul_kernel: BLOCK_M=128 num_warps=8 (swept)"]
+    replayed = _autotune_lines(rec, tmp_path / "B", {"autotune": {"mode": "replay", "source": str(tmp_path / "A")}})
+    assert replayed == ["matmul_kernel: BLOCK_M=128 num_warps=8 (replayed from the record)"]
+    assert "no autotune decision" in _autotune_lines(rec, tmp_path / "B", {})[0]
+
+
 def test_launch_recorder_keeps_the_calls_own_launches_and_counts_the_sweep():
     rec = LaunchRecorder()
     for name, sweep in (("k", True), ("k", True), ("k", False), ("epilogue", False)):

@@ -80,8 +80,28 @@ def _runs_of_point(campaign, point_id: str):
     return None
 
 
-def _autotune_lines(record) -> list:
+def _recorded_decisions(run_dir: Path, meta: dict, point_id: str) -> list:
+    """The point's decisions in the autotune record files (``autotune_records/``) of the run, or
+    of the record it replayed, for runs whose records carry no per-point ``autotune`` field."""
+    auto = meta.get("autotune") or {}
+    source = Path(auto["source"]) if auto.get("mode") == "replay" and auto.get("source") else run_dir
+    out = []
+    for f in sorted((source / "autotune_records").glob("*.json")):
+        try:
+            doc = json.loads(f.read_text())
+        except (OSError, ValueError):
+            continue
+        for d in doc.get("decisions") or ():
+            if d.get("point") == point_id:
+                how = "replayed from the record" if source != run_dir else d.get("how", "")
+                out.append({"kernel": doc.get("kernel", "?"), "config": d.get("config"), "how": how})
+    return out
+
+
+def _autotune_lines(record, run_dir: Optional[Path] = None, meta: Optional[dict] = None) -> list:
     used = (record.extra or {}).get("autotune") if record is not None else None
+    if not used and run_dir is not None and record is not None:
+        used = _recorded_decisions(Path(run_dir), meta or {}, record.point)
     if not used:
         return ["no autotune decision recorded (autotune_replay not active, or no kernel of the point is autotuned)"]
     out = []
@@ -305,7 +325,7 @@ def triage_point(campaign, stat: dict, session, parent: Path, calls: int = 3, nc
     bundle.update(round=k, run_a=str(dir_a), run_b=str(dir_b))
     write_atomic(tmp / SHAPES, f"{point.op}:\n  shapes:\n  - {list(point.shape)}\n")
 
-    auto = {"A": _autotune_lines(rec_a), "B": _autotune_lines(rec_b)}
+    auto = {"A": _autotune_lines(rec_a, dir_a, meta_a), "B": _autotune_lines(rec_b, dir_b, meta_b)}
     ir_rows, changes, ir_why = ir_changes(dir_a, dir_b, point, tmp / "ir")
     ir_key = key_change(changes)
     env_rows = env_diff(campaign, meta_a, meta_b)
