@@ -27,6 +27,10 @@ FAKE_NCU = '''#!{python}
 recorded CSV (side B's when DISABLE_MMA_V3=1) to --log-file."""
 import json, os, subprocess, sys
 args = sys.argv[1:]
+src = os.environ["FAKE_NCU_CSV_B" if os.environ.get("DISABLE_MMA_V3") == "1" else "FAKE_NCU_CSV"]
+if args[0] == "--import":  # read a report back: the recorded CSV on stdout
+    print(open(src).read())
+    sys.exit(0)
 with open(os.environ["FAKE_NCU_LOG"], "a") as f:
     f.write(json.dumps({{"args": args, "point": os.environ.get("ZLF_PROFILE_POINT"),
                         "switch": os.environ.get("DISABLE_MMA_V3")}}) + "\\n")
@@ -35,9 +39,12 @@ i = 0
 while i < len(args) and args[i].startswith("-"):
     i += 2 if args[i] in with_value else 1
 rc = subprocess.call(args[i:])
-src = os.environ["FAKE_NCU_CSV_B" if os.environ.get("DISABLE_MMA_V3") == "1" else "FAKE_NCU_CSV"]
-with open(src) as f, open(args[args.index("--log-file") + 1], "w") as out:
-    out.write(f.read())
+with open(args[args.index("--log-file") + 1], "w") as out:
+    if "--export" in args:  # as ncu may: results only in the report
+        open(args[args.index("--export") + 1] + ".ncu-rep", "w").write("binary")
+        out.write("==PROF== Report: report.ncu-rep\\n")
+    else:
+        out.write(open(src).read())
 sys.exit(rc)
 '''
 
@@ -263,6 +270,15 @@ def test_zlf_profile_runs_the_point_alone_under_ncu_as_the_run_ran_it(cpu_run, t
     assert [r for r in [child["point"]]] == ["matmul/64x64x64/float32"]  # the profiled process ran that one point
     assert child["extra"]["profiled"]["calls"] == 3
     assert "registers per thread" in (folder / "metrics.md").read_text()
+
+
+def test_zlf_profile_keeps_the_ncu_report_and_reads_it_back(cpu_run, tmp_path):
+    tmp, run = cpu_run
+    proc = _zlf(["profile", run, "matmul/64x64x64/float32", "--out", tmp_path / "p", "--ncu-rep"], tmp_path, _env(tmp_path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    folder = tmp_path / "p" / "profile" / "matmul_64x64x64_float32"
+    assert (folder / "report.ncu-rep").is_file()
+    assert json.loads((folder / "metrics.json").read_text())["kernels"][0]["mean"]["instructions"] == 126528
 
 
 def test_zlf_profile_uses_the_runs_launch_record_to_name_the_kernels(cpu_run, tmp_path):

@@ -359,6 +359,12 @@ def profile_point(target: Target, parent: Path, session, calls: int = 3, ncu_pat
     with open(tmp / CHILD_LOG, "w") as out:
         rc = subprocess.run(cmd, cwd=p.cwd, env=p.env, stdout=out, stderr=subprocess.STDOUT).returncode
     text = log_file.read_text(errors="replace") if log_file.is_file() else ""
+    rep = tmp / f"{REPORT}.ncu-rep"
+    if keep_rep and not ncu.csv_lines(text) and rep.is_file():
+        # With --export ncu may keep the results for the report alone: read them back from it.
+        imported = subprocess.run([tool, "--import", str(rep), "--csv"], capture_output=True, text=True)
+        text += imported.stdout
+        write_atomic(log_file, text)
     child_dir, child_rec = _child_record(work, target.point.id)
     if child_dir is not None:
         os.replace(child_dir, tmp / CHILD_RUN)
