@@ -141,11 +141,13 @@ def test_the_profiled_process_gets_the_runs_recorded_environment_not_this_shells
     monkeypatch.setenv("DISABLE_MMA_V3", "1")
     monkeypatch.setenv("TRITON_DEBUG", "1")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    monkeypatch.setenv("ZLF_DISABLE", "seed")
     meta = {"environment": {"DISABLE_MMA_V3": "0", "TRITON_CACHE_DIR": "/c/A", "CUDA_VISIBLE_DEVICES": "0"}}
     env = child_environment(Target(Point("m", (1,), "float32"), "m", tmp_path, None, meta), {"MY_SWITCH": "on"})
     assert env["DISABLE_MMA_V3"] == "0" and env["TRITON_CACHE_DIR"] == "/c/A" and env["MY_SWITCH"] == "on"
     assert "TRITON_DEBUG" not in env  # the run did not have it
     assert env["CUDA_VISIBLE_DEVICES"] == "3"  # device visibility stays this machine's
+    assert "ZLF_DISABLE" not in env  # the process's extensions are the run's, named with --ext
 
 
 def test_autotune_choice_falls_back_to_the_record_files(tmp_path):

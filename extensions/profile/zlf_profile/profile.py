@@ -62,7 +62,10 @@ OWN = {"dtype", "timer", "warmup_ms", "rep_ms", "flush_l2", "shapes", "replay_fr
        "ext", "no_ext", "gpus", "executor", "ray_address", "retries", "unit", "command", "handler"}
 #: variables of the current machine that a run's recorded environment never replaces.
 KEEP_ENV = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
-            "ZLF_EXTENSIONS", "ZLF_DISABLE", "ZLF_NO_PROGRESS", ENV_POINT, ENV_CALLS)
+            "ZLF_NO_PROGRESS", ENV_POINT, ENV_CALLS)
+#: the profiled process's extensions are named with --ext: a selection from the environment would
+#: add to or block them.
+SELECTION_ENV = ("ZLF_EXTENSIONS", "ZLF_DISABLE")
 NO_PROFILER = ("no profiler: ncu not found (PATH, $ZLF_NCU, /usr/local/cuda/bin; or --ncu PATH); "
                "Proton is no substitute here: it reports kernel times only, no registers, occupancy, "
                "throughput, cache or instruction counters")
@@ -197,7 +200,8 @@ def child_environment(target: Target, extra: Optional[dict] = None) -> dict:
             del env[k]
         env.update({k: v for k, v in recorded.items() if k not in KEEP_ENV})
     env.update(extra or {})
-    env.pop("FORCE_COLOR", None)
+    for k in ("FORCE_COLOR",) + SELECTION_ENV:
+        env.pop(k, None)
     env.update({"ZLF_NO_PROGRESS": "1", "NO_COLOR": "1"})
     return env
 
@@ -331,7 +335,8 @@ def profile_point(target: Target, parent: Path, session, calls: int = 3, ncu_pat
     info = launch_info(target.record, target.run_dir, target.point) if target.run_dir is not None else LaunchInfo()
     p = plan(target, session, tmp, work, calls, python, extra_env)
     write_atomic(tmp / SHAPES, yaml.safe_dump(p.shapes_yaml, default_flow_style=None))
-    median = getattr(target.record, "median_ms", None)
+    # a host wall-clock time (cpu backend) is no kernel time: no ratio against ncu's
+    median = getattr(target.record, "median_ms", None) if getattr(target.record, "timer", None) != "host_wall" else None
     shown = Path(shown_as) if shown_as is not None else final
     notes = list(p.notes)
 
