@@ -252,7 +252,7 @@ def cpu_run(tmp_path_factory):
 def test_zlf_profile_runs_the_point_alone_under_ncu_as_the_run_ran_it(cpu_run, tmp_path):
     tmp, run = cpu_run
     env = _env(tmp_path)
-    proc = _zlf(["profile", run, "matmul/64x64x64/float32", "--out", tmp_path / "p"], tmp_path, env)
+    proc = _zlf(["profile", run, "matmul/64x64x64/float32", "--out", tmp_path / "p", *EXTS], tmp_path, env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     folder = tmp_path / "p" / "profile" / "matmul_64x64x64_float32"
     assert sorted(p.name for p in folder.iterdir()) == ["child.log", "command.sh", "metrics.json", "metrics.md", "ncu.csv",
@@ -276,7 +276,7 @@ def test_zlf_profile_runs_the_point_alone_under_ncu_as_the_run_ran_it(cpu_run, t
 
 def test_zlf_profile_keeps_the_ncu_report_and_reads_it_back(cpu_run, tmp_path):
     tmp, run = cpu_run
-    proc = _zlf(["profile", run, "matmul/64x64x64/float32", "--out", tmp_path / "p", "--ncu-rep"], tmp_path, _env(tmp_path))
+    proc = _zlf(["profile", run, "matmul/64x64x64/float32", "--out", tmp_path / "p", "--ncu-rep", *EXTS], tmp_path, _env(tmp_path))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     folder = tmp_path / "p" / "profile" / "matmul_64x64x64_float32"
     assert (folder / "report.ncu-rep").is_file()
@@ -293,7 +293,7 @@ def test_zlf_profile_uses_the_runs_launch_record_to_name_the_kernels(cpu_run, tm
     recs = [json.loads(l) for l in lines]
     recs[0]["extra"]["launches"] = {"kernels": ["matmul_kernel"], "sweep": 4}
     (copy / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
-    proc = _zlf(["profile", copy, recs[0]["point"], "--calls", "3"], tmp_path, _env(tmp_path))
+    proc = _zlf(["profile", copy, recs[0]["point"], "--calls", "3", *EXTS], tmp_path, _env(tmp_path))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     args = json.loads((tmp_path / "ncu_calls.jsonl").read_text().splitlines()[0])["args"]
     assert args[args.index("-k") + 1] == "regex:^(matmul_kernel)$" and args[args.index("--launch-count") + 1] == "3"
@@ -303,10 +303,10 @@ def test_zlf_profile_uses_the_runs_launch_record_to_name_the_kernels(cpu_run, tm
 
 def test_zlf_profile_without_a_profiler_says_so_in_one_line(cpu_run, tmp_path):
     tmp, run = cpu_run
-    proc = _zlf(["profile", run, "matmul/64x64x64/float32"], tmp_path, _env(tmp_path, with_ncu=False))
+    proc = _zlf(["profile", run, "matmul/64x64x64/float32", *EXTS], tmp_path, _env(tmp_path, with_ncu=False))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().count("\n") == 0 and "no profiler: ncu not found" in proc.stderr
-    bad = _zlf(["profile", run, "matmul/1x1x1/float32"], tmp_path, _env(tmp_path))
+    bad = _zlf(["profile", run, "matmul/1x1x1/float32", *EXTS], tmp_path, _env(tmp_path))
     assert bad.returncode == 2 and "not in run" in bad.stderr
 
 
@@ -316,7 +316,7 @@ def test_zlf_profile_reports_ncus_own_error_when_nothing_was_profiled(cpu_run, t
     denied.write_text("==PROF== Connected to process 1\n==ERROR== ERR_NVGPUCTRPERM - The user does not have "
                       "permission to access NVIDIA GPU Performance Counters\n")
     env = {**_env(tmp_path), "FAKE_NCU_CSV": str(denied)}
-    proc = _zlf(["profile", run, "matmul/64x64x64/float32", "--out", tmp_path / "p"], tmp_path, env)
+    proc = _zlf(["profile", run, "matmul/64x64x64/float32", "--out", tmp_path / "p", *EXTS], tmp_path, env)
     assert proc.returncode == 1 and "ERR_NVGPUCTRPERM" in proc.stdout
     m = json.loads(next((tmp_path / "p" / "profile").glob("*/metrics.json")).read_text())
     assert not m["ok"] and m["why"].startswith("ncu profiled no kernel") and "ERR_NVGPUCTRPERM" in m["why"]
@@ -374,5 +374,5 @@ def test_triage_without_a_profiler_still_writes_the_bundle_and_says_why(campaign
     md = (path / "triage" / "matmul_96x80x48_float32" / "triage.md").read_text()
     assert "no profiler: ncu not found" in md and "## Reproduce one side alone" in md
     assert "Without counters: no profiler" in (path / "triage" / "triage.md").read_text()
-    bad = _zlf(["triage", path, "matmul/1x1x1/float32"], tmp, _env(tmp))
+    bad = _zlf(["triage", path, "matmul/1x1x1/float32", *EXTS], tmp, _env(tmp))
     assert bad.returncode == 2 and "not in the campaign" in bad.stderr
