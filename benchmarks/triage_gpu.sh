@@ -78,14 +78,14 @@ say "== 2/3 zlf profile of one point (the campaign's r1_A run, its autotune reco
 A1="$C/matmul/r1_A"
 t1=$(date +%s)
 set +e
-timeout 240 zlf profile "$A1" matmul/4096x4096x4096/float16 --out "$OUT/profile_one" --ncu-rep 2>&1 | tee "$OUT/profile_one.txt" | tee -a "$S"
+timeout 240 zlf profile "$A1" matmul/4096x4096x4096/float16 "${EXTS[@]}" --out "$OUT/profile_one" --ncu-rep 2>&1 | tee "$OUT/profile_one.txt" | tee -a "$S"
 say "zlf profile exit code ${PIPESTATUS[0]} after $(( $(date +%s) - t1 )) s"
 set -e
 cat "$OUT"/profile_one/profile/*/metrics.md 2>/dev/null | grep -E "ratio|launches|replayed" | tee -a "$S" || true
 
 say "== 3/3 the same point profiled from the op alone (no run: it tunes for itself)"
 set +e
-timeout 240 zlf profile matmul matmul/4096x4096x4096/float16 --out "$OUT/profile_op" 2>&1 | tail -16 | tee -a "$S"
+timeout 240 zlf profile matmul matmul/4096x4096x4096/float16 "${EXTS[@]}" --out "$OUT/profile_op" 2>&1 | tail -16 | tee -a "$S"
 set -e
 
 say "== wall time triage added (per point, from triage.md and bundle.json)"
