@@ -855,11 +855,17 @@ def main(args, session) -> int:
         with open(campaign.path / SUMMARY_LOG, "a") as f:
             f.write("\n" + table + "\n")
     print(f"campaign dir: {campaign.path}")
+    _after_campaign(campaign, results, args, session)
     if unreported:
         return 1
     if d.get("fail_on_slower") and any(r.verdict == stats.SLOWER for r in results):
         return 1
     return 0
+
+
+def _after_campaign(campaign, results, args, session) -> None:
+    """Extensions' work on the finished campaign (``after_campaign``): after every timing run."""
+    session.hooks.after_campaign(campaign, results, args, session)
 
 
 def _preflight(data: dict, session) -> None:

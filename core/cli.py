@@ -132,6 +132,7 @@ def build_parser(hooks=None) -> argparse.ArgumentParser:
         mod.configure_parser(p)
         if name == "ab" and hooks is not None:
             hooks.add_options(p)  # campaign runs accept every run option of the active extensions
+            hooks.add_campaign_options(p)  # the campaign's own options, never passed to its runs
         _selection_args(p)
         p.set_defaults(handler=mod.main)
     if hooks is not None:

@@ -46,6 +46,20 @@ def add_commands(subparsers):
 
 
 @_spec
+def add_campaign_options(parser):
+    """Add options to ``zlf ab`` that belong to the campaign itself, not to its runs.
+
+    Called once per invocation while the ``ab`` parser is built, after extension selection.
+    Unlike :func:`add_options`, these options are never passed on to the campaign's ``zlf run``
+    processes; read them in :func:`after_campaign` (``options``).
+
+    :param parser: the :class:`argparse.ArgumentParser` of the ``ab`` command; add an argument
+        group named after the extension.
+    :return: nothing.
+    """
+
+
+@_spec
 def configure(session):
     """The command line is parsed; nothing has been chosen or imported yet.
 
@@ -231,5 +245,27 @@ def after_run(run, results):
     :param run: the :class:`zlf.run.Run`; ``run.status`` is ``complete``, ``interrupted`` or
         ``crashed``.
     :param results: the list of :class:`zlf.records.PointRecord` written so far.
+    :return: nothing.
+    """
+
+
+# --------------------------------------------------------------------------- campaigns
+@_spec
+def after_campaign(campaign, results, options, session):
+    """A ``zlf ab`` campaign finished: every run is done and the summary is written.
+
+    Called once, in the campaign's driver process, after summary.log / summary.json /
+    report.md exist and before ``zlf ab`` exits; not called for a campaign that was
+    interrupted or stopped (``--resume`` finishes it, and calls this then). Work done here runs
+    after every timing run, so it never disturbs one; start any process that touches the
+    device yourself (the driver imports no kernel).
+
+    :param campaign: the :class:`zlf.campaign.Campaign` (``campaign.path``, ``campaign.runs``,
+        ``campaign.sides``, ``campaign.run_dir(run)``).
+    :param results: the list of :class:`zlf.stats.PointStats` of the reported ops (verdicts).
+    :param options: the parsed ``zlf ab`` command line (options added through
+        :func:`add_campaign_options` included).
+    :param session: the :class:`zlf.session.Session` of the ``zlf ab`` invocation (its hooks and
+        extensions: the ones the campaign's runs used).
     :return: nothing.
     """

@@ -222,6 +222,9 @@ class Hooks:
     def add_commands(self, subparsers):
         self.pm.hook.add_commands(subparsers=subparsers)
 
+    def add_campaign_options(self, parser):
+        self.pm.hook.add_campaign_options(parser=parser)
+
     def configure(self, session):
         self.pm.hook.configure(session=session)
 
@@ -268,3 +271,7 @@ class Hooks:
 
     def after_run(self, run, results):
         self.pm.hook.after_run(run=run, results=results)
+
+    # campaigns
+    def after_campaign(self, campaign, results, options, session):
+        self.pm.hook.after_campaign(campaign=campaign, results=results, options=options, session=session)
