@@ -301,15 +301,23 @@ def test_noise_from_reads_an_aa_campaign(tmp_path):
     fill(aa, effect=1.0)
     results, remarks, excluded, alpha = ab.analyse(aa)
     ab_report.write(aa, results, remarks, excluded, alpha, [])
-    floors = ab.load_floors(aa.path)
-    assert set(floors) == {"add/1024/float32", "add/4096/float32"} and all(v > 0 for v in floors.values())
-    assert "noise floor" in (aa.path / "summary.log").read_text()
+    noise = ab.load_noise(aa.path)
+    assert set(noise) == {"add/1024/float32", "add/4096/float32"}
+    assert all(n["var_unpaired"] > 0 and n["df_unpaired"] == 4 for n in noise.values())
+    assert "run-to-run noise" in (aa.path / "summary.log").read_text()
+    # an A/A summary written before per-side times were kept: its per-round deltas still serve
+    doc = json.loads((aa.path / "summary.json").read_text())
+    for p in doc["points"]:
+        del p["a_ms"], p["b_ms"]
+    (aa.path / "summary.json").write_text(json.dumps(doc))
+    old = ab.load_noise(aa.path)
+    assert set(old) == set(noise) and all(n["df_paired"] == 2 for n in old.values())
     ab_dir = Campaign.create(tmp_path, "ab", campaign_data(tmp_path))
     ab_dir.data["status"] = "complete"
     results, *_ = ab.analyse(ab_dir)
     ab_report.write(ab_dir, results, {}, {}, 0.05, [])
     with pytest.raises(UsageError, match="not an A/A"):
-        ab.load_floors(ab_dir.path)
+        ab.load_noise(ab_dir.path)
 
 
 # ----------------------------------------------------------------------------- real processes (CPU, tiny)
