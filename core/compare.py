@@ -20,6 +20,7 @@ import attrs
 from tabulate import tabulate
 
 from . import ceilings as ceilings_mod
+from . import stats
 from .console import paint, use_colour, warn
 from .errors import UsageError
 from .records import STATUS_OK, STATUS_OOM, PointRecord, shape_str
@@ -31,6 +32,7 @@ MIXED_TIMERS = "mixed timers"
 TIMER_MISMATCH = "timer mismatch"
 ONLY_A = "only A"
 ONLY_B = "only B"
+NO_TIME = "no time"
 
 FASTER, SLOWER, UNCHANGED = "faster", "slower", "unchanged"
 
@@ -136,6 +138,12 @@ def _by_point(records) -> dict:
     return {r.point: r for r in records}
 
 
+def _has_time(record: PointRecord) -> bool:
+    """A usable median: present, finite (NaN never compares) and positive."""
+    m = record.median_ms
+    return m is not None and math.isfinite(m) and m > 0
+
+
 def pair(a_records, b_records, allow_mixed_timers: bool = False, ir_status: Optional[dict] = None) -> list:
     """Pair records by point id; every point of either side gets exactly one :class:`Row`.
 
@@ -161,8 +169,8 @@ def pair(a_records, b_records, allow_mixed_timers: bool = False, ir_status: Opti
                 status = f"both {a.status}"
             else:
                 status = "; ".join(f"{side} {r.status}" for side, r in (("A", a), ("B", b)) if r.status != STATUS_OK)
-        elif not a.median_ms or not b.median_ms or a.median_ms <= 0 or b.median_ms <= 0:
-            status = "no time"
+        elif not (_has_time(a) and _has_time(b)):
+            status = NO_TIME
         elif a.timer != b.timer and not allow_mixed_timers:
             status = TIMER_MISMATCH
         else:
@@ -238,9 +246,28 @@ def summarize(rows, threshold: Threshold) -> Summary:
     )
 
 
-def gate(rows, max_slower_pct: float) -> list:
-    """Comparable rows slower than ``max_slower_pct`` percent, worst first (``--fail-if-slower``)."""
-    return sorted((r for r in rows if r.comparable and r.delta_pct > max_slower_pct), key=lambda r: -r.delta_pct)
+def lost_time(row: Row) -> bool:
+    """A row whose B lost the time A had: B failed, ran out of memory, or recorded no usable
+    (NaN, missing, non-positive) median; or A's median itself is unusable."""
+    if row.status == NO_TIME:
+        return True
+    return row.a is not None and row.b is not None and row.a.status == STATUS_OK and row.b.status != STATUS_OK
+
+
+def gate(rows, max_slower_pct: float, threshold_pct: Optional[float] = None) -> list:
+    """Rows that fail ``--fail-if-slower``: those compare itself calls slower (beyond its noise
+    ``threshold_pct``, default :func:`derive_threshold`) by more than ``max_slower_pct`` percent,
+    worst first, then every row that lost its time (:func:`lost_time`): a gate never passes what
+    it could not measure."""
+    if threshold_pct is None:
+        threshold_pct = derive_threshold(rows).pct
+    slower = sorted((r for r in rows if r.comparable and r.verdict(threshold_pct) == SLOWER and r.delta_pct > max_slower_pct),
+                    key=lambda r: -r.delta_pct)
+    return slower + [r for r in rows if lost_time(r)]
+
+
+def gate_reason(row: Row) -> str:
+    return f"{row.delta_pct:+.1f}%" if row.comparable else row.status
 
 
 # ----------------------------------------------------------------------------- run directories
@@ -488,8 +515,10 @@ def to_json(cmp: Comparison, gate_pct: Optional[float] = None) -> dict:
         ],
     }
     if gate_pct is not None:
-        out["gate"] = {"fail_if_slower_pct": gate_pct, "failed": [r.point for r in gate(cmp.rows, gate_pct)]}
-    return out
+        failed = gate(cmp.rows, gate_pct, t)
+        out["gate"] = {"fail_if_slower_pct": gate_pct, "threshold_pct": t, "failed": [r.point for r in failed],
+                       "reasons": {r.point: gate_reason(r) for r in failed}}
+    return stats.json_safe(out)
 
 
 def _metric(record: Optional[PointRecord], value) -> str:
@@ -542,7 +571,8 @@ def configure_parser(parser) -> None:
     parser.add_argument("--allow-mixed-timers", action="store_true",
                         help="compare rows whose sides used different timers (refused by default)")
     parser.add_argument("--fail-if-slower", type=float, metavar="PCT",
-                        help="exit 1 when any compared point is more than PCT percent slower (CI gate)")
+                        help="exit 1 when a point is slower beyond the noise threshold and by more than PCT percent, "
+                             "or B lost a time A had (CI gate)")
     parser.epilog = (
         "examples:\n"
         "  zlf compare runs/base runs/patched\n"
@@ -561,12 +591,12 @@ def main(args, session) -> int:
                 warn(n)
     failed = None
     if args.fail_if_slower is not None:
-        if not cmp.summary.compared:
+        if not cmp.summary.compared and not any(lost_time(r) for r in cmp.rows):
             raise UsageError("--fail-if-slower: no point could be compared, nothing to gate on "
                              f"({', '.join(f'{n} {s}' for s, n in cmp.summary.not_compared.items())})")
-        failed = gate(cmp.rows, args.fail_if_slower)
+        failed = gate(cmp.rows, args.fail_if_slower, cmp.threshold.pct)
     if args.format == "json":
-        print(json.dumps(to_json(cmp, args.fail_if_slower), indent=2))
+        print(json.dumps(to_json(cmp, args.fail_if_slower), indent=2, allow_nan=False))
     elif args.format == "csv":
         print(to_csv(cmp), end="")
     else:
@@ -575,11 +605,13 @@ def main(args, session) -> int:
         return 0
     out = sys.stderr if machine else sys.stdout
     if failed:
-        names = ", ".join(f"{r.point} ({r.delta_pct:+.1f}%)" for r in failed)
-        line = f"FAIL: {len(failed)} point(s) more than {args.fail_if_slower:g}% slower: {names}"
+        names = ", ".join(f"{r.point} ({gate_reason(r)})" for r in failed)
+        line = (f"FAIL: {len(failed)} point(s) slower beyond the noise threshold (±{cmp.threshold.pct:.1f}%) and more "
+                f"than {args.fail_if_slower:g}%, or without a time: {names}")
         print(paint(line, "red", out), file=out)
         return 1
     skipped = sum(cmp.summary.not_compared.values())
-    extra = f"; {skipped} row(s) not compared are not gated" if skipped else ""
-    print(f"PASS: no compared point more than {args.fail_if_slower:g}% slower{extra}", file=out)
+    extra = f"; {skipped} row(s) not compared are not gated (only one side, timer mismatch)" if skipped else ""
+    print(f"PASS: no compared point slower beyond the noise threshold (±{cmp.threshold.pct:.1f}%) and more than "
+          f"{args.fail_if_slower:g}%{extra}", file=out)
     return 0

@@ -293,21 +293,14 @@ def decision(est: Estimate, min_effect_pct: float) -> tuple:
 
 @functools.lru_cache(maxsize=4096)
 def _ncp(df: float, level: float, power: float) -> float:
-    """Noncentrality at which a one-sided t-test at ``level`` rejects with ``power``."""
-    from scipy.optimize import brentq
-    from scipy.stats import nct
+    """Noncentrality at which a one-sided t-test at ``level`` rejects with ``power``: the inverse
+    of the noncentral t's distribution function in its noncentrality (scipy.stats.nct's own
+    routine, called through scipy.special so that no scipy.stats import is paid)."""
+    from scipy.special import nctdtrinc
 
     crit = _t_quantile(df, 1.0 - level)
-
-    def short(c):
-        return float(nct.sf(crit, df, c)) - power
-
-    top = crit + 10.0
-    while short(top) < 0:  # few degrees of freedom: the t's heavy tail needs a far larger shift
-        top *= 2.0
-        if top > 1e6:
-            return math.inf
-    return float(brentq(short, 0.0, top))
+    c = float(nctdtrinc(df, 1.0 - power, crit))
+    return c if math.isfinite(c) else math.inf
 
 
 def min_detectable_pct(est: Estimate, level: float, power: float, min_effect_pct: float) -> Optional[float]:
@@ -377,11 +370,11 @@ def choose_pairing(values: dict, settings: Settings, aa: Optional[dict] = None) 
 # ----------------------------------------------------------------------------- alpha spending
 def obf_spent(t: float, alpha: float) -> float:
     """Lan–DeMets O'Brien–Fleming spending: alpha spent by information fraction ``t``."""
-    from scipy.stats import norm
+    from scipy.special import ndtr, ndtri
 
     if t <= 0:
         return 0.0
-    return float(min(alpha, 2.0 * norm.sf(norm.isf(alpha / 2.0) / math.sqrt(min(t, 1.0)))))
+    return float(min(alpha, 2.0 * ndtr(ndtri(alpha / 2.0) / math.sqrt(min(t, 1.0)))))
 
 
 @functools.lru_cache(maxsize=64)
@@ -391,7 +384,10 @@ def obf_levels(first: int, max_rounds: int, alpha: float) -> tuple:
     ``sqrt(n_i / n_j)``, spends ``obf_spent``: the group-sequential boundaries, found by
     integrating the density of the not-yet-stopped statistic on a grid."""
     from scipy.optimize import brentq
-    from scipy.stats import norm
+    from scipy.special import ndtr, ndtri
+
+    def pdf(x, scale):
+        return np.exp(-0.5 * (x / scale) ** 2) / (scale * math.sqrt(2.0 * math.pi))
 
     looks = list(range(first, max_rounds + 1))
     grid = np.linspace(-12.0, 12.0, 4801)  # in units of the final look's standard deviation
@@ -404,12 +400,12 @@ def obf_levels(first: int, max_rounds: int, alpha: float) -> tuple:
         target = obf_spent(t, alpha) - prev_spent
         sd = math.sqrt(t)
         if dens is None:
-            c = float(norm.isf(max(target, 1e-300) / 2.0))
-            new = norm.pdf(grid, scale=sd)
+            c = float(-ndtri(max(target, 1e-300) / 2.0))
+            new = pdf(grid, sd)
         else:
             inc = math.sqrt((n - prev_n) / max_rounds)
             kernel_x = np.arange(-int(6 * inc / step) - 1, int(6 * inc / step) + 2) * step
-            kernel = norm.pdf(kernel_x, scale=inc) * step
+            kernel = pdf(kernel_x, inc) * step
             new = np.convolve(dens, kernel, mode="same")
 
             def crossing(c, new=new, sd=sd):
@@ -417,7 +413,7 @@ def obf_levels(first: int, max_rounds: int, alpha: float) -> tuple:
 
             c = float(brentq(crossing, 0.0, 12.0)) if target > 0 and crossing(0.0) > 0 else 12.0
         dens = np.where(np.abs(grid) > c * sd, 0.0, new)
-        levels.append(float(2.0 * norm.sf(c)))
+        levels.append(float(2.0 * ndtr(-c)))
         prev_n, prev_spent = n, prev_spent + max(target, 0.0)
     return tuple(levels)
 
