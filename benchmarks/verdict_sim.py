@@ -70,10 +70,10 @@ def op_of(point: str) -> str:
 
 
 def aa_noise(rng, model, bases, settings) -> dict:
-    """A 6-round A/A of the same points, through its summary.json entries, as --noise-from reads it."""
+    """A 6-round A/A of the same points, read as --noise-from reads its summary.json entries."""
     values = campaign(rng, model, 0.0, AA_ROUNDS, bases)
-    points = [r.to_json() for r in stats.analyse(values, settings)]
-    return stats.aa_noise(json.loads(json.dumps(stats.json_safe(points))), settings.trim)
+    points = [{"point": p, "a_ms": list(a), "b_ms": list(b)} for p, (a, b) in values.items()]
+    return stats.aa_noise(points, settings.trim)
 
 
 def fixed(values, settings, noise) -> list:

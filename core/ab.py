@@ -94,7 +94,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     r.add_argument("--rounds", type=int, metavar="N",
                    help=f"rounds of A+B runs (default {DEFAULT_ROUNDS}; with --until-confident the first look, default {DEFAULT_FIRST_LOOK})")
     r.add_argument("--until-confident", action="store_true",
-                   help="add rounds until no point is UNSURE or --max-rounds (alpha spending keeps the error rate)")
+                   help="look after every round; a decided point keeps its verdict and only ops with an undecided "
+                        "point get another round, up to --max-rounds (O'Brien-Fleming alpha spending keeps the error rate)")
     r.add_argument("--max-rounds", type=int, default=DEFAULT_MAX_ROUNDS, metavar="M",
                    help=f"upper bound of --until-confident (default {DEFAULT_MAX_ROUNDS})")
     st = parser.add_argument_group("statistics (docs/ab.md)")

@@ -193,17 +193,24 @@ def trimmed(x: Sequence[float], trim: float) -> Trimmed:
     n = v.size
     g = int(math.floor(trim * n))
     h = n - 2 * g
-    mean = float(v[g:n - g].mean())
-    w = np.clip(v, v[g], v[n - 1 - g])  # winsorized
-    s2 = float(w.var(ddof=1)) if n > 1 else 0.0
-    var = (n - 1) * s2 / (h - 1) if h > 1 else 0.0
-    return Trimmed(mean, var, h)
+    mean = float(v[g:n - g].sum() / h)
+    if n < 2 or h < 2:
+        return Trimmed(mean, 0.0, h)
+    w = v.copy()
+    if g:  # winsorize: the cut values take the nearest kept one
+        w[:g], w[n - g:] = v[g], v[n - 1 - g]
+    dev = w - w.sum() / n
+    s2 = float(dev @ dev) / (n - 1)
+    return Trimmed(mean, (n - 1) * s2 / (h - 1), h)
 
 
 def point_noise(a_ms: Sequence[float], b_ms: Sequence[float], trim: float) -> Noise:
     """A point's :class:`Noise` from its own rounds (both sides pooled for the unpaired one)."""
     la, lb = np.log(np.asarray(a_ms, float)), np.log(np.asarray(b_ms, float))
-    ta, tb, td = trimmed(la, trim), trimmed(lb, trim), trimmed(lb - la, trim)
+    return _noise(trimmed(la, trim), trimmed(lb, trim), trimmed(lb - la, trim))
+
+
+def _noise(ta: Trimmed, tb: Trimmed, td: Trimmed) -> Noise:
     dfu = ta.df + tb.df
     varu = (ta.df * ta.var + tb.df * tb.var) / dfu if dfu > 0 else 0.0
     return Noise(varu, float(dfu), td.var, float(td.df))
@@ -248,12 +255,11 @@ def estimate(a_ms, b_ms, pairing: str, trim: float, aa: Optional[Noise] = None) 
     if n < 2:
         return None
     la, lb = np.log(np.asarray(a_ms, float)), np.log(np.asarray(b_ms, float))
-    own = point_noise(a_ms, b_ms, trim)
+    ta, tb, td = trimmed(la, trim), trimmed(lb, trim), trimmed(lb - la, trim)
+    own = _noise(ta, tb, td)
     if pairing == PAIRED:
-        td = trimmed(lb - la, trim)
         var, df = _pool([(td.var, td.df)] + ([(aa.var_paired, aa.df_paired)] if aa else []))
         return Estimate(td.mean, math.sqrt(var / td.h), df, own)
-    ta, tb = trimmed(la, trim), trimmed(lb, trim)
     mean = tb.mean - ta.mean
     if aa is not None:  # one pooled variance: same machine, same run-to-run noise on both sides
         var, df = _pool([(ta.var, ta.df), (tb.var, tb.df), (aa.var_unpaired, aa.df_unpaired)])
