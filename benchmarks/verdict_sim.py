@@ -10,10 +10,11 @@ Every campaign is 40 points in 4 ops; each point's per-round value is the median
 B carries the true effect on every point. Verdicts come from ``zlf.stats.analyse`` (fixed rounds)
 and ``zlf.stats.adaptive_step`` (``--until-confident``, first look 3, at most 12: the same step
 ``zlf ab`` drives its runs with). ``--noise-from`` cells first run a 6-round A/A of the same
-points and pool it through ``stats.aa_noise`` on its summary.json entries.
+points and pool it through ``stats.aa_entries`` on its summary.json-like entries.
 
-    python benchmarks/verdict_sim.py --json OUT.json            # the full grid (minutes, 2 cores)
-    python benchmarks/verdict_sim.py --quick --json OUT.json    # a small grid (seconds)
+    python benchmarks/verdict_sim.py --json OUT.json               # the cells the targets need (minutes)
+    python benchmarks/verdict_sim.py --grid full --json OUT.json   # every cell (an hour on 2 cores)
+    python benchmarks/verdict_sim.py --quick --json OUT.json       # a small grid (seconds)
 
 OUT.json is a list of ``{model, effect_pct, rounds, noise_from, adaptive, points, faster, slower,
 same, unsure}`` (counts; adaptive cells add ``mean_rounds``), then ``kind: "agreement"`` rows (two
@@ -73,7 +74,7 @@ def aa_noise(rng, model, bases, settings) -> dict:
     """A 6-round A/A of the same points, read as --noise-from reads its summary.json entries."""
     values = campaign(rng, model, 0.0, AA_ROUNDS, bases)
     points = [{"point": p, "a_ms": list(a), "b_ms": list(b)} for p, (a, b) in values.items()]
-    return stats.aa_noise(points, settings.trim)
+    return stats.aa_entries(points)
 
 
 def fixed(values, settings, noise) -> list:
@@ -140,19 +141,41 @@ def run_agreement(job) -> dict:
             "same_vs_direction": same_vs_dir, "faster_vs_slower": opposite}
 
 
-def grid(quick: bool, campaigns: int, seed: int):
-    effects = (0.0, 2.0, 3.0) if quick else (0.0, 1.0, 2.0, 3.0, 5.0, 10.0)
-    rounds_list = (6, 10) if quick else (6, 10, 20)
-    models = ("a", "c") if quick else MODELS
+def grid(size: str, campaigns: int, seed: int):
+    """Cells: ``quick`` (models a and c, seconds), ``targets`` (the cells the targets read, the
+    default) or ``full`` (every model x effect x rounds x --noise-from x adaptive)."""
     jobs = []
-    for model in models:
-        for effect in effects:
-            for rounds in rounds_list:
-                for nf in (False, True):
-                    jobs.append((model, effect, rounds, nf, False, campaigns))
-            if not quick:
+    if size == "full":
+        for model in MODELS:
+            for effect in (0.0, 1.0, 2.0, 3.0, 5.0, 10.0):
+                for rounds in (6, 10, 20):
+                    for nf in (False, True):
+                        jobs.append((model, effect, rounds, nf, False, campaigns))
                 for nf in (False, True):
                     jobs.append((model, effect, MAX_ROUNDS, nf, True, campaigns))
+    elif size == "quick":
+        for model in ("a", "c"):
+            for effect in (0.0, 2.0, 3.0):
+                for rounds in (6, 10):
+                    for nf in (False, True):
+                        jobs.append((model, effect, rounds, nf, False, campaigns))
+    else:
+        cells = set()
+        for model in MODELS:
+            for nf in (False, True):
+                cells.add((model, 0.0, 6, nf, False))  # A/A false verdicts
+            cells.add((model, 0.0, 10, False, False))  # MDE at 10 rounds, adaptive's A/A reference
+            for effect in (0.0, 2.0, 3.0):
+                cells.add((model, effect, MAX_ROUNDS, False, True))  # adaptive against fixed 10
+                cells.add((model, effect, 10, False, False))
+        for nf in (False, True):
+            cells.add(("a", 2.0, 10, nf, False))
+        for effect in (2.0, 3.0):
+            cells.add(("c", effect, 10, False, False))
+        for effect in (5.0, 10.0):
+            for rounds in (10, 20):
+                cells.add(("b", effect, rounds, False, False))
+        jobs = [c + (campaigns,) for c in sorted(cells, key=lambda c: (c[0], c[4], c[2], c[1], c[3]))]
     return [j + (seed + i,) for i, j in enumerate(jobs)]
 
 
@@ -160,12 +183,23 @@ def pct_of(row, key) -> float:
     return 100.0 * row[key] / row["points"]
 
 
-def simulate(quick=False, campaigns=100, seed=1, workers=1) -> list:
-    jobs = grid(quick, campaigns, seed)
-    agree = [(m, 1.0, 6, campaigns, seed + 10_000 + i) for i, m in enumerate(("a", "c") if quick else MODELS)]
+def simulate(size="targets", campaigns=100, seed=1, workers=1, progress=None) -> list:
+    jobs = grid(size, campaigns, seed)
+    models = ("a", "c") if size == "quick" else MODELS
+    agree = [(m, 1.0, 6, campaigns, seed + 10_000 + i) for i, m in enumerate(models)]
+    rows: list = []
+
+    def collect(fn, batch):
+        out = []
+        for row in pool.imap(fn, batch):
+            out.append(row)
+            if progress:
+                progress(row, len(rows) + len(out))
+        return out
+
     with multiprocessing.Pool(workers) if workers > 1 else _Serial() as pool:
-        rows = pool.map(run_cell, jobs)
-        rows += pool.map(run_agreement, agree)
+        rows += collect(run_cell, jobs)
+        rows += collect(run_agreement, agree)
         # power at the reported MDE: a campaign whose points all carry the MDE its A/A-cell
         # counterpart reported states its own (median) MDE; the power is measured at that one
         base = [r for r in rows if not r.get("kind") and r["effect_pct"] == 0.0 and not r["adaptive"]
@@ -173,8 +207,8 @@ def simulate(quick=False, campaigns=100, seed=1, workers=1) -> list:
         first = [(r["model"], round(r["median_mde_pct"], 2), r["rounds"], False, False, campaigns, seed + 20_000 + i)
                  for i, r in enumerate(base)]
         second = [(j[0], round(r["median_mde_pct"], 2), j[2], False, False, campaigns, seed + 30_000 + i)
-                  for i, (j, r) in enumerate(zip(first, pool.map(run_cell, first)))]
-        for r, job in zip(pool.map(run_cell, second), second):
+                  for i, (j, r) in enumerate(zip(first, collect(run_cell, first)))]
+        for r, job in zip(collect(run_cell, second), second):
             rows.append({"kind": "mde", "model": job[0], "rounds": job[2], "mde_pct": job[1], "points": r["points"],
                          "slower": r["slower"], "power_pct": pct_of(r, "slower")})
     return rows
@@ -188,8 +222,8 @@ class _Serial:
         return False
 
     @staticmethod
-    def map(fn, jobs):
-        return [fn(j) for j in jobs]
+    def imap(fn, jobs):
+        return (fn(j) for j in jobs)
 
 
 # ----------------------------------------------------------------------------- the table of targets
@@ -251,14 +285,21 @@ def targets(rows) -> list:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--json", metavar="OUT", help="write the rows here")
-    parser.add_argument("--quick", action="store_true", help="a small grid (models a and c, 6 and 10 rounds)")
+    parser.add_argument("--grid", choices=("quick", "targets", "full"), default="targets",
+                        help="quick: models a and c, seconds; targets (default): the cells the targets need; "
+                             "full: every model x effect x rounds x --noise-from x adaptive (an hour on 2 cores)")
+    parser.add_argument("--quick", dest="grid", action="store_const", const="quick", help="--grid quick")
     parser.add_argument("--campaigns", type=int, default=None, metavar="N", help="campaigns per cell (default 100; quick 10)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--workers", type=int, default=max(1, multiprocessing.cpu_count()), metavar="N")
     args = parser.parse_args(argv)
-    campaigns = args.campaigns or (10 if args.quick else 100)
+    campaigns = args.campaigns or (10 if args.grid == "quick" else 100)
     t0 = time.time()
-    rows = simulate(args.quick, campaigns, args.seed, args.workers)
+
+    def progress(row, done):
+        print(f"[{done}] {time.time() - t0:.0f}s {json.dumps(row)}", file=sys.stderr, flush=True)
+
+    rows = simulate(args.grid, campaigns, args.seed, args.workers, progress)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

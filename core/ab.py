@@ -455,10 +455,10 @@ def load_noise(noise_from) -> dict:
         raise UsageError(f"--noise-from {noise_from!r}: {SUMMARY_JSON} is not JSON ({exc})") from None
     if not doc.get("aa"):
         raise UsageError(f"--noise-from {noise_from!r} is not an A/A campaign (run zlf ab --aa)")
-    noise = stats.aa_noise(doc.get("points", []))
+    noise = stats.aa_entries(doc.get("points", []))
     if not noise:
         raise UsageError(f"--noise-from {noise_from!r}: no point has two rounds to estimate noise from")
-    return {p: n.to_json() for p, n in noise.items()}
+    return noise
 
 
 def settings_of(campaign) -> stats.Settings:
@@ -466,7 +466,7 @@ def settings_of(campaign) -> stats.Settings:
     margin beside --min-effect: its --min-effect is the threshold now."""
     s = campaign.data["statistics"]
     return stats.Settings(alpha=s["alpha"], min_effect_pct=s.get("min_effect_pct", _DEFAULTS.min_effect_pct),
-                          trim=s.get("trim", _DEFAULTS.trim), pairing=s.get("pairing", stats.AUTO))
+                          trim=s.get("trim"), pairing=s.get("pairing", stats.AUTO))
 
 
 def spending_plan(campaign) -> "stats.SpendingPlan | None":
@@ -489,7 +489,8 @@ def _frozen(campaign) -> dict:
 
 
 def noise_of(campaign) -> dict:
-    return {p: stats.Noise(**n) for p, n in (campaign.data["statistics"].get("noise") or {}).items()}
+    """The A/A's per-point entries (per-round times) that ``--noise-from`` stored."""
+    return dict(campaign.data["statistics"].get("noise") or {})
 
 
 def analyse(campaign, rounds=None):
@@ -712,7 +713,7 @@ def _new_campaign(args, session):
         "fail_on_slower": bool(args.fail_on_slower),
         "statistics": {
             "alpha": args.alpha, "min_effect_pct": args.min_effect, "pairing": args.pairing,
-            "trim": _DEFAULTS.trim, "spending": "obrien-fleming",
+            "trim": None, "spending": "obrien-fleming",
             "noise_from": os.path.abspath(args.noise_from) if args.noise_from else None, "noise": noise,
             "until_confident": bool(args.until_confident), "first_look": first,
             "max_rounds": args.max_rounds if args.until_confident else first,

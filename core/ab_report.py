@@ -17,7 +17,7 @@ HEADERS = ["point", "A median ms", "B median ms", "delta", "delta interval", "no
            "flips", "MDE", "rounds for delta", "verdict"]
 #: the rule in one place, printed under every table (docs/ab.md explains it).
 RULE = ("verdict rule (B against A), one threshold delta (--min-effect): interval = t-interval of the "
-        "10%-trimmed log delta (paired per round or unpaired Yuen-Welch, chosen from the variances; an "
+        "log delta (paired per round or unpaired Yuen-Welch, trimmed 0 or 10%, chosen from the variances; an "
         "A/A's variance pooled in with --noise-from); Holm over the m points; SLOWER when the whole "
         "interval is above +delta, FASTER below -delta, SAME inside +-delta, else UNSURE; sign flips "
         "are reported, not a gate. MDE = smallest slowdown called SLOWER with 80% power (noncentral t, "
@@ -74,8 +74,8 @@ def _context_lines(campaign, alpha, results=()) -> list:
                      f"total {s['alpha']}); a point keeps the verdict of the look that decided it")
     else:
         lines.append(f"  alpha {s['alpha']} for the whole campaign (Holm over the points)")
-    pairing = sorted({r.pairing for r in results}) if results else []
-    chosen = f"{'/'.join(pairing) or '-'}" + (" (chosen from the variances)" if s.get("pairing", "auto") == "auto" else " (--pairing)")
+    kinds = sorted({f"{r.pairing}, trim {r.trim:.0%}" for r in results})
+    chosen = f"{'/'.join(kinds) or '-'}" + (" (chosen from the variances)" if s.get("pairing", "auto") == "auto" else " (--pairing)")
     noise = (f"A/A variance from {s['noise_from']} pooled in ({len(s.get('noise') or {})} points)"
              if s.get("noise_from") else "this campaign's own (no A/A: --noise-from DIR)")
     if s.get("noise_from") and not s.get("noise"):
@@ -226,7 +226,7 @@ def write(campaign, results, remarks, excluded, alpha, ir_lines) -> str:
     doc = {
         "written": now(), "aa": bool(campaign.data.get("aa")), "alpha_final_look": alpha,
         "min_effect_pct": campaign.data["statistics"].get("min_effect_pct"),
-        "pairing": sorted({r.pairing for r in results}),
+        "pairing": sorted({r.pairing for r in results}), "trim": sorted({r.trim for r in results}),
         "rounds": campaign.planned_rounds(), "counts": stats.counts(results),
         "failed_ops": {op: r["error"] for op, r in campaign.failed_ops().items()},
         "incomplete_ops": campaign.incomplete_ops(),

@@ -9,10 +9,10 @@ positive = B slower. ``delta`` (δ, ``--min-effect``, default 1 %) is the one ef
 
 The verdict rule, per point (m points analysed together, level alpha for this look):
 
-* estimate: the difference of the 10 %-trimmed means of ``log B`` and ``log A`` (unpaired,
-  Yuen–Welch) or the 10 %-trimmed mean of the per-round ``log(B_k / A_k)`` (paired); which one is
-  chosen per campaign from the variances (:func:`choose_pairing`): pairing pays only when A and B
-  of a round share noise. With an A/A campaign (``--noise-from``) its per-point variance and
+* estimate: the difference of the trimmed means of ``log B`` and ``log A`` (unpaired, Yuen–Welch)
+  or the trimmed mean of the per-round ``log(B_k / A_k)`` (paired), trimming 0 or 10 %; which
+  one is chosen per campaign from the variances (:func:`choose_estimate`): pairing pays only when
+  A and B of a round share noise, trimming only under heavy tails. With an A/A campaign (``--noise-from``) its per-point variance and
   degrees of freedom are pooled into the standard error (never a floor);
 * the point's decision p-value is the smallest level a at which its t-interval of confidence
   ``1 - 2a`` (each tail a, as the two one-sided tests of equivalence use) lies wholly above ``+δ``
@@ -60,9 +60,9 @@ class Settings:
     min_effect_pct: float = 1.0
     #: power at which the smallest detectable effect is stated.
     power: float = 0.8
-    #: share trimmed from each end of a side's rounds (0: plain means, Welch / paired t); 10 % was
-    #: chosen by benchmarks/verdict_sim.py: 20 % loses too much power under normal noise (docs/ab.md).
-    trim: float = 0.1
+    #: share trimmed from each end of a side's rounds (0: plain means, Welch / paired t); None:
+    #: chosen per campaign from :data:`AUTO_TRIMS` (benchmarks/verdict_sim.py, docs/ab.md).
+    trim: Optional[float] = None
     #: auto (chosen from the data), paired or unpaired.
     pairing: str = AUTO
 
@@ -113,6 +113,7 @@ class PointStats:
     #: the estimate (trimmed) the interval is centred on, percent.
     delta_pct: Optional[float] = None
     pairing: str = PAIRED
+    trim: float = 0.0
     df: Optional[float] = None
     #: run-to-run spread of one process's time, percent (pooled with the A/A when given).
     noise_pct: Optional[float] = None
@@ -340,37 +341,69 @@ def rounds_needed(noise: Noise, pairing: str, level: float, power: float, min_ef
     return None
 
 
-def choose_pairing(values: dict, settings: Settings, aa: Optional[dict] = None) -> str:
-    """Paired or unpaired for the whole campaign: the one whose typical interval is narrower.
+#: trims the automatic choice picks from: plain means (best under normal noise) or 10 %
+#: (one odd round in ten no longer dominates under heavy tails); benchmarks/verdict_sim.py.
+AUTO_TRIMS = (0.0, 0.1)
+
+
+def _width(values: dict, pairing: str, trim: float, aa: dict, level: float) -> float:
+    """Typical interval half-width of the campaign's points for one estimate: the t quantile at
+    the pooled degrees of freedom times the pooled standard error (variances only)."""
+    pool, h = [], []
+    for point, (a_ms, b_ms) in values.items():
+        n = len(a_ms)
+        if n < 2:
+            continue
+        nz = point_noise(a_ms, b_ms, trim)
+        pool.append((nz.var_paired, nz.df_paired) if pairing == PAIRED else (nz.var_unpaired, nz.df_unpaired))
+        extra = aa_noise_at(aa, point, trim)
+        if extra is not None:
+            pool.append((extra.var_paired, extra.df_paired) if pairing == PAIRED else (extra.var_unpaired, extra.df_unpaired))
+        h.append(n - 2 * int(math.floor(trim * n)))
+    hh = float(np.median(h)) if h else 0.0
+    if hh < 2:
+        return math.inf
+    var, _ = _pool(pool)
+    if pairing == PAIRED:
+        return _t_quantile(hh - 1, 1 - level) * math.sqrt(var / hh)
+    return _t_quantile(2 * (hh - 1), 1 - level) * math.sqrt(2 * var / hh)
+
+
+def choose_estimate(values: dict, settings: Settings, aa: Optional[dict] = None) -> tuple:
+    """``(pairing, trim)`` for the whole campaign: the estimate whose typical interval is narrowest.
 
     Pairing removes noise A and B of a round share (a drifting clock) but halves the degrees of
-    freedom; the pooled variances of the campaign's points (and of the A/A's, when given) say
-    which wins. Only variances enter, never the deltas, so the choice does not favour a verdict.
+    freedom; trimming 10 % resists heavy tails but costs a little under normal noise. The pooled
+    variances of the campaign's points (and of the A/A's, when given) say which wins. Only
+    variances enter, never the deltas, so the choice does not favour a verdict.
     """
-    if settings.pairing != AUTO:
-        return settings.pairing
-    pp, pu, h = [], [], []
-    for point, (a_ms, b_ms) in values.items():
-        if len(a_ms) < 2:
-            continue
-        nz = point_noise(a_ms, b_ms, settings.trim)
-        pp.append((nz.var_paired, nz.df_paired))
-        pu.append((nz.var_unpaired, nz.df_unpaired))
-        h.append(len(a_ms) - 2 * int(math.floor(settings.trim * len(a_ms))))
-        if aa and point in aa:
-            pp.append((aa[point].var_paired, aa[point].df_paired))
-            pu.append((aa[point].var_unpaired, aa[point].df_unpaired))
-    if not h:
-        return PAIRED
-    vp, _ = _pool(pp)
-    vu, _ = _pool(pu)
-    hh = float(np.median(h))
-    if hh < 2:
-        return PAIRED
+    pairings = (PAIRED, UNPAIRED) if settings.pairing == AUTO else (settings.pairing,)
+    trims = AUTO_TRIMS if settings.trim is None else (settings.trim,)
+    if len(pairings) * len(trims) == 1:
+        return pairings[0], trims[0]
     level = settings.alpha / max(1, len(values))
-    width_p = _t_quantile(hh - 1, 1 - level / 2) * math.sqrt(vp / hh)
-    width_u = _t_quantile(2 * (hh - 1), 1 - level / 2) * math.sqrt(2 * vu / hh)
-    return PAIRED if width_p < width_u else UNPAIRED
+    best = min(((_width(values, p, t, aa or {}, level), i, p, t) for i, (p, t) in
+                enumerate((p, t) for p in pairings for t in trims)))
+    return (best[2], best[3]) if math.isfinite(best[0]) else (pairings[0], trims[-1])
+
+
+def choose_pairing(values: dict, settings: Settings, aa: Optional[dict] = None) -> str:
+    """The pairing half of :func:`choose_estimate`."""
+    return choose_estimate(values, settings, aa)[0]
+
+
+def aa_noise_at(aa: dict, point: str, trim: float) -> Optional[Noise]:
+    """The A/A's :class:`Noise` of ``point`` at ``trim``: ``aa`` maps points to a Noise (used as
+    is) or to a summary.json entry (``a_ms``/``b_ms``, or an older one's ``deltas_pct``)."""
+    entry = aa.get(point) if aa else None
+    if entry is None or isinstance(entry, Noise):
+        return entry
+    a, b = entry.get("a_ms"), entry.get("b_ms")
+    if a and b and len(a) == len(b) and len(a) >= 2:
+        return point_noise(a, b, trim)
+    if entry.get("deltas_pct"):
+        return noise_from_deltas(entry["deltas_pct"], trim)
+    return None
 
 
 # ----------------------------------------------------------------------------- alpha spending
@@ -485,23 +518,25 @@ def analyse(values: dict, settings: Settings = Settings(), alpha: Optional[float
         analysed together form the family Holm's procedure covers.
     :param settings: the rule's knobs.
     :param alpha: the level of this look (default ``settings.alpha``).
-    :param noise: ``{point: Noise}`` from an A/A campaign (``--noise-from``), pooled in.
+    :param noise: ``{point: Noise or A/A summary.json entry}`` (``--noise-from``), pooled in.
     :param notes: ``{point: reason}`` for points that must not get a direction (mixed timers
         ...): their verdict is at most SAME.
     :param frozen: ``{point: (verdict, rounds)}`` decided at an earlier look (adaptive): kept, and
         counted as decided in Holm's steps.
     :param levels: ``{point: level}`` replacing ``alpha`` per point (adaptive: a point's level
         depends on its own number of rounds).
-    :param pairing: paired or unpaired; default chosen by :func:`choose_pairing`.
+    :param pairing: paired or unpaired; default chosen by :func:`choose_estimate` (with the trim).
     :return: a list of :class:`PointStats` in the order of ``values``.
     """
     alpha = settings.alpha if alpha is None else alpha
     noise, notes, frozen, levels = noise or {}, notes or {}, frozen or {}, levels or {}
-    pairing = pairing or choose_pairing(values, settings, noise)
+    chosen, trim = choose_estimate(values, settings, noise)
+    pairing = pairing or chosen
+    noise = {p: nz for p in values if (nz := aa_noise_at(noise, p, trim)) is not None}
     m = max(1, len(values))
     est, dec = {}, {}
     for point, (a_ms, b_ms) in values.items():
-        e = estimate(a_ms, b_ms, pairing, settings.trim, noise.get(point))
+        e = estimate(a_ms, b_ms, pairing, trim, noise.get(point))
         est[point] = e
         if point in frozen:
             continue
@@ -559,10 +594,10 @@ def analyse(values: dict, settings: Settings = Settings(), alpha: Optional[float
             p_value=dec.get(point, (None, None))[1] if enough else None, confidence=1.0 - 2.0 * lvl, note=note,
             deltas_pct=tuple(pct(x) for x in d),
             delta_pct=pct(e.mean) if e is not None else pct(float(d.mean())) if d.size else None,
-            pairing=pairing, df=e.df if e is not None else None,
+            pairing=pairing, trim=trim, df=e.df if e is not None else None,
             noise_pct=pooled.pct if pooled is not None else None, noise=e.noise if e is not None else None,
             rounds_needed=(rounds_needed(pooled, pairing, bonf, settings.power, settings.min_effect_pct,
-                                         settings.trim, (aa.df_paired if pairing == PAIRED else aa.df_unpaired) if aa else 0.0)
+                                         trim, (aa.df_paired if pairing == PAIRED else aa.df_unpaired) if aa else 0.0)
                            if enough else None),
             decided_at=decided_at, a_ms=tuple(float(x) for x in a_ms), b_ms=tuple(float(x) for x in b_ms),
         ))
@@ -574,20 +609,21 @@ def counts(results: Sequence[PointStats]) -> dict:
     return {v: sum(1 for r in results if r.verdict == v) for v in VERDICTS}
 
 
-def aa_noise(summary_points: Sequence[dict], trim: Optional[float] = None) -> dict:
-    """``{point: Noise}`` from an A/A campaign's summary.json point entries (older summaries,
-    without per-side times, through their per-round deltas)."""
-    trim = DEFAULTS.trim if trim is None else trim
+def aa_entries(summary_points: Sequence[dict]) -> dict:
+    """``{point: entry}`` of an A/A campaign's summary.json point entries that can give a
+    variance (per-side times, or an older summary's per-round deltas): what ``--noise-from`` keeps."""
     out = {}
     for p in summary_points:
-        a, b = p.get("a_ms"), p.get("b_ms")
-        if a and b and len(a) == len(b) and len(a) >= 2:
-            out[p["point"]] = point_noise(a, b, trim)
-        elif p.get("deltas_pct"):
-            nz = noise_from_deltas(p["deltas_pct"], trim)
-            if nz is not None:
-                out[p["point"]] = nz
+        entry = {k: p[k] for k in ("a_ms", "b_ms", "deltas_pct") if p.get(k)}
+        if aa_noise_at({p["point"]: entry}, p["point"], 0.0) is not None:
+            out[p["point"]] = entry
     return out
+
+
+def aa_noise(summary_points: Sequence[dict], trim: float = 0.0) -> dict:
+    """``{point: Noise}`` at ``trim`` from an A/A campaign's summary.json point entries."""
+    entries = aa_entries(summary_points)
+    return {p: aa_noise_at(entries, p, trim) for p in entries}
 
 
 def json_safe(obj):

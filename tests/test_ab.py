@@ -357,7 +357,7 @@ def test_noise_from_reads_an_aa_campaign(tmp_path):
     ab_report.write(aa, results, remarks, excluded, alpha, [])
     noise = ab.load_noise(aa.path)
     assert set(noise) == {"add/1024/float32", "add/4096/float32"}
-    assert all(n["var_unpaired"] > 0 and n["df_unpaired"] == 4 for n in noise.values())
+    assert all(len(n["a_ms"]) == len(n["b_ms"]) == 3 for n in noise.values())
     assert "run-to-run noise" in (aa.path / "summary.log").read_text()
     # an A/A summary written before per-side times were kept: its per-round deltas still serve
     doc = json.loads((aa.path / "summary.json").read_text())
@@ -365,7 +365,8 @@ def test_noise_from_reads_an_aa_campaign(tmp_path):
         del p["a_ms"], p["b_ms"]
     (aa.path / "summary.json").write_text(json.dumps(doc))
     old = ab.load_noise(aa.path)
-    assert set(old) == set(noise) and all(n["df_paired"] == 2 for n in old.values())
+    assert set(old) == set(noise) and all(len(n["deltas_pct"]) == 3 and "a_ms" not in n for n in old.values())
+    assert all(stats.aa_noise_at(old, p, 0.0).df_paired == 2 for p in old)
     ab_dir = Campaign.create(tmp_path, "ab", campaign_data(tmp_path))
     ab_dir.data["status"] = "complete"
     results, *_ = ab.analyse(ab_dir)
