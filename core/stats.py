@@ -67,9 +67,6 @@ class Settings:
     pairing: str = AUTO
 
 
-DEFAULTS = Settings()
-
-
 @attrs.frozen
 class Noise:
     """Variance of one run's log time (unpaired) and of one round's log delta (paired) of a
