@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # zlf ab on one GPU (an H200): the four campaigns issue 7 asks to show, in < 12 minutes.
-#   1. A/A over the built-in suite (22 points) x 6 rounds: expect 0 FASTER/SLOWER; noise floor per point
+#   1. A/A over the built-in suite (22 points) x 6 rounds: expect 0 FASTER/SLOWER; run-to-run noise,
+#      MDE and rounds needed per point
 #   2. --switch DISABLE_MMA_V3 x 6 rounds over matmul (4 shapes x 2 dtypes), add, softmax, with the
-#      A/A as noise floor: expect every matmul point SLOWER, add/softmax SAME or UNSURE, IR guard
+#      A/A's variance pooled in: expect every matmul point SLOWER, add/softmax SAME or UNSURE, IR guard
 #      "IR differs" for matmul (when ir_dump is installed)
-#   3. the same with --until-confident --max-rounds 6: rounds used
+#   3. the same with --until-confident --max-rounds 12 on matmul: rounds used (first look after 3)
 #   4. a null switch (a variable nothing reads) on add x 2 rounds: the source guard warns
 #
 #   bash benchmarks/ab_gpu.sh --out DIR     (summaries, reports and plots are copied to DIR)
@@ -32,7 +33,7 @@ say "== extensions: ${EXTS[*]} ${IR[*]} (missing autotune_replay: runs tune for 
 # keys it by side letter + interpreter + environment, so sharing never crosses a compiler change).
 COMMON=(--out "$OUT/campaigns" --triton-cache "$OUT/triton_cache" --warmup-ms 10 --rep-ms 20)
 ROUNDS="${ROUNDS:-6}"
-MAX_ROUNDS="${MAX_ROUNDS:-6}"
+MAX_ROUNDS="${MAX_ROUNDS:-12}"
 T0=$SECONDS
 
 campaign() {  # campaign NAME ZLF_AB_ARGS...: run, copy summary/report/plot to $OUT/NAME.*
@@ -93,14 +94,17 @@ def pc(x):
 
 aa = load("aa")
 if aa:
-    floors = sorted(p["aa_floor_pct"] for p in aa["points"] if p["aa_floor_pct"] is not None)
+    # older summaries kept an interval bound ("aa_floor_pct"); newer ones the run-to-run spread
+    key = "noise_pct" if any("noise_pct" in p for p in aa["points"]) else "aa_floor_pct"
+    spreads = sorted(p[key] for p in aa["points"] if p.get(key) is not None)
     print(f"A/A: {len(aa['points'])} points x {aa['rounds']} rounds; FASTER+SLOWER = "
-          f"{aa['counts']['FASTER'] + aa['counts']['SLOWER']} (target 0); verdicts {aa['counts']}")
-    if floors:
-        print(f"A/A noise floor per point: median {pc(floors[len(floors) // 2])}, max {pc(floors[-1])}")
+          f"{aa['counts']['FASTER'] + aa['counts']['SLOWER']} (target 0); verdicts {aa['counts']}; "
+          f"estimate {aa.get('pairing', '-')}")
+    if spreads:
+        print(f"A/A run-to-run noise per point: median {pc(spreads[len(spreads) // 2])}, max {pc(spreads[-1])}")
     for p in aa["points"]:
-        print(f"   {p['point']:<28} floor {pc(p['aa_floor_pct'])}  noise A/B {pc(p['noise_a_pct'])} / {pc(p['noise_b_pct'])}"
-              f"  verdict {p['verdict']}")
+        print(f"   {p['point']:<28} noise {pc(p.get(key))}  noise A/B {pc(p['noise_a_pct'])} / {pc(p['noise_b_pct'])}"
+              f"  MDE {pc(p.get('mde_pct'))}  rounds for delta {p.get('rounds_needed') or '-'}  verdict {p['verdict']}")
 for name in ("mma_v3", "mma_v3_adaptive"):
     doc = load(name)
     if not doc:
@@ -109,7 +113,7 @@ for name in ("mma_v3", "mma_v3_adaptive"):
     ops = by_op(doc)
     mm = ops.get("matmul", {})
     ok = bool(mm) and set(mm) == {"SLOWER"} and all(set(ops.get(o, {})) <= {"SAME", "UNSURE"} for o in ("add", "softmax"))
-    print(f"{name}: rounds used {doc['rounds']}; verdicts by op {ops}; failed ops {doc['failed_ops'] or 'none'}; "
+    print(f"{name}: rounds used {doc['rounds']}; estimate {doc.get('pairing', '-')}; verdicts by op {ops}; failed ops {doc['failed_ops'] or 'none'}; "
           f"expectation (matmul all SLOWER, add/softmax SAME|UNSURE) {'MET' if ok else 'NOT MET'}")
     for g in doc["guards"]:
         print(f"   guard: {g}")

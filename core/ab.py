@@ -32,8 +32,8 @@ from .scheduler import Scheduler, gpu_label
 EPILOG = """\
 examples:
   zlf ab --switch DISABLE_MMA_V3 matmul          DISABLE_MMA_V3=0 on A, =1 on B, 6 rounds
-  zlf ab --aa --rounds 6                         A/A over the built-in suite: the noise floor
-  zlf ab --switch X --noise-from runs/ab_aa_...  use that A/A as the noise floor
+  zlf ab --aa --rounds 6                         A/A over the built-in suite: the run-to-run noise
+  zlf ab --switch X --noise-from runs/ab_aa_...  pool that A/A's noise into the intervals
   zlf ab --a-python venvA/bin/python --b-python venvB/bin/python softmax
   zlf ab --switch X --until-confident --max-rounds 12 --ext autotune_replay
   zlf ab --resume runs/ab_X_20250101-120000      finish an interrupted campaign
@@ -103,17 +103,21 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     r.add_argument("--rounds", type=int, metavar="N",
                    help=f"rounds of A+B runs (default {DEFAULT_ROUNDS}; with --until-confident the first look, default {DEFAULT_FIRST_LOOK})")
     r.add_argument("--until-confident", action="store_true",
-                   help="add rounds until no point is UNSURE or --max-rounds (alpha spending keeps the error rate)")
+                   help="look after every round; a decided point keeps its verdict and only ops with an undecided "
+                        "point get another round, up to --max-rounds (O'Brien-Fleming alpha spending keeps the error rate)")
     r.add_argument("--max-rounds", type=int, default=DEFAULT_MAX_ROUNDS, metavar="M",
                    help=f"upper bound of --until-confident (default {DEFAULT_MAX_ROUNDS})")
     st = parser.add_argument_group("statistics (docs/ab.md)")
     st.add_argument("--alpha", type=float, default=_DEFAULTS.alpha, metavar="A",
                     help="chance of any wrong verdict in the whole campaign (default 0.05)")
-    st.add_argument("--margin", type=float, default=_DEFAULTS.margin_pct, metavar="PCT",
-                    help="equivalence margin for SAME, percent (default 2)")
     st.add_argument("--min-effect", type=float, default=_DEFAULTS.min_effect_pct, metavar="PCT",
-                    help="noise floor for points no A/A covers, percent (default 1)")
-    st.add_argument("--noise-from", metavar="DIR", help="an A/A campaign (zlf ab --aa) whose per-point noise floor to use")
+                    help="the effect threshold delta, percent (default 1): SLOWER/FASTER need the whole interval "
+                         "beyond +-delta, SAME inside it")
+    st.add_argument("--margin", type=float, default=None, dest="margin", help=argparse.SUPPRESS)  # deprecated alias of --min-effect
+    st.add_argument("--pairing", choices=stats.PAIRINGS, default=stats.AUTO,
+                    help="paired per-round deltas or unpaired sides (default auto: chosen from the data's variances)")
+    st.add_argument("--noise-from", metavar="DIR",
+                    help="an A/A campaign (zlf ab --aa) whose per-point variance is pooled into the intervals")
     st.add_argument("--metric", choices=metrics.NAMES, default=None,
                     help="what the verdicts decide on: time (default), cycles (time x measured SM clock), "
                          "wall (host wall-clock per call); with --resume: re-decide a campaign on another metric")
@@ -486,41 +490,66 @@ def collect(campaign, rounds=None):
     return values, blockers, remarks, excluded
 
 
-def load_floors(noise_from) -> dict:
-    """``{point: floor percent}`` from an A/A campaign directory (``--noise-from``)."""
+def load_noise(noise_from) -> dict:
+    """``{point: Noise as JSON}`` from an A/A campaign directory (``--noise-from``)."""
     if not noise_from:
         return {}
     path = Path(noise_from) / SUMMARY_JSON
     if not path.is_file():
         raise UsageError(f"--noise-from {noise_from!r}: no {SUMMARY_JSON} (not a finished zlf ab campaign)")
-    doc = json.loads(path.read_text())
+    try:
+        doc = json.loads(path.read_text())
+    except ValueError as exc:
+        raise UsageError(f"--noise-from {noise_from!r}: {SUMMARY_JSON} is not JSON ({exc})") from None
     if not doc.get("aa"):
         raise UsageError(f"--noise-from {noise_from!r} is not an A/A campaign (run zlf ab --aa)")
-    return stats.aa_floors(doc.get("points", []))
+    noise = stats.aa_entries(doc.get("points", []))
+    if not noise:
+        raise UsageError(f"--noise-from {noise_from!r}: no point has two rounds to estimate noise from")
+    return noise
 
 
 def settings_of(campaign) -> stats.Settings:
+    """The rule's knobs as stored; a campaign from before the one-threshold rule kept a SAME
+    margin beside --min-effect: its --min-effect is the threshold now."""
     s = campaign.data["statistics"]
-    return stats.Settings(alpha=s["alpha"], margin_pct=s["margin_pct"], min_effect_pct=s["min_effect_pct"])
+    return stats.Settings(alpha=s["alpha"], min_effect_pct=s.get("min_effect_pct", _DEFAULTS.min_effect_pct),
+                          trim=s.get("trim"), pairing=s.get("pairing", stats.AUTO))
+
+
+def spending_plan(campaign) -> "stats.SpendingPlan | None":
+    s = campaign.data["statistics"]
+    if not s.get("until_confident"):
+        return None
+    return stats.SpendingPlan(s["first_look"], s["max_rounds"], s["alpha"])
 
 
 def look_level(campaign, rounds: int) -> float:
-    """The alpha of the analysis after ``rounds`` rounds (alpha spending when adaptive)."""
-    s = campaign.data["statistics"]
-    if not s.get("until_confident"):
-        return s["alpha"]
-    first = s["first_look"]
-    previous = 0 if rounds <= first else rounds - 1
-    return stats.look_alpha(rounds, previous, s["max_rounds"], s["alpha"])
+    """The (one-sided, before Holm) level of the analysis after ``rounds`` rounds: alpha, or
+    the O'Brien–Fleming spending level of that look when adaptive."""
+    plan = spending_plan(campaign)
+    return campaign.data["statistics"]["alpha"] if plan is None else plan.level(rounds)
+
+
+def _frozen(campaign) -> dict:
+    """``{point: (verdict, rounds)}`` decided at earlier looks of an adaptive campaign."""
+    return {p: tuple(v) for p, v in (campaign.data.get("frozen") or {}).items()}
+
+
+def noise_of(campaign) -> dict:
+    """The A/A's per-point entries (per-round times) that ``--noise-from`` stored."""
+    return dict(campaign.data["statistics"].get("noise") or {})
 
 
 def analyse(campaign, rounds=None):
     rounds = rounds or campaign.planned_rounds()
     values, blockers, remarks, excluded = collect(campaign, rounds)
-    floors = campaign.data["statistics"].get("floors") or {}
-    alpha = look_level(campaign, rounds)
-    results = stats.analyse(values, settings_of(campaign), alpha=alpha, floors=floors, notes=blockers)
-    return results, remarks, excluded, alpha
+    settings, noise, plan = settings_of(campaign), noise_of(campaign), spending_plan(campaign)
+    if plan is None:
+        results = stats.analyse(values, settings, noise=noise, notes=blockers)
+    else:
+        results = stats.look(values, settings, plan, _frozen(campaign), noise=noise, notes=blockers)
+    return results, remarks, excluded, look_level(campaign, rounds)
 
 
 # ----------------------------------------------------------------------------- driving the runs
@@ -658,7 +687,8 @@ def _settled(campaign) -> tuple:
 
 
 def drive(campaign, printer, busy=None, idle_wait=60.0, scaled=None) -> None:
-    """Run every pending run; when adaptive, look after each round and add rounds as needed."""
+    """Run every pending run; when adaptive, look after each round, freeze the verdicts a look
+    decides, and add a round only for the ops with an undecided point."""
     s = campaign.data["statistics"]
     while True:
         if scaled is not None:
@@ -668,16 +698,39 @@ def drive(campaign, printer, busy=None, idle_wait=60.0, scaled=None) -> None:
         if not s.get("until_confident"):
             return
         n = campaign.planned_rounds()
-        results, _, _, alpha = analyse(campaign, n)
-        undecided = [r.point for r in results if r.verdict == stats.UNSURE]
+        values, blockers, _, _ = collect(campaign, n)
+        owner = _point_ops(campaign)
+        results, frozen, extend = stats.adaptive_step(
+            values, settings_of(campaign), spending_plan(campaign), _frozen(campaign),
+            lambda point: owner.get(point, point.split("/")[0]), noise_of(campaign), blockers)
+        alpha = look_level(campaign, n)
+        campaign.data["frozen"] = {p: list(v) for p, v in frozen.items()}
+        extend = [o.name for o in campaign.ops if o.name in extend and _op_rounds(campaign, o.name) == n]
         looks = campaign.data["looks"]
         if not looks or looks[-1]["rounds"] != n:
-            looks.append({"rounds": n, "alpha": alpha, "points": len(results), "undecided": len(undecided), "at": now()})
-            campaign.save()
-        printer.line(f"look after round {n}: alpha {alpha:.4g}, {len(results) - len(undecided)} of {len(results)} points decided")
-        if not undecided or not results or n >= s["max_rounds"]:
+            looks.append({"rounds": n, "alpha": alpha, "points": len(results), "decided": len(frozen),
+                          "undecided": len(results) - len(frozen), "ops_extended": extend, "at": now()})
+        campaign.save()
+        printer.line(f"look after round {n}: level {alpha:.3g}, {len(results) - sum(r.verdict == stats.UNSURE for r in results)} "
+                     f"of {len(results)} points decided" + (f"; another round for {', '.join(extend)}" if extend and n < s["max_rounds"] else ""))
+        if not extend or not results:
             return
-        campaign.add_round(n + 1)
+        campaign.add_round(n + 1, ops=extend)
+
+
+def _point_ops(campaign) -> dict:
+    """``{point: op name}`` from each op's first finished run."""
+    out = {}
+    for op in campaign.ops:
+        run = next((r for r in campaign.runs if r["op"] == op.name and r["status"] == OK), None)
+        if run is not None:
+            records, _ = RunDir(campaign.run_dir(run)).records()
+            out.update({rec.point: op.name for rec in records})
+    return out
+
+
+def _op_rounds(campaign, op: str) -> int:
+    return max((r["round"] for r in campaign.runs if r["op"] == op), default=0)
 
 
 # ----------------------------------------------------------------------------- the command
@@ -715,7 +768,15 @@ def _new_campaign(args, session):
         raise UsageError(f"--max-rounds {args.max_rounds} is below the first look ({first} rounds)")
     if not 0 < args.alpha < 1:
         raise UsageError("--alpha must be between 0 and 1")
-    floors = load_floors(args.noise_from)
+    if args.margin is not None:
+        warn("--margin is deprecated: one threshold now serves SAME and both directions; using it as --min-effect")
+        args.min_effect = args.margin
+    if not 0 < args.min_effect < 100:
+        raise UsageError("--min-effect must be a percentage between 0 and 100")
+    if first < stats.MIN_ROUNDS:
+        warn(f"!!! {first} round(s): fewer than {stats.MIN_ROUNDS} rounds give no verdict (every point UNSURE or "
+             f"without an interval); use --rounds {stats.MIN_ROUNDS} or more")
+    noise = load_noise(args.noise_from)
     replay = any(i.name == REPLAY_EXTENSION and i.status == "active" for i in session.hooks.infos)
     data = {
         "label": args.label or ("aa" if args.aa else (args.switch or (ops[0].name if args.task else "ab"))),
@@ -739,8 +800,9 @@ def _new_campaign(args, session):
         # startup (imports, plugins, device queries) once per round and side for all ops
         "process": PER_OP if (args.process_per_op or args.task or args.unit == "op") else SHARED_PROCESS,
         "statistics": {
-            "alpha": args.alpha, "margin_pct": args.margin, "min_effect_pct": args.min_effect,
-            "noise_from": os.path.abspath(args.noise_from) if args.noise_from else None, "floors": floors,
+            "alpha": args.alpha, "min_effect_pct": args.min_effect, "pairing": args.pairing,
+            "trim": None, "spending": "obrien-fleming",
+            "noise_from": os.path.abspath(args.noise_from) if args.noise_from else None, "noise": noise,
             "until_confident": bool(args.until_confident), "first_look": first,
             "max_rounds": args.max_rounds if args.until_confident else first,
         },

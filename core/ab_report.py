@@ -11,15 +11,20 @@ from tabulate import tabulate
 
 from . import metrics, stats
 from .console import clean, clean_lines
+from .rundir import write_atomic
 from .campaign import FAILED, OK, PLOT, REPORT, SKIPPED, SUMMARY_JSON, SUMMARY_LOG, now
 
-HEADERS = ["point", "A median ms", "B median ms", "delta median", "delta interval", "noise A/B",
-           "flips", "MDE", "verdict"]
+HEADERS = ["point", "A median ms", "B median ms", "delta", "delta interval", "noise A/B",
+           "flips", "MDE", "rounds for delta", "verdict"]
 #: the rule in one place, printed under every table (docs/ab.md explains it).
-RULE = ("verdict rule (B against A): interval = t-interval of the paired per-round log deltas at "
-        "confidence 1 - alpha/m (m points, Bonferroni); SLOWER/FASTER when it excludes 0, the median "
-        "delta is beyond the noise floor and no round has the other sign; SAME when it lies inside "
-        "+-margin; else UNSURE. MDE = smallest delta detectable with 80% power.")
+RULE = ("verdict rule (B against A), one threshold delta (--min-effect): interval = t-interval of the "
+        "log delta (paired per round or unpaired Yuen-Welch, trimmed 0 or 10%, chosen from the variances; an "
+        "A/A's variance pooled in with --noise-from); Holm over the m points; SLOWER when the whole "
+        "interval is above +delta, FASTER below -delta, SAME inside +-delta, else UNSURE; sign flips "
+        "are reported, not a gate. MDE = smallest slowdown called SLOWER with 80% power (noncentral t, at the "
+        "level the point faced); rounds for delta = rounds for a zero delta to be called SAME with 80% power.")
+#: the plot's x range never exceeds this many percent either side (intervals beyond it are clipped).
+PLOT_LIMIT_PCT = 50.0
 
 
 def _p(value, digits=2, sign=True) -> str:
@@ -39,10 +44,12 @@ def rows(results, aa=False) -> list:
     for r in results:
         interval = "-" if r.delta_lo_pct is None else f"[{_p(r.delta_lo_pct)[:-1]}, {_p(r.delta_hi_pct)[:-1]}]%"
         noise = f"{_p(r.noise_a_pct, 2, False)} / {_p(r.noise_b_pct, 2, False)}"
-        row = [r.point, _ms(r.a_median_ms), _ms(r.b_median_ms), _p(r.delta_median_pct), interval, noise,
-               f"{r.flips}/{r.rounds}", _p(r.mde_pct, 1, False), r.verdict + (f" ({r.note})" if r.note else "")]
+        delta = r.delta_pct if r.delta_pct is not None else r.delta_median_pct
+        needed = "-" if r.rounds < stats.MIN_ROUNDS else (str(r.rounds_needed) if r.rounds_needed else f">{stats.MAX_PLAN_ROUNDS}")
+        row = [r.point, _ms(r.a_median_ms), _ms(r.b_median_ms), _p(delta), interval, noise,
+               f"{r.flips}/{r.rounds}", _p(r.mde_pct, 1, False), needed, r.verdict + (f" ({r.note})" if r.note else "")]
         if aa:
-            row.insert(-1, _p(r.aa_floor_pct, 2, False))
+            row.insert(-1, _p(r.noise_pct, 2, False))
         out.append(row)
     return out
 
@@ -51,11 +58,11 @@ def headers(aa=False, metric="time") -> list:
     unit = metrics.unit(metric)
     h = [c.replace(" ms", f" {unit}") for c in HEADERS]
     if aa:
-        h.insert(-1, "noise floor")
+        h.insert(-1, "run-to-run noise")
     return h
 
 
-def _context_lines(campaign, alpha) -> list:
+def _context_lines(campaign, alpha, results=()) -> list:
     d = campaign.data
     s = d["statistics"]
     a, b = campaign.sides["A"], campaign.sides["B"]
@@ -65,12 +72,17 @@ def _context_lines(campaign, alpha) -> list:
              f"  A: {a.describe()}", f"  B: {b.describe()}"]
     if s.get("until_confident"):
         lines.append(f"  until confident: first look after {s['first_look']} rounds, at most {s['max_rounds']}; "
-                     f"rounds used: {rounds}; alpha of the final look {alpha:.4g} (linear alpha spending, total {s['alpha']})")
+                     f"rounds used: {rounds}; level of the last look {alpha:.3g} (O'Brien-Fleming alpha spending, "
+                     f"total {s['alpha']}); a point keeps the verdict of the look that decided it")
     else:
-        lines.append(f"  alpha {s['alpha']} for the whole campaign")
-    floor = (f"A/A floors from {s['noise_from']} ({len(s.get('floors') or {})} points), else {s['min_effect_pct']}%"
-             if s.get("noise_from") else f"{s['min_effect_pct']}% (no A/A calibration: --noise-from DIR)")
-    lines.append(f"  noise floor: {floor}; equivalence margin: {s['margin_pct']}%")
+        lines.append(f"  alpha {s['alpha']} for the whole campaign (Holm over the points)")
+    kinds = sorted({f"{r.pairing}, trim {r.trim:.0%}" for r in results})
+    chosen = f"{'/'.join(kinds) or '-'}" + (" (chosen from the variances)" if s.get("pairing", "auto") == "auto" else " (--pairing)")
+    noise = (f"A/A variance from {s['noise_from']} pooled in ({len(s.get('noise') or {})} points)"
+             if s.get("noise_from") else "this campaign's own (no A/A: --noise-from DIR)")
+    if s.get("noise_from") and not s.get("noise"):
+        noise = f"{s['noise_from']} was read by an older zlf (floors): not pooled"
+    lines.append(f"  threshold delta: {s['min_effect_pct']}%; estimate: {chosen}; noise: {noise}")
     metric = d.get("metric") or metrics.DEFAULT
     if metric != metrics.DEFAULT:
         lines.append(f"  metric: {metric} ({metrics.unit(metric)}: {metrics.METRICS[metric].summary})")
@@ -124,10 +136,14 @@ def _findings(campaign, results, remarks) -> list:
     lines.append(f"sign flips: {len(flipped)} point(s) changed the sign of their delta across rounds"
                  + (": " + ", ".join(f"{r.point} ({r.flips}/{r.rounds})" for r in flipped) if flipped else ""))
     if aa:
-        floors = sorted(r.aa_floor_pct for r in results if r.aa_floor_pct is not None)
-        if floors:
-            lines.append(f"A/A noise floor: median {_p(floors[len(floors) // 2], 2, False)}, max {_p(floors[-1], 2, False)} "
-                         "(give this campaign to --noise-from)")
+        spreads = sorted(r.noise_pct for r in results if r.noise_pct is not None and r.rounds >= 2)
+        if spreads:
+            lines.append(f"A/A run-to-run noise (standard deviation of one process's time): median "
+                         f"{_p(spreads[len(spreads) // 2], 2, False)}, max {_p(spreads[-1], 2, False)} "
+                         "(give this campaign to --noise-from: its variance is pooled into later intervals)")
+    short = [r for r in results if r.rounds < stats.MIN_ROUNDS]
+    if short:
+        lines.append(f"!!! {len(short)} point(s) have fewer than {stats.MIN_ROUNDS} rounds: no verdict, no MDE")
     shown = {r.point for r in results}
     for point in sorted(p for p in remarks if p in shown):
         marks = remarks[point]
@@ -138,7 +154,7 @@ def _findings(campaign, results, remarks) -> list:
 def render(campaign, results, remarks, excluded, alpha, ir_lines) -> str:
     """The plain-text summary (stdout and summary.log)."""
     aa = bool(campaign.data.get("aa"))
-    parts = _context_lines(campaign, alpha)
+    parts = _context_lines(campaign, alpha, results)
     guards = _guard_lines(campaign, ir_lines)
     if guards:
         parts += [""] + guards
@@ -154,7 +170,7 @@ def render(campaign, results, remarks, excluded, alpha, ir_lines) -> str:
 
 def render_markdown(campaign, results, remarks, excluded, alpha, ir_lines, why_no_plot) -> str:
     aa = bool(campaign.data.get("aa"))
-    out = [f"# zlf ab: {campaign.path.name}", "", "```", *_context_lines(campaign, alpha), "```", ""]
+    out = [f"# zlf ab: {campaign.path.name}", "", "```", *_context_lines(campaign, alpha, results), "```", ""]
     guards = _guard_lines(campaign, ir_lines)
     if guards:
         out += ["## Guards", "", *[f"- {g}" for g in guards], ""]
@@ -184,16 +200,25 @@ def plot(results, path: Path, title: str) -> str:
         return "matplotlib is not installed (pip install matplotlib)"
     colour = {stats.FASTER: "tab:green", stats.SLOWER: "tab:red", stats.SAME: "tab:blue", stats.UNSURE: "tab:gray"}
     fig, ax = plt.subplots(figsize=(8, 0.32 * len(shown) + 1.6))
+    delta = max(r.min_effect_pct for r in shown)
+    # the scale follows the estimates and the threshold, never a huge interval (2 rounds, df 1)
+    centre = [abs(r.delta_pct if r.delta_pct is not None else r.delta_median_pct) for r in shown]
+    limit = min(PLOT_LIMIT_PCT, max(3.0 * delta, 1.5 * max(centre)))
     for i, r in enumerate(shown):
-        ax.plot([r.delta_lo_pct, r.delta_hi_pct], [i, i], color=colour[r.verdict], linewidth=3)
-        ax.plot([r.delta_median_pct], [i], "k|", markersize=10)
-    margin = max(r.margin_pct for r in shown)
-    ax.axvspan(-margin, margin, color="tab:blue", alpha=0.08, label=f"equivalence margin ±{margin:g}%")
+        lo, hi = max(r.delta_lo_pct, -limit), min(r.delta_hi_pct, limit)
+        ax.plot([lo, hi], [i, i], color=colour[r.verdict], linewidth=3)
+        for end, clipped in ((lo, r.delta_lo_pct < -limit), (hi, r.delta_hi_pct > limit)):
+            if clipped:
+                ax.plot([end], [i], "<" if end < 0 else ">", color=colour[r.verdict], markersize=5)
+        mid = r.delta_pct if r.delta_pct is not None else r.delta_median_pct
+        ax.plot([max(-limit, min(limit, mid))], [i], "k|", markersize=10)
+    ax.set_xlim(-limit * 1.05, limit * 1.05)
+    ax.axvspan(-delta, delta, color="tab:blue", alpha=0.08, label=f"threshold ±{delta:g}% (SAME inside)")
     ax.axvline(0, color="black", linewidth=0.8)
     ax.set_yticks(range(len(shown)))
     ax.set_yticklabels([clean(f"{r.point} {r.verdict}") for r in shown], fontsize=7)
     ax.invert_yaxis()
-    ax.set_xlabel("delta of B against A, % (positive: B slower); bar = interval, tick = median")
+    ax.set_xlabel("delta of B against A, % (positive: B slower); bar = interval (arrow: clipped), tick = estimate")
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
@@ -205,9 +230,11 @@ def plot(results, path: Path, title: str) -> str:
 def write(campaign, results, remarks, excluded, alpha, ir_lines) -> str:
     """Write summary.log, summary.json, report.md (+ plot); return the summary text."""
     text = render(campaign, results, remarks, excluded, alpha, ir_lines)
-    (campaign.path / SUMMARY_LOG).write_text(text + "\n")
+    write_atomic(campaign.path / SUMMARY_LOG, text + "\n")
     doc = {
         "written": now(), "aa": bool(campaign.data.get("aa")), "alpha_final_look": alpha,
+        "min_effect_pct": campaign.data["statistics"].get("min_effect_pct"),
+        "pairing": sorted({r.pairing for r in results}), "trim": sorted({r.trim for r in results}),
         "rounds": campaign.planned_rounds(), "counts": stats.counts(results),
         "failed_ops": {op: r["error"] for op, r in campaign.failed_ops().items()},
         "incomplete_ops": campaign.incomplete_ops(),
@@ -215,7 +242,7 @@ def write(campaign, results, remarks, excluded, alpha, ir_lines) -> str:
         "flagged_runs": [f"{r['op']}/r{r['round']}_{r['side']}" for r in campaign.runs if r.get("flags")],
         "runs": {s: sum(1 for r in campaign.runs if r["status"] == s) for s in (OK, FAILED, SKIPPED)},
     }
-    (campaign.path / SUMMARY_JSON).write_text(json.dumps(doc, indent=2) + "\n")
+    write_atomic(campaign.path / SUMMARY_JSON, json.dumps(stats.json_safe(doc), indent=2, allow_nan=False) + "\n")
     why_no_plot = plot(results, campaign.path / PLOT, campaign.path.name)
-    (campaign.path / REPORT).write_text(render_markdown(campaign, results, remarks, excluded, alpha, ir_lines, why_no_plot))
+    write_atomic(campaign.path / REPORT, render_markdown(campaign, results, remarks, excluded, alpha, ir_lines, why_no_plot))
     return text

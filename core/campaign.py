@@ -291,12 +291,15 @@ class Campaign:
     def planned_rounds(self) -> int:
         return max((r["round"] for r in self.runs), default=0)
 
-    def add_round(self, k: int) -> None:
+    def add_round(self, k: int, ops=None) -> None:
         """Append round ``k``: odd rounds A then B, even rounds B then A (cancels one-way drift);
-        within a round each op's pair runs back to back."""
+        within a round each op's pair runs back to back. ``ops``: only these op names (an
+        adaptive campaign extends only the ops with an undecided point)."""
         order = ("A", "B") if k % 2 == 1 else ("B", "A")
         alone = {r["op"] for r in self.runs if r.get("alone")}
         for op in self.ops:
+            if ops is not None and op.name not in ops:
+                continue
             for side in order:
                 self.runs.append({"op": op.name, "round": k, "side": side, "dir": f"{op.name}/r{k}_{side}",
                                   "status": PENDING, "rc": None, "started": None, "finished": None,

@@ -20,7 +20,7 @@ import attrs
 from tabulate import tabulate
 
 from . import ceilings as ceilings_mod
-from . import metrics
+from . import metrics, stats
 from .console import clean, paint, use_colour, warn
 from .errors import UsageError
 from .records import STATUS_OK, STATUS_OOM, PointRecord, duplicate_points, shape_str
@@ -33,6 +33,7 @@ TIMER_MISMATCH = "timer mismatch"
 ONLY_A = "only A"
 ONLY_B = "only B"
 DUPLICATE = "duplicate id"
+NO_TIME = "no time"
 
 FASTER, SLOWER, UNCHANGED = "faster", "slower", "unchanged"
 
@@ -171,7 +172,7 @@ def pair(a_records, b_records, allow_mixed_timers: bool = False, ir_status: Opti
             else:
                 status = "; ".join(f"{side} {r.status}" for side, r in (("A", a), ("B", b)) if r.status != STATUS_OK)
         elif metrics.value(a, metric) is None or metrics.value(b, metric) is None:
-            status = "no time" if metric == metrics.DEFAULT else f"no {metric}"
+            status = NO_TIME if metric == metrics.DEFAULT else f"no {metric}"
         elif a.timer != b.timer and not allow_mixed_timers:
             status = TIMER_MISMATCH
         else:
@@ -248,9 +249,28 @@ def summarize(rows, threshold: Threshold) -> Summary:
     )
 
 
-def gate(rows, max_slower_pct: float) -> list:
-    """Comparable rows slower than ``max_slower_pct`` percent, worst first (``--fail-if-slower``)."""
-    return sorted((r for r in rows if r.comparable and r.delta_pct > max_slower_pct), key=lambda r: -r.delta_pct)
+def lost_time(row: Row) -> bool:
+    """A row whose B lost the time A had: B failed, ran out of memory, or recorded no usable
+    (NaN, missing, non-positive) median; or A's median itself is unusable."""
+    if row.status == NO_TIME or row.status in {f"no {m}" for m in metrics.NAMES}:
+        return True
+    return row.a is not None and row.b is not None and row.a.status == STATUS_OK and row.b.status != STATUS_OK
+
+
+def gate(rows, max_slower_pct: float, threshold_pct: Optional[float] = None) -> list:
+    """Rows that fail ``--fail-if-slower``: those compare itself calls slower (beyond its noise
+    ``threshold_pct``, default :func:`derive_threshold`) by more than ``max_slower_pct`` percent,
+    worst first, then every row that lost its time (:func:`lost_time`): a gate never passes what
+    it could not measure."""
+    if threshold_pct is None:
+        threshold_pct = derive_threshold(rows).pct
+    slower = sorted((r for r in rows if r.comparable and r.verdict(threshold_pct) == SLOWER and r.delta_pct > max_slower_pct),
+                    key=lambda r: -r.delta_pct)
+    return slower + [r for r in rows if lost_time(r)]
+
+
+def gate_reason(row: Row) -> str:
+    return f"{row.delta_pct:+.1f}%" if row.comparable else row.status
 
 
 # ----------------------------------------------------------------------------- run directories
@@ -516,8 +536,10 @@ def to_json(cmp: Comparison, gate_pct: Optional[float] = None) -> dict:
         ],
     }
     if gate_pct is not None:
-        out["gate"] = {"fail_if_slower_pct": gate_pct, "failed": [r.point for r in gate(cmp.rows, gate_pct)]}
-    return out
+        failed = gate(cmp.rows, gate_pct, t)
+        out["gate"] = {"fail_if_slower_pct": gate_pct, "threshold_pct": t, "failed": [r.point for r in failed],
+                       "reasons": {r.point: gate_reason(r) for r in failed}}
+    return stats.json_safe(out)
 
 
 def _metric(record: Optional[PointRecord], value) -> str:
@@ -583,7 +605,8 @@ def configure_parser(parser) -> None:
     parser.add_argument("--allow-mixed-timers", action="store_true",
                         help="compare rows whose sides used different timers (refused by default)")
     parser.add_argument("--fail-if-slower", type=float, metavar="PCT",
-                        help="exit 1 when any compared point is more than PCT percent slower (CI gate)")
+                        help="exit 1 when a point is slower beyond the noise threshold and by more than PCT percent, "
+                             "or B lost a time A had (CI gate)")
     parser.epilog = (
         "examples:\n"
         "  zlf compare runs/base runs/patched\n"
@@ -602,12 +625,12 @@ def main(args, session) -> int:
                 warn(clean(n))
     failed = None
     if args.fail_if_slower is not None:
-        if not cmp.summary.compared:
+        if not cmp.summary.compared and not any(lost_time(r) for r in cmp.rows):
             raise UsageError("--fail-if-slower: no point could be compared, nothing to gate on "
                              f"({', '.join(f'{n} {s}' for s, n in cmp.summary.not_compared.items())})")
-        failed = gate(cmp.rows, args.fail_if_slower)
+        failed = gate(cmp.rows, args.fail_if_slower, cmp.threshold.pct)
     if args.format == "json":
-        print(json.dumps(to_json(cmp, args.fail_if_slower), indent=2))
+        print(json.dumps(to_json(cmp, args.fail_if_slower), indent=2, allow_nan=False))
     elif args.format == "csv":
         print(to_csv(cmp), end="")
     else:
@@ -616,11 +639,13 @@ def main(args, session) -> int:
         return 0
     out = sys.stderr if machine else sys.stdout
     if failed:
-        names = ", ".join(f"{clean(r.point)} ({r.delta_pct:+.1f}%)" for r in failed)
-        line = f"FAIL: {len(failed)} point(s) more than {args.fail_if_slower:g}% slower: {names}"
+        names = ", ".join(f"{clean(r.point)} ({gate_reason(r)})" for r in failed)
+        line = (f"FAIL: {len(failed)} point(s) slower beyond the noise threshold (±{cmp.threshold.pct:.1f}%) and more "
+                f"than {args.fail_if_slower:g}%, or without a time: {names}")
         print(paint(line, "red", out), file=out)
         return 1
     skipped = sum(cmp.summary.not_compared.values())
-    extra = f"; {skipped} row(s) not compared are not gated" if skipped else ""
-    print(f"PASS: no compared point more than {args.fail_if_slower:g}% slower{extra}", file=out)
+    extra = f"; {skipped} row(s) not compared are not gated (only one side, timer mismatch)" if skipped else ""
+    print(f"PASS: no compared point slower beyond the noise threshold (±{cmp.threshold.pct:.1f}%) and more than "
+          f"{args.fail_if_slower:g}%{extra}", file=out)
     return 0

@@ -13,6 +13,8 @@ A record without the metric's inputs has no value: the point is left out with th
 """
 from __future__ import annotations
 
+import math
+
 from typing import NamedTuple, Optional
 
 from .backends.base import is_throttled
@@ -52,7 +54,7 @@ def _positive(v) -> Optional[float]:
         v = float(v)
     except (TypeError, ValueError):
         return None
-    return v if v > 0 else None
+    return v if math.isfinite(v) and v > 0 else None  # NaN and infinity are no value
 
 
 def value(record, metric: str = DEFAULT) -> Optional[float]:

@@ -4,21 +4,31 @@ Pure numbers in, numbers out: no files, no processes (``zlf ab`` reads the run d
 calls :func:`analyse`). docs/ab.md states every rule below in prose; keep the two in step.
 
 Conventions: side B is the change, side A the baseline. A point's per-round value is the median
-time of its run; a round's delta is ``log(B / A)`` of the same round (paired: both runs share the
-round's machine state). Percentages are ``100 * (B / A - 1)``: positive = B slower.
+time of its run; everything is computed on ``log`` times. Percentages are ``100 * (B / A - 1)``:
+positive = B slower. ``delta`` (δ, ``--min-effect``, default 1 %) is the one effect threshold.
 
 The verdict rule, per point (m points analysed together, level alpha for this look):
 
-* the delta interval is the two-sided t-interval of the mean log delta over the n rounds at
-  confidence ``1 - alpha / m`` (Bonferroni: all m intervals hold at once with probability
-  ``>= 1 - alpha``, which bounds every kind of wrong verdict in the campaign together);
-* SLOWER / FASTER: the interval excludes 0, the median delta is beyond the noise floor, and
-  no round's delta has the other sign;
-* SAME: the interval lies inside ``±margin`` (the floor never widens it: a noisy point is UNSURE);
-* otherwise UNSURE.
+* estimate: the difference of the trimmed means of ``log B`` and ``log A`` (unpaired, Yuen–Welch)
+  or the trimmed mean of the per-round ``log(B_k / A_k)`` (paired), trimming 0 or 10 %; which
+  one is chosen per campaign from the variances (:func:`choose_estimate`): pairing pays only when
+  A and B of a round share noise, trimming only under heavy tails. With an A/A campaign (``--noise-from``) its per-point variance and
+  degrees of freedom are pooled into the standard error (never a floor);
+* the point's decision p-value is the smallest level a at which its t-interval of confidence
+  ``1 - 2a`` (each tail a, as the two one-sided tests of equivalence use) lies wholly above ``+δ``
+  (SLOWER), wholly below ``-δ`` (FASTER) or wholly inside ``±δ`` (SAME);
+* Holm's step-down over the m points: sorted by that p-value, the j-th (from 0) is decided while
+  ``p <= alpha / (m - j)``; the first that fails and every later one are UNSURE. The interval shown
+  is at the confidence the point was judged at;
+* fewer than 3 rounds, or a point that must not get a direction (mixed timers): at most SAME.
+
+Sign flips (rounds whose delta has the minority sign) are reported, never a gate.
+Adaptive campaigns (``--until-confident``) use :class:`SpendingPlan` (Lan–DeMets O'Brien–Fleming
+spending) for the level of each look, and a point decided at a look keeps that verdict.
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Optional, Sequence
 
@@ -30,9 +40,15 @@ SLOWER = "SLOWER"
 SAME = "SAME"
 UNSURE = "UNSURE"
 VERDICTS = (FASTER, SLOWER, SAME, UNSURE)
+PAIRED, UNPAIRED, AUTO = "paired", "unpaired", "auto"
+PAIRINGS = (AUTO, PAIRED, UNPAIRED)
 
 #: 1.4826 * MAD estimates the standard deviation of normal data; robust to one odd round.
 MAD_TO_SD = 1.4826
+#: fewer rounds than this give no verdict but UNSURE/SAME: a t quantile at df 1 is 12.7.
+MIN_ROUNDS = 3
+#: "rounds needed" is searched up to this many rounds.
+MAX_PLAN_ROUNDS = 200
 
 
 @attrs.frozen
@@ -40,12 +56,34 @@ class Settings:
     """The knobs of the verdict rule (command-line options of ``zlf ab``)."""
 
     alpha: float = 0.05
-    #: equivalence margin for SAME, percent.
-    margin_pct: float = 2.0
-    #: noise floor used when no A/A calibration covers a point, percent.
+    #: the one effect threshold δ, percent: directions need the interval beyond ±δ, SAME inside.
     min_effect_pct: float = 1.0
     #: power at which the smallest detectable effect is stated.
     power: float = 0.8
+    #: share trimmed from each end of a side's rounds (0: plain means, Welch / paired t); None:
+    #: chosen per campaign from :data:`AUTO_TRIMS` (benchmarks/verdict_sim.py, docs/ab.md).
+    trim: Optional[float] = None
+    #: auto (chosen from the data), paired or unpaired.
+    pairing: str = AUTO
+
+
+@attrs.frozen
+class Noise:
+    """Variance of one run's log time (unpaired) and of one round's log delta (paired) of a
+    point, each with its degrees of freedom: an A/A campaign's contribution to ``--noise-from``."""
+
+    var_unpaired: float
+    df_unpaired: float
+    var_paired: float
+    df_paired: float
+
+    @property
+    def pct(self) -> float:
+        """Run-to-run spread of one process's time, percent (a standard deviation)."""
+        return 100.0 * math.sqrt(max(self.var_unpaired, 0.0))
+
+    def to_json(self) -> dict:
+        return attrs.asdict(self)
 
 
 @attrs.frozen
@@ -63,39 +101,45 @@ class PointStats:
     noise_b_pct: Optional[float]
     flips: int
     verdict: str
-    floor_pct: float
-    margin_pct: float
+    min_effect_pct: float
     mde_pct: Optional[float]
     p_value: Optional[float]
     confidence: float
     note: str = ""
     deltas_pct: tuple = ()
-
-    @property
-    def aa_floor_pct(self) -> Optional[float]:
-        """As an A/A result: the largest delta this point's interval could not rule out."""
-        if self.delta_lo_pct is None:
-            return None
-        return max(abs(self.delta_lo_pct), abs(self.delta_hi_pct))
+    #: the estimate (trimmed) the interval is centred on, percent.
+    delta_pct: Optional[float] = None
+    pairing: str = PAIRED
+    trim: float = 0.0
+    df: Optional[float] = None
+    #: run-to-run spread of one process's time, percent (pooled with the A/A when given).
+    noise_pct: Optional[float] = None
+    noise: Optional[Noise] = None
+    rounds_needed: Optional[int] = None
+    #: rounds after which the verdict was decided (adaptive campaigns freeze it there).
+    decided_at: Optional[int] = None
+    a_ms: tuple = ()
+    b_ms: tuple = ()
 
     def to_json(self) -> dict:
-        d = attrs.asdict(self)
+        d = attrs.asdict(self, recurse=False)
         d["deltas_pct"] = list(self.deltas_pct)
-        d["aa_floor_pct"] = self.aa_floor_pct
+        d["a_ms"], d["b_ms"] = list(self.a_ms), list(self.b_ms)
+        d["noise"] = self.noise.to_json() if self.noise else None
         return d
 
 
 # ----------------------------------------------------------------------------- building blocks
-def _t_quantile(df: int, q: float) -> float:
+def _t_quantile(df: float, q: float) -> float:
     from scipy.special import stdtrit  # imported here: every zlf command builds the ab parser
 
     return float(stdtrit(df, q))
 
 
-def _t_cdf(df: int, x: float) -> float:
+def _t_sf(df: float, x: float) -> float:
     from scipy.special import stdtr
 
-    return float(stdtr(df, x))
+    return float(stdtr(df, -x))
 
 
 def pct(log_ratio: float) -> float:
@@ -127,121 +171,434 @@ def sign_flips(deltas: Sequence[float]) -> int:
     return int(min(np.sum(d > 0), np.sum(d < 0)))
 
 
-def t_interval(deltas: Sequence[float], confidence: float) -> Optional[tuple]:
-    """Two-sided t-interval ``(lo, hi)`` of the mean of ``deltas``; None with fewer than 2."""
-    d = np.asarray(deltas, dtype=float)
-    n = d.size
-    if n < 2:
-        return None
-    mean = float(d.mean())
-    half = _t_quantile(n - 1, 0.5 + confidence / 2.0) * float(d.std(ddof=1)) / math.sqrt(n)
-    return mean - half, mean + half
+@attrs.frozen
+class Trimmed:
+    """A trimmed mean with Tukey–McLaughlin's variance: ``var`` is the winsorized variance scaled
+    to one observation, so the mean's variance is ``var / h`` with ``df = h - 1``."""
+
+    mean: float
+    var: float
+    h: int
+
+    @property
+    def df(self) -> int:
+        return self.h - 1
 
 
-def p_value(deltas: Sequence[float]) -> Optional[float]:
-    """Two-sided one-sample t-test of mean delta = 0 (None when undefined)."""
-    d = np.asarray(deltas, dtype=float)
+def trimmed(x: Sequence[float], trim: float) -> Trimmed:
+    """Trimmed mean of ``x`` (``floor(trim · n)`` values cut from each end) and its variance."""
+    v = np.sort(np.asarray(x, dtype=float))
+    n = v.size
+    g = int(math.floor(trim * n))
+    h = n - 2 * g
+    mean = float(v[g:n - g].sum() / h)
+    if n < 2 or h < 2:
+        return Trimmed(mean, 0.0, h)
+    w = v.copy()
+    if g:  # winsorize: the cut values take the nearest kept one
+        w[:g], w[n - g:] = v[g], v[n - 1 - g]
+    dev = w - w.sum() / n
+    s2 = float(dev @ dev) / (n - 1)
+    return Trimmed(mean, (n - 1) * s2 / (h - 1), h)
+
+
+def point_noise(a_ms: Sequence[float], b_ms: Sequence[float], trim: float) -> Noise:
+    """A point's :class:`Noise` from its own rounds (both sides pooled for the unpaired one)."""
+    la, lb = np.log(np.asarray(a_ms, float)), np.log(np.asarray(b_ms, float))
+    return _noise(trimmed(la, trim), trimmed(lb, trim), trimmed(lb - la, trim))
+
+
+def _noise(ta: Trimmed, tb: Trimmed, td: Trimmed) -> Noise:
+    dfu = ta.df + tb.df
+    varu = (ta.df * ta.var + tb.df * tb.var) / dfu if dfu > 0 else 0.0
+    return Noise(varu, float(dfu), td.var, float(td.df))
+
+
+def noise_from_deltas(deltas_pct: Sequence[float], trim: float) -> Optional[Noise]:
+    """An older A/A summary keeps only per-round deltas: the paired variance from them, the
+    unpaired one as half of it (an A/A's delta is the difference of two independent runs)."""
+    d = np.log1p(np.asarray(deltas_pct, float) / 100.0)
     if d.size < 2:
         return None
-    sd = float(d.std(ddof=1))
-    if sd == 0.0:
-        return 0.0 if float(d.mean()) != 0.0 else 1.0
-    t = float(d.mean()) / (sd / math.sqrt(d.size))
-    return 2.0 * _t_cdf(d.size - 1, -abs(t))  # = scipy.stats.ttest_1samp(d, 0).pvalue
+    t = trimmed(d, trim)
+    return Noise(t.var / 2.0, float(t.df), t.var, float(t.df))
 
 
-def min_detectable_pct(deltas: Sequence[float], point_alpha: float, power: float) -> Optional[float]:
-    """Smallest true delta (percent) the paired test would detect with probability ``power`` at
-    level ``point_alpha``, given the observed round-to-round spread: ``(t_{1-a/2} + t_{power}) · s/√n``."""
-    d = np.asarray(deltas, dtype=float)
-    n = d.size
+def _pool(pairs) -> tuple:
+    """``(variance, df)`` pooled from ``(variance, df)`` pairs, weighted by df."""
+    df = sum(d for _, d in pairs)
+    if df <= 0:
+        return 0.0, 0.0
+    return sum(v * d for v, d in pairs) / df, df
+
+
+@attrs.frozen
+class Estimate:
+    """Centre, standard error and degrees of freedom of a point's log delta."""
+
+    mean: float
+    se: float
+    df: float
+    noise: Noise
+
+    def interval(self, level: float) -> tuple:
+        """The interval with ``level`` in each tail (confidence ``1 - 2 · level``)."""
+        half = _t_quantile(self.df, 1.0 - level) * self.se
+        return self.mean - half, self.mean + half
+
+
+def estimate(a_ms, b_ms, pairing: str, trim: float, aa: Optional[Noise] = None) -> Optional[Estimate]:
+    """The log delta of one point, paired or unpaired, with the A/A's variance pooled in."""
+    n = len(a_ms)
     if n < 2:
         return None
-    k = _t_quantile(n - 1, 1 - point_alpha / 2) + _t_quantile(n - 1, power)
-    return pct(k * float(d.std(ddof=1)) / math.sqrt(n))
+    la, lb = np.log(np.asarray(a_ms, float)), np.log(np.asarray(b_ms, float))
+    ta, tb, td = trimmed(la, trim), trimmed(lb, trim), trimmed(lb - la, trim)
+    own = _noise(ta, tb, td)
+    if pairing == PAIRED:
+        var, df = _pool([(td.var, td.df)] + ([(aa.var_paired, aa.df_paired)] if aa else []))
+        return Estimate(td.mean, math.sqrt(var / td.h), df, own)
+    mean = tb.mean - ta.mean
+    if aa is not None:  # one pooled variance: same machine, same run-to-run noise on both sides
+        var, df = _pool([(ta.var, ta.df), (tb.var, tb.df), (aa.var_unpaired, aa.df_unpaired)])
+        return Estimate(mean, math.sqrt(var * (1.0 / ta.h + 1.0 / tb.h)), df, own)
+    qa, qb = ta.var / ta.h, tb.var / tb.h  # Yuen–Welch: each side its own variance
+    se2 = qa + qb
+    if se2 <= 0:
+        return Estimate(mean, 0.0, float(ta.df + tb.df), own)
+    df = se2 ** 2 / ((qa ** 2 / ta.df if qa else 0.0) + (qb ** 2 / tb.df if qb else 0.0))
+    return Estimate(mean, math.sqrt(se2), df, own)
 
 
-def look_alpha(rounds: int, previous_rounds: int, max_rounds: int, alpha: float) -> float:
-    """Alpha spent at a look after ``rounds`` rounds, the previous look having been after
-    ``previous_rounds`` (0 for the first look): linear spending ``alpha · n / max_rounds``.
+def thresholds(min_effect_pct: float) -> tuple:
+    """``(down, up)``: δ as log ratios (−δ % and +δ %)."""
+    return math.log1p(-min_effect_pct / 100.0), math.log1p(min_effect_pct / 100.0)
 
-    The looks' alphas sum to at most ``alpha``, so by the union bound the chance that any
-    interval at any look misses its true delta stays ``<= alpha`` however the looks are used
-    to decide when to stop (valid for any correlation between looks, hence conservative).
+
+def decision(est: Estimate, min_effect_pct: float) -> tuple:
+    """``(verdict, p)``: the verdict the interval can reach and the smallest one-sided level at
+    which it does (SLOWER: ``lo > +δ``, FASTER: ``hi < −δ``, SAME: inside ``±δ``; the interval of
+    level a has confidence ``1 - 2a``)."""
+    down, up = thresholds(min_effect_pct)
+    if est.se == 0.0:  # identical rounds: the estimate is the truth as far as the data can say
+        if est.mean > up:
+            return SLOWER, 0.0
+        if est.mean < down:
+            return FASTER, 0.0
+        return (SAME, 0.0) if down < est.mean < up else (UNSURE, 1.0)
+    sf = functools.partial(_t_sf, est.df)
+    options = [
+        (SLOWER, sf((est.mean - up) / est.se)),
+        (FASTER, sf((down - est.mean) / est.se)),
+        (SAME, max(sf((up - est.mean) / est.se), sf((est.mean - down) / est.se))),
+    ]
+    return min(options, key=lambda o: o[1])
+
+
+@functools.lru_cache(maxsize=4096)
+def _ncp(df: float, level: float, power: float) -> float:
+    """Noncentrality at which a one-sided t-test at ``level`` rejects with ``power``: the inverse
+    of the noncentral t's distribution function in its noncentrality (scipy.stats.nct's own
+    routine, called through scipy.special so that no scipy.stats import is paid)."""
+    from scipy.special import nctdtrinc
+
+    crit = _t_quantile(df, 1.0 - level)
+    c = float(nctdtrinc(df, 1.0 - power, crit))
+    return c if math.isfinite(c) else math.inf
+
+
+def min_detectable_pct(est: Estimate, level: float, power: float, min_effect_pct: float) -> Optional[float]:
+    """Smallest true delta (percent, B slower) the rule calls SLOWER with probability ``power``
+    at (one-sided) level ``level``: ``log(1+δ) + ncp · se`` with ``ncp`` from the noncentral t."""
+    if est is None or not est.df or est.df < 1:
+        return None
+    _, up = thresholds(min_effect_pct)
+    c = _ncp(round(float(est.df), 1), float(f"{level:.3g}"), power)
+    return pct(up + c * est.se) if math.isfinite(c) and c * est.se < 5.0 else None
+
+
+def rounds_needed(noise: Noise, pairing: str, level: float, power: float, min_effect_pct: float, trim: float,
+                  aa_df: float = 0.0) -> Optional[int]:
+    """Fewest rounds at which a true zero delta is called SAME (and, symmetrically, a true ``2δ``
+    delta gets its direction) with probability ``power``, given the per-run variance of ``noise``;
+    None beyond :data:`MAX_PLAN_ROUNDS`."""
+    var = noise.var_paired if pairing == PAIRED else noise.var_unpaired
+    if var <= 0:
+        return MIN_ROUNDS
+    _, up = thresholds(min_effect_pct)
+    target = math.log1p(2.0 * min_effect_pct / 100.0) - up
+    for n in range(MIN_ROUNDS, MAX_PLAN_ROUNDS + 1):
+        h = n - 2 * int(math.floor(trim * n))
+        if pairing == PAIRED:
+            se, df = math.sqrt(var / h), h - 1 + aa_df
+        else:
+            se, df = math.sqrt(2.0 * var / h), 2 * (h - 1) + aa_df
+        if _ncp(round(float(df), 1), float(f"{level:.3g}"), power) * se <= target:
+            return n
+    return None
+
+
+#: trims the automatic choice picks from: plain means (best under normal noise) or 10 %
+#: (one odd round in ten no longer dominates under heavy tails); benchmarks/verdict_sim.py.
+AUTO_TRIMS = (0.0, 0.1)
+
+
+def _width(values: dict, pairing: str, trim: float, aa: dict, level: float) -> float:
+    """Typical interval half-width of the campaign's points for one estimate: the t quantile at
+    the pooled degrees of freedom times the pooled standard error (variances only)."""
+    pool, h = [], []
+    for point, (a_ms, b_ms) in values.items():
+        n = len(a_ms)
+        if n < 2:
+            continue
+        nz = point_noise(a_ms, b_ms, trim)
+        pool.append((nz.var_paired, nz.df_paired) if pairing == PAIRED else (nz.var_unpaired, nz.df_unpaired))
+        extra = aa_noise_at(aa, point, trim)
+        if extra is not None:
+            pool.append((extra.var_paired, extra.df_paired) if pairing == PAIRED else (extra.var_unpaired, extra.df_unpaired))
+        h.append(n - 2 * int(math.floor(trim * n)))
+    hh = float(np.median(h)) if h else 0.0
+    if hh < 2:
+        return math.inf
+    var, _ = _pool(pool)
+    if pairing == PAIRED:
+        return _t_quantile(hh - 1, 1 - level) * math.sqrt(var / hh)
+    return _t_quantile(2 * (hh - 1), 1 - level) * math.sqrt(2 * var / hh)
+
+
+def choose_estimate(values: dict, settings: Settings, aa: Optional[dict] = None) -> tuple:
+    """``(pairing, trim)`` for the whole campaign: the estimate whose typical interval is narrowest.
+
+    Pairing removes noise A and B of a round share (a drifting clock) but halves the degrees of
+    freedom; trimming 10 % resists heavy tails but costs a little under normal noise. The pooled
+    variances of the campaign's points (and of the A/A's, when given) say which wins. Only
+    variances enter, never the deltas, so the choice does not favour a verdict.
     """
-    if max_rounds <= 0:
-        return alpha
-    n, prev = min(rounds, max_rounds), min(previous_rounds, max_rounds)
-    return alpha * max(0, n - prev) / max_rounds
+    pairings = (PAIRED, UNPAIRED) if settings.pairing == AUTO else (settings.pairing,)
+    trims = AUTO_TRIMS if settings.trim is None else (settings.trim,)
+    if len(pairings) * len(trims) == 1:
+        return pairings[0], trims[0]
+    level = settings.alpha / max(1, len(values))
+    best = min(((_width(values, p, t, aa or {}, level), i, p, t) for i, (p, t) in
+                enumerate((p, t) for p in pairings for t in trims)))
+    return (best[2], best[3]) if math.isfinite(best[0]) else (pairings[0], trims[-1])
 
 
-def verdict(interval_pct: Optional[tuple], delta_median_pct: float, flips: int,
-            floor_pct: float, margin_pct: float) -> str:
-    """The rule in the module docstring, on percent values."""
-    if interval_pct is None:
-        return UNSURE
-    lo, hi = interval_pct
-    if lo > 0 and delta_median_pct > floor_pct and flips == 0:
-        return SLOWER
-    if hi < 0 and delta_median_pct < -floor_pct and flips == 0:
-        return FASTER
-    if -margin_pct <= lo and hi <= margin_pct:
-        return SAME
-    return UNSURE
+def choose_pairing(values: dict, settings: Settings, aa: Optional[dict] = None) -> str:
+    """The pairing half of :func:`choose_estimate`."""
+    return choose_estimate(values, settings, aa)[0]
+
+
+def aa_noise_at(aa: dict, point: str, trim: float) -> Optional[Noise]:
+    """The A/A's :class:`Noise` of ``point`` at ``trim``: ``aa`` maps points to a Noise (used as
+    is) or to a summary.json entry (``a_ms``/``b_ms``, or an older one's ``deltas_pct``)."""
+    entry = aa.get(point) if aa else None
+    if entry is None or isinstance(entry, Noise):
+        return entry
+    a, b = entry.get("a_ms"), entry.get("b_ms")
+    if a and b and len(a) == len(b) and len(a) >= 2:
+        return point_noise(a, b, trim)
+    if entry.get("deltas_pct"):
+        return noise_from_deltas(entry["deltas_pct"], trim)
+    return None
+
+
+# ----------------------------------------------------------------------------- alpha spending
+def obf_spent(t: float, alpha: float) -> float:
+    """Lan–DeMets O'Brien–Fleming spending: alpha spent by information fraction ``t``."""
+    from scipy.special import ndtr, ndtri
+
+    if t <= 0:
+        return 0.0
+    return float(min(alpha, 2.0 * ndtr(ndtri(alpha / 2.0) / math.sqrt(min(t, 1.0)))))
+
+
+@functools.lru_cache(maxsize=64)
+def obf_levels(first: int, max_rounds: int, alpha: float) -> tuple:
+    """Nominal two-sided level of each look ``first..max_rounds`` (one look per round) such that
+    the chance of any look's statistic crossing its bound, under the looks' correlation
+    ``sqrt(n_i / n_j)``, spends ``obf_spent``: the group-sequential boundaries, found by
+    integrating the density of the not-yet-stopped statistic on a grid."""
+    from scipy.optimize import brentq
+    from scipy.special import ndtr, ndtri
+
+    def pdf(x, scale):
+        return np.exp(-0.5 * (x / scale) ** 2) / (scale * math.sqrt(2.0 * math.pi))
+
+    looks = list(range(first, max_rounds + 1))
+    grid = np.linspace(-12.0, 12.0, 4801)  # in units of the final look's standard deviation
+    step = grid[1] - grid[0]
+    dens = None
+    prev_n, prev_spent = 0, 0.0
+    levels = []
+    for n in looks:
+        t = n / max_rounds
+        target = obf_spent(t, alpha) - prev_spent
+        sd = math.sqrt(t)
+        if dens is None:
+            c = float(-ndtri(max(target, 1e-300) / 2.0))
+            new = pdf(grid, sd)
+        else:
+            inc = math.sqrt((n - prev_n) / max_rounds)
+            kernel_x = np.arange(-int(6 * inc / step) - 1, int(6 * inc / step) + 2) * step
+            kernel = pdf(kernel_x, inc) * step
+            new = np.convolve(dens, kernel, mode="same")
+
+            def crossing(c, new=new, sd=sd):
+                return float(new[np.abs(grid) > c * sd].sum() * step) - target
+
+            c = float(brentq(crossing, 0.0, 12.0)) if target > 0 and crossing(0.0) > 0 else 12.0
+        dens = np.where(np.abs(grid) > c * sd, 0.0, new)
+        levels.append(float(2.0 * ndtr(-c)))
+        prev_n, prev_spent = n, prev_spent + max(target, 0.0)
+    return tuple(levels)
+
+
+@attrs.frozen
+class SpendingPlan:
+    """Levels of an adaptive campaign's looks: one look per round from ``first`` to ``max_rounds``."""
+
+    first: int
+    max_rounds: int
+    alpha: float
+
+    def level(self, rounds: int) -> float:
+        """The one-sided level of the look after ``rounds`` rounds (a two-sided O'Brien–Fleming
+        design of total ``2 · alpha``, halved: the fixed design's level is ``alpha`` per tail too)."""
+        if rounds < self.first:
+            return 0.0
+        levels = obf_levels(self.first, self.max_rounds, 2.0 * self.alpha)
+        return levels[min(rounds, self.max_rounds) - self.first] / 2.0
+
+
+def look(values: dict, settings: Settings, plan: SpendingPlan, frozen: dict, noise: Optional[dict] = None,
+         notes: Optional[dict] = None) -> list:
+    """One look of an adaptive campaign: each point at the level of its own number of rounds,
+    points decided at an earlier look keep their verdict (``frozen``: ``{point: (verdict, rounds)}``)."""
+    levels = {p: plan.level(len(a)) for p, (a, _) in values.items()}
+    return analyse(values, settings, noise=noise, notes=notes, frozen=frozen, levels=levels)
+
+
+def newly_frozen(results: Sequence[PointStats], frozen: dict) -> dict:
+    """``frozen`` plus the points this look decided."""
+    out = dict(frozen)
+    for r in results:
+        if r.verdict != UNSURE and r.point not in out:
+            out[r.point] = (r.verdict, r.decided_at or r.rounds)
+    return out
+
+
+def groups_to_extend(results: Sequence[PointStats], group_of) -> list:
+    """The groups (ops) with an undecided point, in first-seen order: only they get another round."""
+    return list(dict.fromkeys(group_of(r.point) for r in results if r.verdict == UNSURE))
+
+
+def adaptive_step(values: dict, settings: Settings, plan: SpendingPlan, frozen: dict, group_of,
+                  noise: Optional[dict] = None, notes: Optional[dict] = None) -> tuple:
+    """One look of ``--until-confident``, free of processes (``zlf ab`` and the simulation
+    harness both call it): ``(results, frozen, groups to extend)``; no group once every point
+    is decided or the largest round count reached ``plan.max_rounds``."""
+    results = look(values, settings, plan, frozen, noise, notes)
+    frozen = newly_frozen(results, frozen)
+    n = max((len(a) for a, _ in values.values()), default=0)
+    extend = groups_to_extend(results, group_of) if n < plan.max_rounds else []
+    return results, frozen, extend
 
 
 # ----------------------------------------------------------------------------- one campaign
 def analyse(values: dict, settings: Settings = Settings(), alpha: Optional[float] = None,
-            floors: Optional[dict] = None, notes: Optional[dict] = None) -> list:
+            noise: Optional[dict] = None, notes: Optional[dict] = None, frozen: Optional[dict] = None,
+            levels: Optional[dict] = None, pairing: Optional[str] = None) -> list:
     """Statistics and verdicts for every point of a campaign.
 
     :param values: ``{point: (a_ms per round, b_ms per round)}`` in round order; the points
-        analysed together form the family the correction covers.
+        analysed together form the family Holm's procedure covers.
     :param settings: the rule's knobs.
-    :param alpha: the level of this look (default ``settings.alpha``; adaptive campaigns pass
-        :func:`look_alpha`).
-    :param floors: ``{point: noise floor percent}`` from an A/A calibration; others use
-        ``settings.min_effect_pct``.
+    :param alpha: the level of this look (default ``settings.alpha``).
+    :param noise: ``{point: Noise or A/A summary.json entry}`` (``--noise-from``), pooled in.
     :param notes: ``{point: reason}`` for points that must not get a direction (mixed timers
         ...): their verdict is at most SAME.
+    :param frozen: ``{point: (verdict, rounds)}`` decided at an earlier look (adaptive): kept, and
+        counted as decided in Holm's steps.
+    :param levels: ``{point: level}`` replacing ``alpha`` per point (adaptive: a point's level
+        depends on its own number of rounds).
+    :param pairing: paired or unpaired; default chosen by :func:`choose_estimate` (with the trim).
     :return: a list of :class:`PointStats` in the order of ``values``.
     """
     alpha = settings.alpha if alpha is None else alpha
-    floors, notes = floors or {}, notes or {}
+    noise, notes, frozen, levels = noise or {}, notes or {}, frozen or {}, levels or {}
+    chosen, trim = choose_estimate(values, settings, noise)
+    pairing = pairing or chosen
+    noise = {p: nz for p in values if (nz := aa_noise_at(noise, p, trim)) is not None}
     m = max(1, len(values))
-    point_alpha = alpha / m
-    confidence = 1.0 - point_alpha
+    est, dec = {}, {}
+    for point, (a_ms, b_ms) in values.items():
+        e = estimate(a_ms, b_ms, pairing, trim, noise.get(point))
+        est[point] = e
+        if point in frozen:
+            continue
+        if e is None or len(a_ms) < MIN_ROUNDS:
+            dec[point] = (UNSURE, 1.0)
+            continue
+        v, p = decision(e, settings.min_effect_pct)
+        if notes.get(point) and v in (FASTER, SLOWER):
+            v, p = UNSURE, 1.0
+        dec[point] = (v, p)
+    # Holm: frozen points first (decided at an earlier look), then by p relative to the level
+    order = sorted(dec, key=lambda q: dec[q][1] / max(levels.get(q, alpha), 1e-300))
+    verdicts, judged = {}, {}
+    j = len([q for q in frozen if q in values])
+    for point in order:
+        v, p = dec[point]
+        lvl = levels.get(point, alpha) / (m - j)
+        if v != UNSURE and p <= lvl:
+            verdicts[point], judged[point] = v, lvl
+            j += 1
+        else:
+            break
     out = []
     for point, (a_ms, b_ms) in values.items():
-        d = log_deltas(a_ms, b_ms)
-        floor = float(floors.get(point, settings.min_effect_pct))
-        margin = settings.margin_pct
-        ci = t_interval(d, confidence)
+        n = len(a_ms)
+        e = est[point]
+        if point in frozen:
+            v, decided_at = frozen[point]
+        elif point in verdicts:
+            v, decided_at = verdicts[point], n
+        else:
+            v, decided_at = UNSURE, None
+        lvl = judged.get(point, levels.get(point, alpha) / max(1, m - j))
+        ci = e.interval(lvl) if e is not None and n >= 2 else None
         ci_pct = (pct(ci[0]), pct(ci[1])) if ci else None
-        median_pct = pct(float(np.median(d)))
-        flips = sign_flips(d)
-        v = verdict(ci_pct, median_pct, flips, floor, margin)
+        d = log_deltas(a_ms, b_ms)
         note = notes.get(point, "")
-        if note and v in (FASTER, SLOWER):
-            v = UNSURE
-        if d.size < 2:
-            note = note or "one round: no interval"
+        if n < MIN_ROUNDS:
+            note = note or ("one round: no interval" if n < 2 else f"fewer than {MIN_ROUNDS} rounds: no verdict")
+        enough = e is not None and n >= MIN_ROUNDS
+        bonf = levels.get(point, alpha) / m
+        aa = noise.get(point)
+        pooled = e.noise if e is not None else None
+        if pooled is not None and aa is not None:
+            pooled = Noise(*_pool([(pooled.var_unpaired, pooled.df_unpaired), (aa.var_unpaired, aa.df_unpaired)]),
+                           *_pool([(pooled.var_paired, pooled.df_paired), (aa.var_paired, aa.df_paired)]))
         out.append(PointStats(
-            point=point, rounds=int(d.size),
+            point=point, rounds=n,
             a_median_ms=float(np.median(a_ms)), b_median_ms=float(np.median(b_ms)),
-            delta_median_pct=median_pct,
+            delta_median_pct=pct(float(np.median(d))),
             delta_lo_pct=ci_pct[0] if ci_pct else None, delta_hi_pct=ci_pct[1] if ci_pct else None,
-            noise_a_pct=spread_pct(a_ms), noise_b_pct=spread_pct(b_ms), flips=flips, verdict=v,
-            floor_pct=floor, margin_pct=margin,
-            mde_pct=_max_or_none(min_detectable_pct(d, point_alpha, settings.power), floor),
-            p_value=p_value(d), confidence=confidence, note=note,
+            noise_a_pct=spread_pct(a_ms), noise_b_pct=spread_pct(b_ms), flips=sign_flips(d), verdict=v,
+            min_effect_pct=settings.min_effect_pct,
+            mde_pct=min_detectable_pct(e, lvl, settings.power, settings.min_effect_pct) if enough else None,
+            p_value=dec.get(point, (None, None))[1] if enough else None, confidence=1.0 - 2.0 * lvl, note=note,
             deltas_pct=tuple(pct(x) for x in d),
+            delta_pct=pct(e.mean) if e is not None else pct(float(d.mean())) if d.size else None,
+            pairing=pairing, trim=trim, df=e.df if e is not None else None,
+            noise_pct=pooled.pct if pooled is not None else None, noise=e.noise if e is not None else None,
+            rounds_needed=(rounds_needed(pooled, pairing, bonf, settings.power, settings.min_effect_pct,
+                                         trim, (aa.df_paired if pairing == PAIRED else aa.df_unpaired) if aa else 0.0)
+                           if enough else None),
+            decided_at=decided_at, a_ms=tuple(float(x) for x in a_ms), b_ms=tuple(float(x) for x in b_ms),
         ))
     return out
-
-
-def _max_or_none(value: Optional[float], floor: float) -> Optional[float]:
-    return None if value is None else max(value, floor)
 
 
 def counts(results: Sequence[PointStats]) -> dict:
@@ -249,6 +606,30 @@ def counts(results: Sequence[PointStats]) -> dict:
     return {v: sum(1 for r in results if r.verdict == v) for v in VERDICTS}
 
 
-def aa_floors(summary_points: Sequence[dict]) -> dict:
-    """``{point: floor percent}`` from an A/A campaign's summary.json point entries."""
-    return {p["point"]: p["aa_floor_pct"] for p in summary_points if p.get("aa_floor_pct") is not None}
+def aa_entries(summary_points: Sequence[dict]) -> dict:
+    """``{point: entry}`` of an A/A campaign's summary.json point entries that can give a
+    variance (per-side times, or an older summary's per-round deltas): what ``--noise-from`` keeps."""
+    out = {}
+    for p in summary_points:
+        entry = {k: p[k] for k in ("a_ms", "b_ms", "deltas_pct") if p.get(k)}
+        if aa_noise_at({p["point"]: entry}, p["point"], 0.0) is not None:
+            out[p["point"]] = entry
+    return out
+
+
+def aa_noise(summary_points: Sequence[dict], trim: float = 0.0) -> dict:
+    """``{point: Noise}`` at ``trim`` from an A/A campaign's summary.json point entries."""
+    entries = aa_entries(summary_points)
+    return {p: aa_noise_at(entries, p, trim) for p in entries}
+
+
+def json_safe(obj):
+    """``obj`` with every NaN / ±Infinity float replaced by None: JSON has no such numbers, and
+    ``json.dumps`` would write tokens other readers refuse."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    return obj

@@ -294,6 +294,60 @@ def test_until_confident_adds_rounds_and_stops(tmp_path, monkeypatch):
     assert {r.verdict for r in results} <= {stats.SLOWER, stats.SAME, stats.UNSURE}
 
 
+def test_until_confident_freezes_verdicts_and_extends_only_undecided_ops(tmp_path, monkeypatch):
+    import numpy as np
+
+    c = Campaign.create(tmp_path, "t", campaign_data(tmp_path, ops=("clear", "noisy"), rounds_first=3, until=True, max_rounds=6))
+    for k in (1, 2, 3):
+        c.add_round(k)
+    rng = np.random.default_rng(0)
+
+    def execute(self, run):
+        for r in self.runs:
+            if r["status"] != PENDING:
+                continue
+            wiggle = 1.0 + 0.0005 * (-1) ** (r["round"] + (r["side"] == "B"))
+            if r["op"] == "clear":
+                ms = (1.5 if r["side"] == "B" else 1.0) * wiggle
+            else:
+                ms = float(np.exp(rng.normal(0.0, 0.2)))
+            fake_run(self, r, {f"{r['op']}/8/float32": ms})
+
+    monkeypatch.setattr(Campaign, "execute", execute)
+    ab.drive(c, ab.Printer(c))
+    rounds = {op: max(r["round"] for r in c.runs if r["op"] == op) for op in ("clear", "noisy")}
+    assert rounds == {"clear": 3, "noisy": 6}  # decided after the first look: no more runs for it
+    assert c.data["frozen"]["clear/8/float32"] == [stats.SLOWER, 3]
+    assert c.data["looks"][0]["ops_extended"] == ["noisy"]
+    results, *_ = ab.analyse(c)
+    by = {r.point: r for r in results}
+    assert by["clear/8/float32"].verdict == stats.SLOWER and by["clear/8/float32"].decided_at == 3
+
+
+def test_fewer_than_three_rounds_warn_loudly_and_margin_is_an_alias(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    rc = cli.main(["ab", "--switch", "X", "--rounds", "2", "--margin", "3", "--dry-run", "--ext", "seed", "add"])
+    err = capsys.readouterr().err
+    assert rc == 0 and "fewer than 3 rounds" in err and "--margin is deprecated" in err
+    with pytest.raises(UsageError, match="--min-effect"):
+        ab._new_campaign(parse("--switch", "X", "--min-effect", "0", "add"), None)
+
+
+def test_an_old_campaign_json_still_reports(tmp_path):
+    data = campaign_data(tmp_path, rounds_first=3, max_rounds=3)
+    data["statistics"] = {"alpha": 0.05, "margin_pct": 2.0, "min_effect_pct": 1.0, "noise_from": "/gone",
+                          "floors": {"add/1024/float32": 3.0}, "until_confident": False, "first_look": 3, "max_rounds": 3}
+    c = Campaign.create(tmp_path, "t", data)
+    for k in (1, 2, 3):
+        c.add_round(k)
+    fill(c)
+    results, remarks, excluded, alpha = ab.analyse(c)
+    text = ab_report.write(c, results, remarks, excluded, alpha, [])
+    assert "older zlf" in text and {r.point: r.verdict for r in results}["add/1024/float32"] == stats.SLOWER
+    doc = json.loads((c.path / "summary.json").read_text(), parse_constant=lambda x: pytest.fail(x))
+    assert doc["min_effect_pct"] == 1.0
+
+
 def test_noise_from_reads_an_aa_campaign(tmp_path):
     aa = Campaign.create(tmp_path, "aa", campaign_data(tmp_path, rounds_first=3, aa=True))
     for k in (1, 2, 3):
@@ -301,15 +355,24 @@ def test_noise_from_reads_an_aa_campaign(tmp_path):
     fill(aa, effect=1.0)
     results, remarks, excluded, alpha = ab.analyse(aa)
     ab_report.write(aa, results, remarks, excluded, alpha, [])
-    floors = ab.load_floors(aa.path)
-    assert set(floors) == {"add/1024/float32", "add/4096/float32"} and all(v > 0 for v in floors.values())
-    assert "noise floor" in (aa.path / "summary.log").read_text()
+    noise = ab.load_noise(aa.path)
+    assert set(noise) == {"add/1024/float32", "add/4096/float32"}
+    assert all(len(n["a_ms"]) == len(n["b_ms"]) == 3 for n in noise.values())
+    assert "run-to-run noise" in (aa.path / "summary.log").read_text()
+    # an A/A summary written before per-side times were kept: its per-round deltas still serve
+    doc = json.loads((aa.path / "summary.json").read_text())
+    for p in doc["points"]:
+        del p["a_ms"], p["b_ms"]
+    (aa.path / "summary.json").write_text(json.dumps(doc))
+    old = ab.load_noise(aa.path)
+    assert set(old) == set(noise) and all(len(n["deltas_pct"]) == 3 and "a_ms" not in n for n in old.values())
+    assert all(stats.aa_noise_at(old, p, 0.0).df_paired == 2 for p in old)
     ab_dir = Campaign.create(tmp_path, "ab", campaign_data(tmp_path))
     ab_dir.data["status"] = "complete"
     results, *_ = ab.analyse(ab_dir)
     ab_report.write(ab_dir, results, {}, {}, 0.05, [])
     with pytest.raises(UsageError, match="not an A/A"):
-        ab.load_floors(ab_dir.path)
+        ab.load_noise(ab_dir.path)
 
 
 # ----------------------------------------------------------------------------- real processes (CPU, tiny)

@@ -208,6 +208,33 @@ def test_fail_if_slower_gates_and_names_the_points(tmp_path, cli):
     assert "FAIL" in proc.stderr
 
 
+def test_fail_if_slower_spares_what_compare_calls_unchanged(tmp_path, cli):
+    # +4% is inside compare's own noise threshold (5%): the table says unchanged, so the gate passes
+    a = write_run(tmp_path / "A", {"k/1/float32": (1.0, "t"), "k/2/float32": (1.0, "t")})
+    b = write_run(tmp_path / "B", {"k/1/float32": (1.04, "t"), "k/2/float32": (1.08, "t")})
+    proc = cli("compare", a, b, "--threshold", "5", "--fail-if-slower", "3")
+    assert proc.returncode == 1
+    fail = next(l for l in proc.stdout.splitlines() if l.startswith("FAIL"))
+    assert "k/2/float32 (+8.0%)" in fail and "k/1/float32" not in fail
+    proc = cli("compare", a, b, "--threshold", "10", "--fail-if-slower", "3")
+    assert proc.returncode == 0 and "PASS" in proc.stdout
+
+
+def test_fail_if_slower_fails_a_nan_or_lost_time_and_json_has_no_nan(tmp_path, cli):
+    a = write_run(tmp_path / "A", {"k/1/float32": (1.0, "t"), "k/2/float32": (1.0, "t"), "k/3/float32": (1.0, "t")})
+    b = write_run(tmp_path / "B", {"k/1/float32": (float("nan"), "t"), "k/2/float32": (1.0, "t"),
+                                   "k/3/float32": (None, "t", "FAILED")})
+    proc = cli("compare", a, b, "--fail-if-slower", "5")
+    assert proc.returncode == 1
+    fail = next(l for l in proc.stdout.splitlines() if l.startswith("FAIL"))
+    assert "k/1/float32 (no time)" in fail and "k/3/float32" in fail and "k/2/float32" not in fail
+    proc = cli("compare", a, b, "--fail-if-slower", "5", "--format", "json")
+    assert proc.returncode == 1 and "NaN" not in proc.stdout and "Infinity" not in proc.stdout
+    doc = json.loads(proc.stdout, parse_constant=lambda c: pytest.fail(f"{c} in JSON"))
+    assert sorted(doc["gate"]["failed"]) == ["k/1/float32", "k/3/float32"]
+    assert {r["point"]: r["status"] for r in doc["rows"]}["k/1/float32"] == "no time"
+
+
 def test_fail_if_slower_with_nothing_comparable_is_exit_2(tmp_path, cli):
     a = write_run(tmp_path / "A", {"k/1/float32": (1.0, "cudagraph")})
     b = write_run(tmp_path / "B", {"k/1/float32": (5.0, "cuda_event")})
