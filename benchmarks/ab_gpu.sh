@@ -57,16 +57,20 @@ campaign() {  # campaign NAME ZLF_AB_ARGS...: run, copy summary/report/plot to $
   fi
 }
 
-campaign aa --aa --rounds "$ROUNDS" add softmax matmul "${EXTS[@]}" "${COMMON[@]}"
+# AB_CAMPAIGNS picks a subset (default all four: aa mma_v3 mma_v3_adaptive null_switch)
+CAMPAIGNS=" ${AB_CAMPAIGNS:-aa mma_v3 mma_v3_adaptive null_switch} "
+want() { [[ "$CAMPAIGNS" == *" $1 "* ]]; }
+
+want aa && campaign aa --aa --rounds "$ROUNDS" add softmax matmul "${EXTS[@]}" "${COMMON[@]}"
 AA_DIR="$(cat "$OUT/aa.dir" 2>/dev/null || true)"
 NOISE=()
 if [ -n "$AA_DIR" ]; then NOISE=(--noise-from "$AA_DIR"); fi
 
-campaign mma_v3 --switch DISABLE_MMA_V3 --rounds "$ROUNDS" matmul add softmax "${NOISE[@]}" "${EXTS[@]}" "${IR[@]}" "${COMMON[@]}"
+want mma_v3 && campaign mma_v3 --switch DISABLE_MMA_V3 --rounds "$ROUNDS" matmul add softmax "${NOISE[@]}" "${EXTS[@]}" "${IR[@]}" "${COMMON[@]}"
 # Adaptive rounds on matmul alone (the ops whose verdict can settle early); add/softmax above.
-campaign mma_v3_adaptive --switch DISABLE_MMA_V3 --until-confident --max-rounds "$MAX_ROUNDS" matmul \
+want mma_v3_adaptive && campaign mma_v3_adaptive --switch DISABLE_MMA_V3 --until-confident --max-rounds "$MAX_ROUNDS" matmul \
   "${NOISE[@]}" "${EXTS[@]}" "${COMMON[@]}"
-campaign null_switch --switch ZLF_AB_NULL_SWITCH_NOBODY_READS --rounds 2 add "${EXTS[@]}" "${COMMON[@]}"
+want null_switch && campaign null_switch --switch ZLF_AB_NULL_SWITCH_NOBODY_READS --rounds 2 add "${EXTS[@]}" "${COMMON[@]}"
 
 say ""
 say "== what issue 7 asks to show ($((SECONDS - T0)) s in all)"

@@ -1,4 +1,4 @@
-"""Hangs, kills and complex checks on a GPU (docs/hostile_procs.md): what the CPU tests cannot show.
+"""Hangs, kills and complex checks on a GPU (docs/hostile.md): what the CPU tests cannot show.
 
     python3 benchmarks/procs_gpu.py --out DIR
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU check of the project, in stages, packed for a machine that returns few files:
 #   bash benchmarks/run_all_gpu.sh OUT_DIR STAGE...
-# stages: setup tests core cudagraph cupti calibrate irdump autotune taskpkg ab flaggems flaggems-head
+# stages: setup tests core cudagraph cupti clock procs triage calibrate irdump autotune taskpkg ab flaggems flaggems-head
 # (flaggems: the checkout in .flaggems/v5.0.2, flaggems-head: .flaggems/head; FG_STAGES picks
 # their parts, see benchmarks/flaggems_gpu.sh)
 # Each stage writes under $ZLF_GPU_WORK (default /tmp/zlf-gpu)/<stage>/ and is packed into
@@ -32,6 +32,12 @@ for stage in "$@"; do
       python3 "$ROOT/benchmarks/cudagraph_vs_cupti.py" --out "$d" 2>&1 | tee "$d/log.txt" | tail -45 ;;
     cupti)
       python3 "$ROOT/benchmarks/cupti_gpu.py" --out "$d" 2>&1 | tee "$d/log.txt" | tail -60 ;;
+    clock)
+      bash "$ROOT/benchmarks/clock_gpu.sh" "$d" 2>&1 | tee "$d/log.txt" | tail -40 ;;
+    procs)
+      python3 "$ROOT/benchmarks/procs_gpu.py" --out "$d" 2>&1 | tee "$d/log.txt" | tail -25 ;;
+    triage)
+      bash "$ROOT/benchmarks/triage_gpu.sh" "$d" > "$d/log.txt" 2>&1; tail -70 "$d/summary.txt" ;;
     calibrate)
       (cd "$d" && zlf calibrate 2>&1 | tee calibrate.txt
        zlf run --name base 2>&1 | tail -30 | tee run_base.txt

@@ -1,4 +1,4 @@
-"""Hostile cases: processes, signals and the judge (docs/hostile_procs.md lists them).
+"""Hostile cases: processes, signals and the judge (docs/hostile.md lists them).
 
 Each test reproduces one fault as a user met it: real subprocesses are killed with SIGKILL or
 SIGTERM and the test checks that nothing is left running, that the state on disk says what
