@@ -104,7 +104,9 @@ def stage_campaign(out: Path, rounds: int) -> list:
     mm = "mm:mm::test_mm" if (fg / "benchmark" / "base.py").is_file() else "mm:blas_perf::test_blas_benchmark"
     shapes = d / "mm_shapes.yaml"
     shapes.write_text("BlasBenchmark:\n  shapes:\n    - [1, 4096, 4096, 4096]\n    - [1, 1024, 1024, 1024]\n"
-                      "  shape_desc: \"B, M, N, K\"\n")
+                      "  shape_desc: \"B, M, N, K\"\n"
+                      # a shape file names every op it is given to: one without softmax fails that op
+                      "softmax:\n  shapes:\n    - [1024, 1024]\n    - [4096, 4096]\n")
     common = ["ab", "--aa", "--rounds", str(rounds), "softmax", mm, "--ext", "flaggems", "--ext", "autotune_replay",
               "--ext", "shapes", "--ext", "seed", "--shapes", str(shapes), "--flaggems-level", "core",
               "--dtype", "float16", "--warmup-ms", "10", "--rep-ms", "50", "--triton-cache", str(d / "triton_cache")]
