@@ -232,7 +232,8 @@ def plan(target: Target, session, folder: Path, work: Path, calls: int, python: 
     point = target.point
     argv = [python or sys.executable, "-m", "zlf", "run", target.op_spec, "--dtype", point.dtype,
             "--shapes", str(folder / SHAPES), "--out", str(work), "--name", "profiled",
-            "--timer", "core", "--warmup-ms", "0", "--rep-ms", "0"]
+            # the smallest budgets zlf run accepts: the profiled calls are the first few anyway
+            "--timer", "core", "--warmup-ms", "0", "--rep-ms", "0.001"]
     argv += child_extensions(target, session, replay is not None) + passed_options(target, session)
     if replay is not None:
         argv += ["--replay-from", str(replay)]
