@@ -435,7 +435,7 @@ def collect(campaign, rounds=None):
     """
     rounds = rounds or campaign.planned_rounds()
     metric = campaign.data.get("metric") or metrics.DEFAULT
-    # FORMATS.md §5: a report missing rounds reads exactly like a complete one
+    # docs/ab.md: a report missing rounds reads exactly like a complete one
     failed = {**campaign.failed_ops(), **campaign.incomplete_ops(rounds)}
     values, blockers, remarks, excluded = {}, {}, {}, {}
     for op in campaign.ops:

@@ -54,7 +54,7 @@ REPORT = "report.md"
 PLOT = "delta_intervals.png"
 STAGING = ".staging"
 LOGS = "logs"
-#: where the autotune_replay extension writes a record run's decisions (FORMATS.md §3).
+#: where the autotune_replay extension writes a record run's decisions (docs/autotune.md).
 RECORDS_DIR = "autotune_records"
 FORMAT_VERSION = 1
 
@@ -135,7 +135,7 @@ class OpSpec:
 
     @classmethod
     def parse(cls, text: str) -> "OpSpec":
-        """``op``, ``op:FILE.py`` (FORMATS.md §5), or ``FILE.py[::NAME]`` as ``zlf run`` takes it;
+        """``op``, ``op:FILE.py`` (docs/ab.md), or ``FILE.py[::NAME]`` as ``zlf run`` takes it;
         ``op:WORD[::NAME]`` where WORD is not a file is an extension's spelling (flaggems'
         ``mm:blas_perf::test_blas_benchmark``), passed on unchanged."""
         head, sep, tail = text.partition("::")

@@ -1,4 +1,4 @@
-"""Reading and comparing IR dump trees (``<run dir>/ir/``, FORMATS.md §4) -- files only.
+"""Reading and comparing IR dump trees (``<run dir>/ir/``, docs/ir.md) -- files only.
 
 No Triton import: ``zlf compare`` and ``zlf ir-diff`` read run directories written by any
 process, on any machine, with any compiler build. Layout::

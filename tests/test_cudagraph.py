@@ -2,7 +2,7 @@
 
 On CPU, a fake device backend stands in for a GPU: its "kernels" are Python callables that a
 capture records and a replay re-runs, its events are host events, and its capture fails the way
-FACTS.md says CUDA captures fail (generic "previous error during capture" for host syncs, torch's
+CUDA captures fail (generic "previous error during capture" for host syncs, torch's
 own message for device-to-host copies, end-of-capture errors for unjoined forks, and an allocator
 left mid-capture unless the pool is discarded). GPU tests (``-m gpu``) run the real thing.
 """

@@ -1,7 +1,7 @@
 """The ``musa`` backend: Moore Threads GPUs through torch_musa, timed with MUSA events.
 
 torch_musa mirrors torch.cuda under ``torch.musa`` (Event, Stream, synchronize, MUSAGraph,
-graph). Written against that API and FACTS.md; untested on real MUSA hardware (see
+graph). Written against that public API; untested on real MUSA hardware (see
 docs/backends.md).
 """
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Nothing here imports FlagGems: this runs in ``configure``, before the backend is chosen.
 
-Two harness layouts exist (FACTS.md §FlagGems):
+Two harness layouts exist (docs/flaggems.md):
 
 * ``v5`` (tag v5.0.2 and earlier): ``benchmark/performance_utils.py`` + ``benchmark/attri_util.py``;
   ops grouped per file (``test_reduction_perf.py``), selected by pytest marks.

@@ -1,4 +1,4 @@
-"""File names of dumped variants (FORMATS.md §4) -- pure functions, no Triton import.
+"""File names of dumped variants (docs/ir.md) -- pure functions, no Triton import.
 
 A (shape, kernel) group is every variant launched for that kernel under that shape (sweep losers
 are named among themselves, for index.tsv only), so a side that replays recorded autotune configs

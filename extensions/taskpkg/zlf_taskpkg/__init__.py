@@ -1,1 +1,1 @@
-"""zlf extension ``task``: judge contest task packages (FORMATS.md §6) with ``zlf task``."""
+"""zlf extension ``task``: judge contest task packages (docs/taskpkg.md) with ``zlf task``."""

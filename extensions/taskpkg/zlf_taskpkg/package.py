@@ -1,4 +1,4 @@
-"""A contest task package (FORMATS.md §6): its problem module, its metadata, its cases.
+"""A contest task package (docs/taskpkg.md): its problem module, its metadata, its cases.
 
 Accepted unchanged::
 
@@ -126,7 +126,7 @@ class TaskPackage:
             raise UsageError(f"problem module {str(self.module_path)!r} failed to import: {type(exc).__name__}: {exc}") from exc
         missing = [f for f in PROBLEM_FUNCTIONS if not callable(getattr(module, f, None))]
         if missing:
-            raise UsageError(f"problem module {str(self.module_path)!r} lacks {', '.join(missing)} (FORMATS.md §6)")
+            raise UsageError(f"problem module {str(self.module_path)!r} lacks {', '.join(missing)} (docs/taskpkg.md)")
         self.module = module
         return module
 

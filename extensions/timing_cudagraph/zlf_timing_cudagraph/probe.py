@@ -1,7 +1,7 @@
 """``--cudagraph-probe subprocess``: try a point's capture in a child process first.
 
 A failed capture can leave a device's runtime or allocator in a state no in-process cleanup
-repairs (FACTS.md: "after a failed capture treat the context as suspect"). The child rebuilds the
+repairs (after a failed capture the context is suspect). The child rebuilds the
 point from the same command line (same extensions, backend, op source, shape, dtype), captures
 two calls and checks one replay, and reports ``{"ok": true}`` or the reason on its last stdout
 line. Only points the child could capture are captured in the parent.
