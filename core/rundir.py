@@ -18,6 +18,7 @@ import json
 import math
 import os
 import re
+import shutil
 from pathlib import Path
 from typing import Optional
 
@@ -275,3 +276,13 @@ class RunDir:
             return yaml.safe_load((self.path / SHAPES).read_text())
         except FileNotFoundError:
             return None
+
+
+def replace_dir(tmp: Path, final: Path) -> None:
+    """Swap a complete folder ``tmp`` in at ``final``: a reader never sees half of one."""
+    old = final.with_name(f".{final.name}.old")
+    shutil.rmtree(old, ignore_errors=True)
+    if final.exists():
+        os.replace(final, old)
+    os.replace(tmp, final)
+    shutil.rmtree(old, ignore_errors=True)

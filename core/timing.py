@@ -51,6 +51,21 @@ def time_kernels(kernel_timer, fn, backend, *, warmup_ms: float, rep_ms: float, 
     return kernel_timer.time(fn, backend, warmup_ms=warmup_ms, rep_ms=rep_ms, flush_l2=flush_l2)
 
 
+def sample_counts(fn, backend, flush, warmup_ms: float, rep_ms: float,
+                  min_samples: int = MIN_SAMPLES, max_samples: int = MAX_SAMPLES) -> tuple:
+    """``(warm-up calls, samples)`` for the budgets, from five calls each with its flush (as the
+    real loop pays it; host cost included, so an over-estimate: never more than the budget allows)."""
+    start, end = backend.event(), backend.event()
+    start.record()
+    for _ in range(5):
+        flush()
+        fn()
+    end.record()
+    backend.synchronize()
+    estimate_ms = max(start.elapsed_time(end) / 5, 1e-6)
+    return max(1, int(warmup_ms / estimate_ms)), min(max_samples, max(min_samples, int(rep_ms / estimate_ms)))
+
+
 def time_direct(fn, backend, *, warmup_ms: float, rep_ms: float, flush_l2: bool,
                 max_samples: int = MAX_SAMPLES, min_samples: int = MIN_SAMPLES) -> Timing:
     """Time ``fn`` with one event pair per call; L2 flushed before each sample when asked.
@@ -61,17 +76,7 @@ def time_direct(fn, backend, *, warmup_ms: float, rep_ms: float, flush_l2: bool,
     flush = backend.flush_l2 if flush_l2 else (lambda: None)
     fn()
     backend.synchronize()
-    # Estimate one call (with its flush, as the real loop pays it) to size the budgets.
-    start, end = backend.event(), backend.event()
-    start.record()
-    for _ in range(5):
-        flush()
-        fn()
-    end.record()
-    backend.synchronize()
-    estimate_ms = max(start.elapsed_time(end) / 5, 1e-6)
-    n_warmup = max(1, int(warmup_ms / estimate_ms))
-    n_rep = min(max_samples, max(min_samples, int(rep_ms / estimate_ms)))
+    n_warmup, n_rep = sample_counts(fn, backend, flush, warmup_ms, rep_ms, min_samples, max_samples)
     for _ in range(n_warmup):
         fn()
     starts = [backend.event() for _ in range(n_rep)]

@@ -20,6 +20,7 @@ from typing import Callable, Optional
 import attrs
 from zlf.irtree import INDEX, NAMING
 from zlf.records import shape_str
+from zlf.rundir import replace_dir
 
 from .naming import OPTIONS, Variant, name_group
 
@@ -200,12 +201,7 @@ class IrCollector:
         (tmp / INDEX).write_text("\n".join(lines) + "\n")
         (tmp / NAMING).write_text(naming_markdown(legend, self.kinds))
         # Swap in the complete tree: a reader never sees half of the new one.
-        old = ir_dir.with_name(f".{ir_dir.name}.old")
-        shutil.rmtree(old, ignore_errors=True)
-        if ir_dir.exists():
-            os.replace(ir_dir, old)
-        os.replace(tmp, ir_dir)
-        shutil.rmtree(old, ignore_errors=True)
+        replace_dir(tmp, ir_dir)
         launched = sum(1 for r in rows if r["status"] == LAUNCHED)
         return {"files": len(files), "variants": len(self.variants), "launched": launched,
                 "sweep_losers": sum(1 for r in rows if r["status"] == SWEEP_LOSER)}

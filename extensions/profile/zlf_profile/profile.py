@@ -29,7 +29,7 @@ import yaml
 from tabulate import tabulate
 from zlf import UsageError
 from zlf.records import Point
-from zlf.rundir import RunDir, write_atomic
+from zlf.rundir import RunDir, replace_dir, write_atomic
 
 from . import ncu
 from .child import ENV_CALLS, ENV_POINT
@@ -294,14 +294,6 @@ class Profile:
             return None
 
 
-def replace_dir(tmp: Path, final: Path) -> None:
-    """Swap a complete folder in: a reader never sees half of one."""
-    old = final.with_name(f".{final.name}.old")
-    shutil.rmtree(old, ignore_errors=True)
-    if final.exists():
-        os.replace(final, old)
-    os.replace(tmp, final)
-    shutil.rmtree(old, ignore_errors=True)
 
 
 def _child_record(work: Path, point_id: str):

@@ -15,6 +15,7 @@ import statistics
 import time
 
 from zlf.records import Timing
+from zlf.timing import sample_counts
 
 from .activity import group, summary
 
@@ -39,19 +40,9 @@ class CuptiTimer:
         flush = backend.flush_l2 if flush_l2 else None
         fn()
         backend.synchronize()
-        # Size the budgets as core's direct timer does: one call with its flush, host cost included
-        # (an over-estimate of device time: fewer samples, never more than the budget allows).
-        start, end = backend.event(), backend.event()
-        start.record()
-        for _ in range(5):
-            if flush is not None:
-                flush()
-            fn()
-        end.record()
-        backend.synchronize()
-        estimate_ms = max(start.elapsed_time(end) / 5, 1e-6)
-        n_warmup = max(1, int(warmup_ms / estimate_ms))
-        n = min(self.max_samples, max(self.min_samples, int(rep_ms / estimate_ms)))
+        # budgets sized as core's direct timer sizes them
+        n_warmup, n = sample_counts(fn, backend, flush or (lambda: None), warmup_ms, rep_ms,
+                                    self.min_samples, self.max_samples)
         for _ in range(n_warmup):
             fn()
         backend.synchronize()
