@@ -491,3 +491,29 @@ def test_bad_argument_refused_before_anything_runs(tmp_path, argv, needle):
     proc = zlf(*argv, "--out", "out", cwd=tmp_path, env={"ZLF_EXTENSIONS": "seed,task"})
     one_line_error(proc, needle)
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_l2_flush_kernel_survives_a_library_that_overrides_aten(recwarn):
+    """FlagGems' use_gems() registers its own aten kernels (sum among them) while a point is timed;
+    the CUDA backend's read flush then ran FlagGems' sum (milliseconds, and a different flush per
+    side). The flush keeps torch's kernel, looked up before any override: checked here on the CPU
+    key, where an override is visible."""
+    import torch
+
+    from zlf.backends.cuda import native_kernel
+
+    kernel = native_kernel("aten::sum.IntList_out", "CPU")
+    assert kernel is not None
+    cache, sink = torch.ones(1000, dtype=torch.int32), torch.empty((), dtype=torch.int64)
+    lib = torch.library.Library("aten", "IMPL")
+    try:
+        lib.impl("sum.IntList_out", lambda self, dim, keepdim=False, dtype=None, out=None: out.fill_(-7), "CPU")
+        torch.sum(cache, dim=0, out=sink)
+        assert sink.item() == -7  # the override is active
+        kernel.call_boxed(torch._C.DispatchKeySet(torch._C.DispatchKey.CPU), cache, [0], False, dtype=None, out=sink)
+        assert sink.item() == 1000
+    finally:
+        lib._destroy()
+    torch.sum(cache, dim=0, out=sink)
+    assert sink.item() == 1000
+    assert native_kernel("aten::no_such_op", "CPU") is None
