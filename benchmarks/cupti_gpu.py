@@ -253,7 +253,7 @@ def profile_kernels_ms(fn, backend, calls: int = 50) -> dict:
     the flush's own kernels, learnt by profiling the flush alone, are left out) and warm
     (``warm_kernel_ms``)."""
     flush_names = {e["name"] for e in _profiled(backend.flush_l2, backend, 3, None) if e.get("cat") == "kernel"}
-    result = {"flush_kernels": sorted(flush_names)}
+    result = {"flush_kernels": sorted(flush_names), "flush_torch_kernel": getattr(backend, "_read_kernel", None) is not None}
     for key, flush in (("kernel_ms", backend.flush_l2), ("warm_kernel_ms", None)):
         events = _profiled(fn, backend, calls, flush)
         kern = [e for e in events if e.get("cat") == "kernel" and "dur" in e and e["name"] not in flush_names]

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU check of the project, in stages, packed for a machine that returns few files:
 #   bash benchmarks/run_all_gpu.sh OUT_DIR STAGE...
+# (CUPTI_PARTS picks the cupti stage's parts, CLOCK_STAGES the clock stage's)
 # stages: setup tests core cudagraph cupti clock procs triage calibrate irdump autotune taskpkg ab flaggems flaggems-head
 # (flaggems: the checkout in .flaggems/v5.0.2, flaggems-head: .flaggems/head; FG_STAGES picks
 # their parts, see benchmarks/flaggems_gpu.sh)
@@ -31,7 +32,7 @@ for stage in "$@"; do
     cudagraph)
       python3 "$ROOT/benchmarks/cudagraph_vs_cupti.py" --out "$d" 2>&1 | tee "$d/log.txt" | tail -45 ;;
     cupti)
-      python3 "$ROOT/benchmarks/cupti_gpu.py" --out "$d" 2>&1 | tee "$d/log.txt" | tail -60 ;;
+      python3 "$ROOT/benchmarks/cupti_gpu.py" --out "$d" --parts "${CUPTI_PARTS:-1,2,3,4}" 2>&1 | tee "$d/log.txt" | tail -60 ;;
     clock)
       bash "$ROOT/benchmarks/clock_gpu.sh" "$d" 2>&1 | tee "$d/log.txt" | tail -40 ;;
     procs)
