@@ -504,16 +504,16 @@ def test_l2_flush_kernel_survives_a_library_that_overrides_aten(recwarn):
 
     kernel = native_kernel("aten::sum.IntList_out", "CPU")
     assert kernel is not None
-    cache, sink = torch.ones(1000, dtype=torch.int32), torch.empty((), dtype=torch.int64)
+    cache, sink = torch.ones(8, 100), torch.empty(8)
     lib = torch.library.Library("aten", "IMPL")
     try:
         lib.impl("sum.IntList_out", lambda self, dim, keepdim=False, dtype=None, out=None: out.fill_(-7), "CPU")
-        torch.sum(cache, dim=0, out=sink)
-        assert sink.item() == -7  # the override is active
-        kernel.call_boxed(torch._C.DispatchKeySet(torch._C.DispatchKey.CPU), cache, [0], False, dtype=None, out=sink)
-        assert sink.item() == 1000
+        torch.sum(cache, dim=1, out=sink)
+        assert sink.tolist() == [-7] * 8  # the override is active
+        kernel.call_boxed(torch._C.DispatchKeySet(torch._C.DispatchKey.CPU), cache, [1], False, dtype=None, out=sink)
+        assert sink.tolist() == [100] * 8
     finally:
         lib._destroy()
-    torch.sum(cache, dim=0, out=sink)
-    assert sink.item() == 1000
+    torch.sum(cache, dim=1, out=sink)
+    assert sink.tolist() == [100] * 8
     assert native_kernel("aten::no_such_op", "CPU") is None

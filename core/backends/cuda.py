@@ -15,6 +15,9 @@ _SMI_GPU_FIELDS = (
 )
 
 
+FLUSH_ROWS = 1024  # the L2 flush buffer's rows (256 MB in all)
+
+
 class CudaBackend(Backend):
     name = "cuda"
     description = "NVIDIA GPU through torch.cuda; CUDA events around each sample"
@@ -152,19 +155,23 @@ class CudaBackend(Backend):
         import torch
 
         if self._cache is None:
-            # 256 MB: several times the H100/H200 L2 (50-60 MB), as triton.testing does.
-            self._cache = torch.ones(256 * 1024 * 1024 // 4, dtype=torch.int32, device=self.device)
-            self._sink = torch.empty((), dtype=torch.int64, device=self.device)
+            # 256 MB: several times the H100/H200 L2 (50-60 MB), as triton.testing does; float32
+            # rows summed into float32 row sums, so torch's reduction reads the buffer in place
+            # (an int32 buffer summed into int64 was first copied to int64: 512 MB more, written).
+            self._cache = torch.ones(FLUSH_ROWS, 256 * 1024 * 1024 // 4 // FLUSH_ROWS, dtype=torch.float32,
+                                     device=self.device)
+            self._sink = torch.empty(FLUSH_ROWS, dtype=torch.float32, device=self.device)
+            self._keys = torch._C.DispatchKeySet(torch._C.DispatchKey.CUDA)
         # Read the buffer rather than write it (triton.testing zeroes it): afterwards L2 holds only
         # clean lines, which the timed kernel evicts for free, as after Nsight Compute's cache
         # invalidation. Dirty lines left by a write cost the timed kernel their write-back.
-        torch.sum(self._cache, dim=0, out=self._sink)
-
-    @property
-    def _read_kernel_keys(self):
-        import torch
-
-        return torch._C.DispatchKeySet(torch._C.DispatchKey.CUDA)
+        # torch's own kernel, looked up when the backend started and called directly: a library
+        # that registers aten kernels of its own while a point is timed (FlagGems' use_gems()
+        # replaces sum, fill_ and copy_ among hundreds of ops) must not change what the flush runs.
+        if self._read_kernel is not None:
+            self._read_kernel.call_boxed(self._keys, self._cache, [1], False, dtype=None, out=self._sink)
+        else:
+            torch.sum(self._cache, dim=1, out=self._sink)
 
     def is_oom(self, exc: BaseException) -> bool:
         import torch
