@@ -366,11 +366,12 @@ def suite_table(children, ncu, ncu_warm=None) -> list:
 
 
 def compare_table(title, runs: dict, ref: dict, key) -> list:
-    """One row per point: each run's timer and median against the reference kernel time."""
+    """One row per point: each run's timer and median against the reference kernel time taken
+    with the same L2 state as the record says it was timed (``l2``: flushed or warm)."""
     names = list(runs)
-    out = [title, "", "Reference: torch's profiler (CUPTI), L2 flushed before each call as the timers do "
-           "(warm L2 in brackets).", "",
-           "| point | torch-profiler CUPTI us | " + " | ".join(f"{n} (timer, us, vs ref)" for n in names)
+    out = [title, "", "Reference: torch's profiler (CUPTI), L2 flushed before each call (warm L2 in brackets); "
+           "each timer is compared with the reference of its own L2 state (its record's `l2`).", "",
+           "| point | torch-profiler CUPTI us | " + " | ".join(f"{n} (timer, L2, us, vs ref)" for n in names)
            + " | within 3% (last) |", "|---|---|" + "---|" * len(names) + "---|"]
     points = []
     for r in runs[names[-1]].get("records", []):
@@ -378,18 +379,19 @@ def compare_table(title, runs: dict, ref: dict, key) -> list:
             points.append(r["point"])
     by = {n: {r["point"]: r for r in runs[n].get("records", [])} for n in names}
     for p in points:
-        ref_ms = (ref.get(key(by[names[-1]][p])) or {}).get("kernel_ms")
-        warm_ms = (ref.get(key(by[names[-1]][p])) or {}).get("warm_kernel_ms")
+        refs = ref.get(key(by[names[-1]][p])) or {}
+        ref_ms, warm_ms = refs.get("kernel_ms"), refs.get("warm_kernel_ms")
         cells, last = [], None
         for n in names:
             r = by[n].get(p)
             if not r or r.get("median_ms") is None:
                 cells.append(r.get("status", "-") if r else "-")
                 continue
-            last = r["median_ms"]
-            cells.append(f"{r.get('timer')} {r['median_ms'] * 1e3:.2f} {_pct(r['median_ms'], ref_ms)}"
+            mine = warm_ms if r.get("l2") == "warm" else ref_ms
+            last = (r["median_ms"], mine)
+            cells.append(f"{r.get('timer')} {r.get('l2', '?')} {r['median_ms'] * 1e3:.2f} {_pct(r['median_ms'], mine)}"
                          + (f" ({r['fallback_reason']})" if r.get("fallback_reason") else ""))
-        ok = "-" if not (ref_ms and last) else ("OK" if abs(last / ref_ms - 1) <= 0.03 else "MISSED")
+        ok = "-" if not (last and last[1]) else ("OK" if abs(last[0] / last[1] - 1) <= 0.03 else "MISSED")
         out.append(f"| {p} | {ref_ms * 1e3:.2f} ({warm_ms * 1e3:.2f}) | " if ref_ms and warm_ms
                    else f"| {p} | {ref_ms * 1e3:.2f} | " if ref_ms else f"| {p} | - | ")
         out[-1] += " | ".join(cells) + f" | {ok} |"
