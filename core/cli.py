@@ -113,7 +113,7 @@ def build_parser(hooks=None) -> argparse.ArgumentParser:
     _selection_args(run)
     if hooks is not None:
         hooks.add_options(run)
-    run.set_defaults(handler=cmd_run)
+    run.set_defaults(handler=cmd_run, measures_points=True)  # extensions: points are measured here
 
     plugins = sub.add_parser("plugins", help="list installed extensions (active, disabled, broken)")
     plugins.add_argument("--json", action="store_true", help="machine-readable list")

@@ -7,7 +7,6 @@ Reads run directories only; never imports or runs the code under test. The pure 
 from __future__ import annotations
 
 import csv
-import importlib.util
 import io
 import json
 import math
@@ -148,7 +147,7 @@ def pair(a_records, b_records, allow_mixed_timers: bool = False, ir_status: Opti
     ``allow_mixed_timers``, the same timer: a graph-timed and a directly timed sub-millisecond
     kernel can differ by 2× with no code change.
 
-    :param ir_status: ``{shape dir name: status}`` from :func:`zlf.irtree.shape_status`, or None.
+    :param ir_status: ``{shape dir name: status}`` from the ``ir_status`` hook, or None.
     :param metric: what the delta is of (:mod:`zlf.metrics`): ``time`` (default), ``cycles``, ``wall``.
     :return: rows in A's order, then B-only points in B's order.
     """
@@ -326,15 +325,12 @@ def load_side(path, label: str) -> Side:
     return attrs.evolve(side, ceilings=ceilings_mod.load(side.device_name))
 
 
-def ir_status_for(a_path, b_path) -> tuple:
-    """``(shape status dict or None, note or None)``: the IR column exists only when both runs dumped IR."""
-    if not ((Path(a_path) / "ir").is_dir() and (Path(b_path) / "ir").is_dir()):
+def ir_status_for(a_path, b_path, hooks=None) -> tuple:
+    """``(shape status dict or None, note or None)``: the IR column exists only when an extension
+    knows the compiled code both runs hold (``ir_status``)."""
+    if hooks is None:
         return None, None
-    if importlib.util.find_spec("zlf.irtree") is None:
-        return None, "both runs have ir/ but zlf.irtree is not installed: no IR column"
-    from . import irtree
-
-    return irtree.shape_status(a_path, b_path), None
+    return hooks.ir_status(a_dir=Path(a_path), b_dir=Path(b_path)), None
 
 
 @attrs.frozen
@@ -353,11 +349,12 @@ class Comparison:
 
 
 def compare_dirs(a_path, b_path, threshold_pct: Optional[float] = None, allow_mixed_timers: bool = False,
-                 metric: str = metrics.DEFAULT) -> Comparison:
-    """Load, pair and summarise two run directories (exit-2 errors raised as UsageError)."""
+                 metric: str = metrics.DEFAULT, hooks=None) -> Comparison:
+    """Load, pair and summarise two run directories (exit-2 errors raised as UsageError);
+    ``hooks``: the extensions asked for the IR column (``ir_status``)."""
     metric = metrics.check(metric)
     a, b = load_side(a_path, "A"), load_side(b_path, "B")
-    ir_status, ir_note = ir_status_for(a.path, b.path)
+    ir_status, ir_note = ir_status_for(a.path, b.path, hooks)
     rows = pair(a.records, b.records, allow_mixed_timers=allow_mixed_timers, ir_status=ir_status, metric=metric)
     if not any(r.a is not None and r.b is not None for r in rows):
         raise UsageError(
@@ -617,7 +614,8 @@ def configure_parser(parser) -> None:
 
 
 def main(args, session) -> int:
-    cmp = compare_dirs(args.a_dir, args.b_dir, args.threshold, args.allow_mixed_timers, getattr(args, "metric", None))
+    cmp = compare_dirs(args.a_dir, args.b_dir, args.threshold, args.allow_mixed_timers, getattr(args, "metric", None),
+                       hooks=getattr(session, "hooks", None))
     machine = args.format in ("csv", "json")
     if machine:  # stdout stays parseable; what a reader must not miss goes to stderr
         for side in (cmp.a, cmp.b):

@@ -6,7 +6,7 @@ sharded ``zlf run``) seen through a few methods, all called in the driver's main
 state on disk has one writer:
 
 * ``root`` -- the directory run specs are relative to; ``spec(key)`` -- a run spec
-  (:meth:`zlf.campaign.Campaign.run_spec`);
+  (:meth:`zlf.ab.execute.Execution.run_spec`);
 * ``skip(unit)`` -- a reason not to run the unit any more (its op failed; the job files its runs
   as skipped), or None;
 * ``started(key, worker)``, ``finished(key, outcome, worker) -> bool`` (False: the run failed,
@@ -14,7 +14,7 @@ state on disk has one writer:
   pending again), ``discard(key)`` (remove a run's old output before results are written back),
   ``identity(key)`` -- the device a finished run measured on, ``note(text)`` -- a progress line.
 
-A run is always a separate ``zlf`` process (:func:`zlf.campaign.execute_spec`); a worker only
+A run is always a separate ``zlf`` process (:func:`execute_spec`); a worker only
 starts them one after another, pinned to its GPU with the backend's visible-devices variable. A
 failed run ends its unit, except a spec marked ``shared`` (a campaign's process of several ops,
 whose failed op is re-run alone later).
@@ -38,10 +38,15 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from .campaign import execute_spec
+import datetime as _dt
+import shutil
+
 from .procs import Terminated, die_with_parent
 from .errors import UsageError
-from .rundir import safe_name
+from .rundir import RunDir, inside, safe_name
+
+#: placeholder for the job's root directory in a run spec (replaced where the run executes).
+ROOT = "{campaign}"
 
 EXECUTORS = ("local", "ray")
 DEFAULT_RETRIES = 1
@@ -362,8 +367,6 @@ def run_unit_remote(payload: dict, pin_env: Optional[str]) -> dict:
     the outcomes and the produced run directories and logs as one archive."""
     import ray
 
-    from .campaign import ROOT
-
     gpus = [str(g) for g in ray.get_gpu_ids()]
     extra = {pin_env: ",".join(gpus)} if pin_env and gpus else {}
     # Triton caches inside the campaign stay on the node across tasks, as they stay on the host
@@ -503,3 +506,85 @@ def _worker_entry() -> int:
 
 if __name__ == "__main__":
     sys.exit(_worker_entry())
+
+
+# ----------------------------------------------------------------------------- one run spec
+def device_identity(run_dir: Path) -> str:
+    """The device a run measured on, from its meta.json: uuid, else PCI bus id, else the name
+    (two GPUs of one model still differ by a few percent)."""
+    fp = RunDir(run_dir).meta().get("fingerprint") or {}
+    return str(fp.get("uuid") or fp.get("pci.bus_id") or fp.get("device_name") or "")
+
+
+
+def _now() -> str:
+    return _dt.datetime.now().astimezone().isoformat(timespec="seconds")
+
+
+def environment(overrides: dict) -> dict:
+    env = dict(os.environ)
+    env.update(overrides)
+    env.pop("FORCE_COLOR", None)
+    return env
+
+
+def _place(text: str, root: str) -> str:
+    return text.replace(ROOT, root)
+
+
+def execute_spec(spec: dict, root, extra_env: Optional[dict] = None) -> dict:
+    """Run one run spec under ``root`` (the campaign directory, or a scratch folder on a Ray
+    node): a fresh process whose output goes to the spec's log; its run directory is moved from
+    the staging folder to ``dir`` once the process has exited.
+
+    :return: ``{"key", "rc", "made", "started", "finished", "seconds", "log"}`` (JSON-able).
+    Raises KeyboardInterrupt after stopping the process when the user interrupts.
+    """
+    root = Path(root)
+    # campaign.json is a file anyone can edit: its paths must not lead out of the campaign
+    # (the old output at ``dir`` is removed before the run).
+    staging, final, log = (inside(root, root / spec[k]) for k in ("staging", "dir", "log"))
+    for p in (staging, final):
+        if p.exists():
+            shutil.rmtree(p, ignore_errors=True)
+    staging.mkdir(parents=True)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    argv = list(spec["argv"])
+    for item in spec.get("if_exists", ()):  # what an earlier run of the unit may have written by now
+        if (root / item["path"]).exists():
+            argv += item["args"]
+    cmd = [_place(a, str(root)) for a in argv]
+    env = environment({k: _place(v, str(root)) for k, v in {**spec["env"], **(extra_env or {})}.items()})
+    started, t0 = _now(), time.monotonic()
+    with open(log, "w") as out:
+        out.write("$ " + " ".join(cmd) + "\n")
+        out.flush()
+        # SIGKILL when this process dies (a run stuck in a C call would not act on SIGTERM; what it
+        # leaves --resume discards); a `zlf task` run's worker dies with it in turn.
+        proc = subprocess.Popen(cmd, cwd=spec["cwd"], env=env, stdout=out, stderr=subprocess.STDOUT,
+                                preexec_fn=die_with_parent(signal.SIGKILL))
+        try:
+            rc = proc.wait()
+        except KeyboardInterrupt as exc:
+            _stop(proc, exc)
+            raise
+    made = [p for p in staging.iterdir() if p.is_dir()] if staging.is_dir() else []
+    if made:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(made[0], final)
+    shutil.rmtree(staging, ignore_errors=True)
+    return {"key": spec["key"], "rc": rc, "made": bool(made), "name": made[0].name if made else None,
+            "started": started, "finished": _now(),
+            "seconds": round(time.monotonic() - t0, 2), "log": spec["log"]}
+
+def _stop(proc, exc: BaseException) -> None:
+    """Stop a run this process was waiting for: Ctrl-C reached it too (same process group);
+    SIGTERM reached this process only, so it is passed on. Killed if it does not stop."""
+    try:
+        if isinstance(exc, Terminated):
+            proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=10)
+    except (subprocess.TimeoutExpired, KeyboardInterrupt):
+        proc.kill()
+        proc.wait()
+

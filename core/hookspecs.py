@@ -260,7 +260,7 @@ def after_campaign(campaign, results, options, session):
     after every timing run, so it never disturbs one; start any process that touches the
     device yourself (the driver imports no kernel).
 
-    :param campaign: the :class:`zlf.campaign.Campaign` (``campaign.path``, ``campaign.runs``,
+    :param campaign: the :class:`zlf.ab.campaign.Campaign` (``campaign.path``, ``campaign.runs``,
         ``campaign.sides``, ``campaign.run_dir(run)``).
     :param results: the list of :class:`zlf.stats.PointStats` of the reported ops (verdicts).
     :param options: the parsed ``zlf ab`` command line (options added through
@@ -268,4 +268,94 @@ def after_campaign(campaign, results, options, session):
     :param session: the :class:`zlf.session.Session` of the ``zlf ab`` invocation (its hooks and
         extensions: the ones the campaign's runs used).
     :return: nothing.
+    """
+
+
+# --------------------------------------------------------------------------- campaigns: what an extension adds
+# ``zlf ab`` knows no extension by name: everything an extension adds to a campaign comes
+# through the hooks of this block.
+@_spec
+def campaign_setup(plan, options, session):
+    """A new ``zlf ab`` campaign is being built: change its plan.
+
+    Called once in the driver, before the sides are built and before anything is written.
+    Refuse an option combination with :class:`zlf.UsageError`.
+
+    :param plan: the :class:`zlf.ab.extending.CampaignPlan`: set ``ops`` (e.g. task packages
+        instead of OPs), ``side_args`` (arguments that tell side A's runs from B's),
+        ``run_args`` (arguments of every run), ``extensions`` (extensions every run must select),
+        ``own_options`` (run options the campaign sets itself), ``not_switches``, ``per_op``,
+        ``label``, and ``data`` (fields of campaign.json your other hooks read back).
+    :param options: the parsed ``zlf ab`` command line (your :func:`add_campaign_options` included).
+    :param session: the driver's :class:`zlf.session.Session`.
+    :return: nothing.
+    """
+
+
+@_spec
+def campaign_run_needs(campaign, op, round, side):
+    """What one run of a campaign needs: extra arguments and earlier runs it reads.
+
+    Called in the driver whenever a run's command line or spec is built, and when the runs are
+    grouped into processes and work units; answer from ``campaign.data`` (what your
+    :func:`campaign_setup` stored), so that ``--resume`` gets the same answer.
+
+    :param campaign: the :class:`zlf.ab.campaign.Campaign`.
+    :param op: the run's :class:`zlf.ab.campaign.OpSpec`.
+    :param round: the run's round (1-based).
+    :param side: ``"A"`` or ``"B"``.
+    :return: a list of :class:`zlf.ab.extending.RunNeed` (results of all extensions are joined).
+        A need on an earlier run (``round``/``side``) orders the runs, carries ``path`` to
+        where the run executes, and adds its ``args`` only once ``path`` exists.
+    """
+
+
+@_spec
+def campaign_context(data):
+    """Lines that describe what an extension does to a campaign (e.g. "autotune replay: on").
+
+    Printed when the campaign starts, by ``--dry-run`` and in the report; stored in
+    campaign.json as ``context``.
+
+    :param data: the campaign.json fields (a dict).
+    :return: a list of one-line strings (results of all extensions are joined).
+    """
+
+
+@_spec
+def campaign_guards(campaign, ops):
+    """Guard lines of a finished campaign (e.g. "the switch changed no compiled code").
+
+    Called once in the driver after every run, before the summary is written; not for an A/A
+    campaign. The lines go to summary.log, summary.json (``guards``) and the report.
+
+    :param campaign: the :class:`zlf.ab.campaign.Campaign`.
+    :param ops: names of the ops that are reported (every run finished ok).
+    :return: a list of strings (results of all extensions are joined).
+    """
+
+
+@_spec(firstresult=True)
+def campaign_split_item(item, dest, shapes, link):
+    """Copy one file or folder of a shared process's run directory into one op's run directory.
+
+    A campaign that ran several ops in one process splits its run directory per op; files are
+    copied whole unless an extension knows they are per shape.
+
+    :param item: the :class:`pathlib.Path` of the file or folder in the shared run directory.
+    :param dest: where it goes in the op's run directory (does not exist yet).
+    :param shapes: the op's shapes as directory names (:func:`zlf.records.shape_str`).
+    :param link: ``link(src, dst)`` links (or copies) one file.
+    :return: True when handled; None to leave it to core.
+    """
+
+
+@_spec(firstresult=True)
+def ir_status(a_dir, b_dir):
+    """Per shape, how the compiled code of two runs differs (``zlf compare``'s IR column).
+
+    :param a_dir: the first run directory (:class:`pathlib.Path`).
+    :param b_dir: the second.
+    :return: ``{shape dir name: status}`` (``identical``, ``changed``, ``only A``, ``only B``),
+        or None when the runs hold no compiled code you know (first non-None result wins).
     """

@@ -275,3 +275,23 @@ class Hooks:
     # campaigns
     def after_campaign(self, campaign, results, options, session):
         self.pm.hook.after_campaign(campaign=campaign, results=results, options=options, session=session)
+
+    # campaigns: what extensions add to a zlf ab campaign (hookspecs' "campaigns" block)
+    def campaign_setup(self, plan, options, session):
+        self.pm.hook.campaign_setup(plan=plan, options=options, session=session)
+
+    def campaign_run_needs(self, campaign, op, round, side) -> list:
+        return [n for group in self.pm.hook.campaign_run_needs(campaign=campaign, op=op, round=round, side=side)
+                for n in (group or ())]
+
+    def campaign_context(self, data) -> list:
+        return [line for group in self.pm.hook.campaign_context(data=data) for line in (group or ())]
+
+    def campaign_guards(self, campaign, ops) -> list:
+        return [line for group in self.pm.hook.campaign_guards(campaign=campaign, ops=ops) for line in (group or ())]
+
+    def campaign_split_item(self, item, dest, shapes, link) -> bool:
+        return bool(self.pm.hook.campaign_split_item(item=item, dest=dest, shapes=shapes, link=link))
+
+    def ir_status(self, a_dir, b_dir):
+        return self.pm.hook.ir_status(a_dir=a_dir, b_dir=b_dir)

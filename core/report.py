@@ -207,12 +207,12 @@ def default_out(dirs) -> Path:
     return Path(dirs[1]) / f"report_vs_{Path(dirs[0]).resolve().name}.md"
 
 
-def write_report(dirs, out: Optional[str] = None, threshold_pct=None, allow_mixed_timers=False) -> tuple:
+def write_report(dirs, out: Optional[str] = None, threshold_pct=None, allow_mixed_timers=False, hooks=None) -> tuple:
     """Write the page and its PNG; returns ``(md path, png path, summary lines)``."""
     if len(dirs) not in (1, 2):
         raise UsageError(f"zlf report takes one run directory or two (A B), got {len(dirs)}")
     if len(dirs) == 2:
-        cmp = compare.compare_dirs(dirs[0], dirs[1], threshold_pct, allow_mixed_timers)
+        cmp = compare.compare_dirs(dirs[0], dirs[1], threshold_pct, allow_mixed_timers, hooks=hooks)
     else:
         side = compare.load_side(dirs[0], "run")
     md_path = Path(out) if out else default_out(dirs)
@@ -237,7 +237,8 @@ def write_report(dirs, out: Optional[str] = None, threshold_pct=None, allow_mixe
 
 
 def main(args, session) -> int:
-    md_path, png_path, summary = write_report(args.run_dirs, args.out, args.threshold, args.allow_mixed_timers)
+    md_path, png_path, summary = write_report(args.run_dirs, args.out, args.threshold, args.allow_mixed_timers,
+                                              hooks=getattr(session, "hooks", None))
     for line in summary:
         print(clean(line))
     print(f"report: {md_path}")

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import yaml
 
-from .campaign import ROOT, device_identity
+
 from .errors import UsageError
 from .procs import stop_code, stop_word
-from .executors import LocalPool, make_executor, parse_gpus, pin_variable
+from .executors import ROOT, LocalPool, device_identity, make_executor, parse_gpus, pin_variable
 from .rundir import LOG, META, RESULTS, SHAPES, RunDir, timestamp
 from .scheduler import Scheduler, Unit
 
@@ -139,7 +139,7 @@ def _op_args(args) -> list:
 
 
 def main(args, session) -> int:
-    from .ab import extension_args, pass_through_args
+    from .ab.sides import extension_args, pass_through_args
     from .cli import add_run_arguments, results_table
 
     gpus = parse_gpus(args.gpus)

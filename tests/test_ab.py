@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from zlf import ab, ab_report, cli, stats
-from zlf.campaign import FAILED, OK, PENDING, SKIPPED, Campaign, OpSpec, Side, device_flags
+from zlf import ab, cli, stats
+from zlf.ab import report as ab_report
+from zlf.ab import FAILED, OK, PENDING, SKIPPED, Campaign, OpSpec, Side, device_flags
 from zlf.errors import UsageError
 from zlf.records import PointRecord
 from zlf.rundir import RunDir
@@ -40,6 +41,26 @@ class FakeHooks:
         g.add_argument("--shapes", metavar="FILE")
         g.add_argument("--fast", action="store_true")
         g.add_argument("--replay-from", metavar="RUN_DIR")
+
+    def campaign_setup(self, plan, options, session):
+        pass
+
+    def campaign_context(self, data):
+        return []
+
+    def campaign_run_needs(self, campaign, op, round, side):
+        return []
+
+
+def real_hooks(*names):
+    """The hooks of these installed extensions only (skips the test when one is not installed)."""
+    from zlf.plugins import Hooks, Selection, build_plugin_manager, installed_extensions
+
+    missing = [n for n in names if n not in installed_extensions()]
+    if missing:
+        pytest.skip(f"extension(s) not installed: {', '.join(missing)}")
+    pm, infos = build_plugin_manager(Selection(only=tuple(names)))
+    return Hooks(pm, infos)
 
 
 class Info:
@@ -122,8 +143,9 @@ def test_run_options_are_passed_through_as_typed():
     assert ab.pass_through_args(args, hooks) == ["--dtype", "float16", "--dtype", "bfloat16", "--rep-ms", "5.0",
                                                  "--no-flush-l2", "--seed", "3", "--shapes", "s.yaml", "--fast"]
     args = p.parse_args(["--switch", "S", "--replay-from", "x"])
+    # an option a campaign sets itself (CampaignPlan.own_options, from an extension's campaign_setup)
     with pytest.raises(UsageError, match="set by zlf ab itself"):
-        ab.pass_through_args(args, hooks)
+        ab.pass_through_args(args, hooks, own=("replay_from",))
 
 
 def test_extensions_are_selected_explicitly():
@@ -134,7 +156,7 @@ def test_extensions_are_selected_explicitly():
 def test_run_command_records_once_and_replays_everywhere_else(tmp_path):
     data = campaign_data(tmp_path)
     data["replay"] = True
-    c = Campaign.create(tmp_path / "out", "t", data)
+    c = Campaign.create(tmp_path / "out", "t", data, real_hooks("autotune_replay"))
     for k in (1, 2):
         c.add_round(k)
     assert "--replay-from" not in c.command(c.runs[1], Path("/s"))  # nothing recorded yet
@@ -211,16 +233,15 @@ def _ir(run_dir, text):
 
 
 def test_ir_guard_says_prominently_when_nothing_changed(tmp_path):
-    pytest.importorskip("zlf.irtree")
-    c = Campaign.create(tmp_path, "t", campaign_data(tmp_path, ops=("add", "mm")))
+    c = Campaign.create(tmp_path, "t", campaign_data(tmp_path, ops=("add", "mm")), real_hooks("ir_dump"))
     c.add_round(1)
     fill(c)
     _ir(c.run_dir(c.find("add", 1, "A")), "tt.load\n")
     _ir(c.run_dir(c.find("add", 1, "B")), "tt.load\n")
     _ir(c.run_dir(c.find("mm", 1, "A")), "tt.dot\n")
     _ir(c.run_dir(c.find("mm", 1, "B")), "ttng.warp_group_dot\n")
-    lines = ab.ir_guard(c, ["add", "mm"])
-    assert lines[0].startswith("!!! add: the switch changed NO compiled code")
+    lines = ab.campaign_guards(c, ["add", "mm"])  # ir_dump's campaign_guards
+    assert len(lines) == 2 and lines[0].startswith("!!! add: the switch changed NO compiled code")
     assert lines[1].startswith("mm: IR differs between A and B on 1 of 1 shapes")
 
 
@@ -482,9 +503,10 @@ def test_op_spec_passes_an_extension_spelling_through(tmp_path):
         OpSpec.parse(f"neg:{f}::neg")
 
 
-def test_task_candidate_is_no_switch_and_task_dry_run_names_zlf_task(capsys):
+def test_an_extensions_side_variable_is_no_switch_and_its_dry_run_names_its_command(capsys):
     sides = (Side("A", {"ZLF_TASK_CANDIDATE": "/a.py"}), Side("B", {"ZLF_TASK_CANDIDATE": "/b.py"}))
-    assert ab.switch_guard(sides, [], ["/nonexistent"]) == []
+    assert [r["name"] for r in ab.switch_guard(sides, [], ["/nonexistent"])] == ["ZLF_TASK_CANDIDATE"]
+    assert ab.switch_guard(sides, [], ["/nonexistent"], not_switches=("ZLF_TASK_CANDIDATE",)) == []
     data = {"statistics": {"first_look": 2, "until_confident": False, "max_rounds": 2}, "replay": False,
             "extension_args": ["--ext", "seed"], "run_args": []}
     ab._print_dry_run(data, *sides, [OpSpec("vecadd", "/pkg", "/pkg", command="task")], [])
@@ -492,12 +514,12 @@ def test_task_candidate_is_no_switch_and_task_dry_run_names_zlf_task(capsys):
 
 
 def test_campaign_json_is_fsynced_before_the_rename(tmp_path, monkeypatch):
-    from zlf import campaign as campaign_module
+    from zlf import rundir as campaign_module
 
     synced = []
     real = os.fsync
     monkeypatch.setattr(campaign_module.os, "fsync", lambda fd: (synced.append(fd), real(fd)))
-    campaign_module._write_atomic(tmp_path / "x.json", "{}\n")
+    campaign_module.write_atomic(tmp_path / "x.json", "{}\n")
     assert synced and (tmp_path / "x.json").read_text() == "{}\n"
 
 
@@ -598,8 +620,9 @@ def test_process_per_op_and_task_campaigns_keep_one_process_per_run(tmp_path, ca
 
 
 def test_a_shared_run_directory_is_split_per_op_with_its_ir_shapes(tmp_path):
-    from zlf.campaign import split_run_dir
+    from zlf.ab import split_run_dir
 
+    hooks = real_hooks("ir_dump")  # ir/<shape>/ is split per shape by the extension that writes it
     raw = tmp_path / "raw"
     (raw / "ir" / "256").mkdir(parents=True)
     (raw / "ir" / "64x64").mkdir(parents=True)
@@ -614,7 +637,7 @@ def test_a_shared_run_directory_is_split_per_op_with_its_ir_shapes(tmp_path):
     rd.append(PointRecord(point="neg/256/float32", op="neg", shape=(256,), dtype="float32", status="ok", median_ms=1.0))
     rd.append(PointRecord(point="mm/64x64/float32", op="mm", shape=(64, 64), dtype="float32", status="ok", median_ms=2.0))
     dest = tmp_path / "neg" / "r1_A"
-    split_run_dir(raw, dest, {"neg"}, 1, {"key": "_shared/r1_A", "ops": ["neg", "mm"], "rc": 1})
+    split_run_dir(raw, dest, {"neg"}, 1, {"key": "_shared/r1_A", "ops": ["neg", "mm"], "rc": 1}, hooks)
     records, _ = RunDir(dest).records()
     assert [r.point for r in records] == ["neg/256/float32"]
     assert sorted(p.name for p in (dest / "ir").iterdir()) == ["256", "index.tsv"]

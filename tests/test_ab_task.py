@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from zlf import ab
-from zlf.campaign import OK, Campaign, OpSpec
+from zlf.ab import OK, Campaign, OpSpec
 from zlf.errors import UsageError
 
 from test_ab import FakeHooks, Info, campaign_data, parse

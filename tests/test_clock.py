@@ -13,7 +13,7 @@ from zlf import ab, cli, compare, metrics
 from zlf.backends import cuda as cuda_mod
 from zlf.backends.base import ClockSampler, ClockWindow, is_throttled, throttle_names
 from zlf.backends.cpu import CpuBackend
-from zlf.campaign import Campaign, OpSpec, Side
+from zlf.ab import Campaign, OpSpec, Side
 from zlf.errors import UsageError
 from zlf.records import PointRecord
 from zlf.rundir import RunDir

@@ -172,7 +172,7 @@ def test_ab_refuses_an_op_name_that_leaves_the_campaign(tmp_path):
 
 
 def test_campaign_run_paths_stay_inside_the_campaign(tmp_path):
-    from zlf.campaign import execute_spec
+    from zlf.executors import execute_spec
     from zlf.errors import UsageError
 
     root, victim = tmp_path / "campaign", tmp_path / "precious"

@@ -20,7 +20,7 @@ import pytest
 
 from conftest import ROOT, read_records
 
-from zlf.campaign import Campaign, OpSpec, Side
+from zlf.ab import Campaign, OpSpec, Side
 from zlf.cli import main
 
 PKG = ROOT / "tests" / "data" / "taskpkg_vecadd"

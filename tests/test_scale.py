@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from zlf.campaign import OK, PENDING, ROOT, Campaign, campaign_units
+from zlf.ab import OK, PENDING, Campaign, campaign_units
+from zlf.executors import ROOT
 from zlf.executors import LocalPool, RayPool, parse_gpus
 from zlf.errors import UsageError
 from zlf.rundir import RunDir

@@ -19,6 +19,7 @@ from collections import Counter
 from typing import Optional
 
 from zlf import UsageError, hookimpl
+from zlf.ab.extending import SOURCE, RunNeed
 
 from .libtuner import MODES, LibtunerCache, clear_libentry_launchers
 from .records import RECORDS_DIR, RecordWriter, ReplaySource, canonical_key
@@ -64,15 +65,14 @@ class AutotuneReplay:
     @hookimpl(tryfirst=True)
     def configure(self, session):
         opts = session.options
-        command = getattr(opts, "command", None)
-        if command != "run":
-            # zlf ab hands these options on to its zlf run processes; any other command that
-            # accepts run options (zlf task) would silently ignore them: say so instead.
+        if not getattr(opts, "measures_points", False):
+            # a command that hands run options on to its zlf run processes (forwards_run_options:
+            # zlf ab) leaves them to those; any other command would silently ignore them: say so.
             given = [flag for flag, dest in (("--replay-from", "replay_from"), ("--libtuner-cache", "libtuner_cache"))
                      if getattr(opts, dest, None)]
-            if given and command != "ab":
+            if given and not getattr(opts, "forwards_run_options", False):
                 raise UsageError(f"{' and '.join(given)}: autotune record/replay works with zlf run (and zlf ab), "
-                                 f"not with zlf {command}")
+                                 f"not with zlf {getattr(opts, 'command', '?')}")
             return
         mode = getattr(opts, "libtuner_cache", None) or os.environ.get(ENV_LIBTUNER) or "shared"
         if mode not in MODES:
@@ -88,6 +88,30 @@ class AutotuneReplay:
         self.libtuner = LibtunerCache(mode)
         self.libtuner.apply()  # before any op module (and so flag_gems) is imported
         self.tracker = Tracker(self.replay, self._on_decision, self._on_fallback)
+
+    # ------------------------------------------------------------------ zlf ab campaigns
+    @hookimpl
+    def add_campaign_options(self, parser):
+        parser.epilog = (parser.epilog or "") + (
+            "autotune_replay: round 1's A run records the autotune decisions, every other run replays them\n")
+
+    @hookimpl
+    def campaign_setup(self, plan, options, session):
+        plan.own_options.append("replay_from")  # round 1 A records, every other run replays it
+        plan.data["replay"] = True
+
+    @hookimpl
+    def campaign_run_needs(self, campaign, op, round, side):
+        """Every run but round 1 A replays round 1 A's record (when it wrote one)."""
+        if not campaign.data.get("replay") or (round, side) == (1, "A"):
+            return []
+        return [RunNeed(args=("--replay-from", SOURCE), round=1, side="A", path=RECORDS_DIR)]
+
+    @hookimpl
+    def campaign_context(self, data):
+        if data.get("replay"):
+            return ["autotune replay: on (round 1 A records, every other run replays it)"]
+        return ["autotune replay: OFF -- autotune_replay was not active: every run tunes for itself"]
 
     # ------------------------------------------------------------------ run lifecycle
     @hookimpl(tryfirst=True)  # before any other extension's before_run can launch a kernel

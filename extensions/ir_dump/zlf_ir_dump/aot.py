@@ -17,7 +17,7 @@ import traceback
 
 from tabulate import tabulate
 from zlf import Backend, UsageError
-from zlf.irtree import IR_DIR, read_index
+from zlf_ir_dump.irtree import IR_DIR, read_index
 from zlf.rundir import RunDir
 from zlf.session import shapes_by_op
 

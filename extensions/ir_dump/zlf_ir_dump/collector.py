@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 import attrs
-from zlf.irtree import INDEX, NAMING
+from zlf_ir_dump.irtree import INDEX, NAMING
 from zlf.records import shape_str
 from zlf.rundir import replace_dir
 

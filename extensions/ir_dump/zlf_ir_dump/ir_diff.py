@@ -12,7 +12,7 @@ from pathlib import Path
 from tabulate import tabulate
 from zlf import UsageError
 from zlf.console import clean, clean_rows
-from zlf.irtree import (CHANGED, IDENTICAL, ONLY_A, ONLY_B, diff_kernels, format_counts, ir_root, op_count_delta,
+from zlf_ir_dump.irtree import (CHANGED, IDENTICAL, ONLY_A, ONLY_B, diff_kernels, format_counts, ir_root, op_count_delta,
                         symlinks_in, write_diffs)
 from zlf.rundir import timestamp
 

@@ -7,7 +7,9 @@ never share a collector.
 from __future__ import annotations
 
 from zlf import hookimpl
-from zlf.irtree import IR_DIR
+from zlf_ir_dump.irtree import IR_DIR
+
+from . import campaign as campaign_mod
 
 from .collector import IrDump, parse_kinds
 
@@ -90,6 +92,19 @@ class IrDumpPlugin:
         finally:
             self.dump.guard.remove()
             self.dump = None
+
+    # ------------------------------------------------------------------ campaigns and comparisons
+    @hookimpl
+    def campaign_guards(self, campaign, ops):
+        return campaign_mod.guard_lines(campaign, ops)
+
+    @hookimpl
+    def ir_status(self, a_dir, b_dir):
+        return campaign_mod.ir_status(a_dir, b_dir)
+
+    @hookimpl
+    def campaign_split_item(self, item, dest, shapes, link):
+        return campaign_mod.split_ir(item, dest, shapes, link)
 
 
 def _selection_args(parser) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Optional
 
 import attrs
-from zlf.irtree import ir_root, read_index
+from zlf_ir_dump.irtree import ir_root, read_index
 from zlf.records import shape_str
 
 KEY = "launches"

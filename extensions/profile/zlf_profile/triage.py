@@ -22,7 +22,7 @@ from typing import Optional
 
 from tabulate import tabulate
 from zlf import UsageError
-from zlf.irtree import CHANGED, ONLY_A, ONLY_B, diff_kernels, format_counts, ir_root, op_count_delta, read_index, unified_diff
+from zlf_ir_dump.irtree import CHANGED, ONLY_A, ONLY_B, diff_kernels, format_counts, ir_root, op_count_delta, read_index, unified_diff
 from zlf.records import Point, shape_str
 from zlf.rundir import RunDir, write_atomic
 
@@ -470,7 +470,7 @@ def after_campaign(campaign, results, options, session) -> None:
 
 
 def main(args, session) -> int:
-    from zlf.campaign import SUMMARY_JSON, Campaign
+    from zlf.ab import SUMMARY_JSON, Campaign
 
     campaign = Campaign.open(os.path.abspath(args.campaign))
     summary = campaign.path / SUMMARY_JSON

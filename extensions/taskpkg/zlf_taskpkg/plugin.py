@@ -66,6 +66,28 @@ def add_commands(subparsers):
     p.set_defaults(handler=_cmd_task, run_options=True)
 
 
+# ---------------------------------------------------------------------- zlf ab --task (campaign.py)
+@hookimpl
+def add_campaign_options(parser):
+    from . import campaign
+
+    campaign.add_options(parser)
+
+
+@hookimpl
+def campaign_setup(plan, options, session):
+    from . import campaign
+
+    campaign.setup(plan, options)
+
+
+@hookimpl
+def campaign_run_needs(campaign, op, round, side):
+    from . import campaign as task_campaign
+
+    return task_campaign.run_needs(op)
+
+
 def _cmd_task(args, session) -> int:
     from .judge import judge
 

@@ -9,10 +9,11 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from . import metrics, stats
-from .console import clean, clean_lines
-from .rundir import write_atomic
-from .campaign import FAILED, OK, PLOT, REPORT, SKIPPED, SUMMARY_JSON, SUMMARY_LOG, now
+from .. import metrics, stats
+from ..console import clean, clean_lines
+from ..rundir import write_atomic
+from .guards import switch_guard_messages
+from .layout import FAILED, OK, PLOT, REPORT, SKIPPED, SUMMARY_JSON, SUMMARY_LOG, now
 
 HEADERS = ["point", "A median ms", "B median ms", "delta", "delta interval", "noise A/B",
            "flips", "MDE", "rounds for delta", "verdict"]
@@ -86,14 +87,13 @@ def _context_lines(campaign, alpha, results=()) -> list:
     metric = d.get("metric") or metrics.DEFAULT
     if metric != metrics.DEFAULT:
         lines.append(f"  metric: {metric} ({metrics.unit(metric)}: {metrics.METRICS[metric].summary})")
-    lines.append("  autotune replay: " + ("on (round 1 A records, every other run replays it)" if d.get("replay")
-                                          else "OFF -- autotune_replay not active: every run tuned for itself"))
+    lines += [f"  {line}" for line in d.get("context") or ()]  # the extensions' (campaign_context)
     run_args = " ".join(d["extension_args"] + d["run_args"])
-    # A task campaign runs `zlf task PKG --candidate FILE` (the side's candidate last), not `zlf run`.
+    # An extension's ops run its command (`zlf task PKG ... --candidate FILE`: the side's arguments last).
     commands = sorted({o.get("command", "run") for o in d.get("ops", [])}) or ["run"]
     for command in commands:
-        if command == "task":
-            lines.append(f"  every run: zlf task PKG {run_args} --candidate <the side's>")
+        if command != "run":
+            lines.append(f"  every run: zlf {command} {command.upper()} {run_args} <the side's arguments>")
         elif d.get("process") == "shared":
             lines.append(f"  every run: zlf {command} OP [OP ...] {run_args}".rstrip()
                          + " (all ops of a round and side in one process; an op that failed there re-ran alone)")
@@ -103,8 +103,6 @@ def _context_lines(campaign, alpha, results=()) -> list:
 
 
 def _guard_lines(campaign, ir_lines) -> list:
-    from .ab import switch_guard_messages
-
     lines = switch_guard_messages(campaign.data.get("guards", {}).get("switch_source", []))
     for r in campaign.data.get("guards", {}).get("switch_source", []):
         if r["found"]:

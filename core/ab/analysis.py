@@ -1,0 +1,158 @@
+"""Statistics over a campaign's run directories: per-point values of both sides, the rule's
+settings as stored, and the verdicts (the maths is :mod:`zlf.stats`)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .. import metrics, stats
+from ..errors import UsageError
+from ..records import duplicate_points
+from ..rundir import RESULTS, RunDir
+from .layout import OK, SUMMARY_JSON
+
+_DEFAULTS = stats.Settings()
+
+
+def collect(campaign, rounds=None):
+    """Per-point values of every op whose every planned run (up to ``rounds``) finished ok.
+
+    :return: ``(values, blockers, remarks, excluded)``: ``{point: (A values, B values)}`` of the
+        campaign's metric (:mod:`zlf.metrics`; time in ms by default) over the rounds
+        where both runs of the point's op are done; ``{point: why no direction}``;
+        ``{point: [remarks]}``; ``{point: why left out}``.
+    """
+    rounds = rounds or campaign.planned_rounds()
+    metric = campaign.data.get("metric") or metrics.DEFAULT
+    # docs/ab.md: a report missing rounds reads exactly like a complete one
+    failed = {**campaign.failed_ops(), **campaign.incomplete_ops(rounds)}
+    values, blockers, remarks, excluded = {}, {}, {}, {}
+    for op in campaign.ops:
+        if op.name in failed:
+            continue
+        per_point: dict = {}
+        timers: dict = {}
+        why_none: dict = {}
+        twice: dict = {}
+        done_rounds = []
+        for k in range(1, rounds + 1):
+            pair = [campaign.find(op.name, k, s) for s in ("A", "B")]
+            if not all(r and r["status"] == OK for r in pair):
+                continue
+            done_rounds.append(k)
+            by_side = {}
+            for side, r in zip(("A", "B"), pair):
+                records, _ = RunDir(campaign.run_dir(r)).records()
+                by_side[side] = {rec.point: rec for rec in records}
+                for point in duplicate_points(records):
+                    twice.setdefault(point, f"point id appears twice in r{k}_{side}/{RESULTS}: not paired")
+                for rec in records:
+                    slot = per_point.setdefault(rec.point, {})
+                    slot[(k, side)] = metrics.value(rec, metric)
+                    if slot[(k, side)] is None:
+                        why_none.setdefault(rec.point, metrics.missing(rec, metric))
+                    if rec.timer:
+                        timers.setdefault(rec.point, set()).add(rec.timer)
+                    for m in rec.markers:
+                        word = m.split(" ")[0]
+                        remarks.setdefault(rec.point, [])
+                        if f"{word} r{k}_{side}" not in remarks[rec.point]:
+                            remarks[rec.point].append(f"{word} r{k}_{side}")
+            for point, rec_a in by_side["A"].items():  # A and B of a round at different clock states
+                why = metrics.clock_differs(rec_a, by_side["B"].get(point))
+                if why:
+                    remarks.setdefault(point, []).append(f"CLOCK_DIFFERS r{k} ({why})")
+        for point, slot in per_point.items():
+            if point in twice:
+                excluded[point] = twice[point]
+                continue
+            missing = [f"r{k}_{s}" for k in done_rounds for s in ("A", "B") if slot.get((k, s)) is None]
+            if missing:
+                excluded[point] = f"no {metric} in " + ", ".join(missing) + (
+                    f" ({why_none[point]})" if metric != metrics.DEFAULT and point in why_none else "")
+                continue
+            if not done_rounds:
+                continue
+            values[point] = ([slot[(k, "A")] for k in done_rounds], [slot[(k, "B")] for k in done_rounds])
+            if len(timers.get(point, ())) > 1:
+                blockers[point] = "mixed timers: " + ", ".join(sorted(timers[point]))
+    return values, blockers, remarks, excluded
+
+
+def load_noise(noise_from) -> dict:
+    """``{point: Noise as JSON}`` from an A/A campaign directory (``--noise-from``)."""
+    if not noise_from:
+        return {}
+    path = Path(noise_from) / SUMMARY_JSON
+    if not path.is_file():
+        raise UsageError(f"--noise-from {noise_from!r}: no {SUMMARY_JSON} (not a finished zlf ab campaign)")
+    try:
+        doc = json.loads(path.read_text())
+    except ValueError as exc:
+        raise UsageError(f"--noise-from {noise_from!r}: {SUMMARY_JSON} is not JSON ({exc})") from None
+    if not doc.get("aa"):
+        raise UsageError(f"--noise-from {noise_from!r} is not an A/A campaign (run zlf ab --aa)")
+    noise = stats.aa_entries(doc.get("points", []))
+    if not noise:
+        raise UsageError(f"--noise-from {noise_from!r}: no point has two rounds to estimate noise from")
+    return noise
+
+
+def settings_of(campaign) -> stats.Settings:
+    """The rule's knobs as stored; a campaign from before the one-threshold rule kept a SAME
+    margin beside --min-effect: its --min-effect is the threshold now."""
+    s = campaign.data["statistics"]
+    return stats.Settings(alpha=s["alpha"], min_effect_pct=s.get("min_effect_pct", _DEFAULTS.min_effect_pct),
+                          trim=s.get("trim"), pairing=s.get("pairing", stats.AUTO))
+
+
+def spending_plan(campaign) -> "stats.SpendingPlan | None":
+    s = campaign.data["statistics"]
+    if not s.get("until_confident"):
+        return None
+    return stats.SpendingPlan(s["first_look"], s["max_rounds"], s["alpha"])
+
+
+def look_level(campaign, rounds: int) -> float:
+    """The (one-sided, before Holm) level of the analysis after ``rounds`` rounds: alpha, or
+    the O'Brien–Fleming spending level of that look when adaptive."""
+    plan = spending_plan(campaign)
+    return campaign.data["statistics"]["alpha"] if plan is None else plan.level(rounds)
+
+
+def frozen_of(campaign) -> dict:
+    """``{point: (verdict, rounds)}`` decided at earlier looks of an adaptive campaign."""
+    return {p: tuple(v) for p, v in (campaign.data.get("frozen") or {}).items()}
+
+
+def noise_of(campaign) -> dict:
+    """The A/A's per-point entries (per-round times) that ``--noise-from`` stored."""
+    return dict(campaign.data["statistics"].get("noise") or {})
+
+
+def analyse(campaign, rounds=None):
+    rounds = rounds or campaign.planned_rounds()
+    values, blockers, remarks, excluded = collect(campaign, rounds)
+    settings, noise, plan = settings_of(campaign), noise_of(campaign), spending_plan(campaign)
+    if plan is None:
+        results = stats.analyse(values, settings, noise=noise, notes=blockers)
+    else:
+        results = stats.look(values, settings, plan, frozen_of(campaign), noise=noise, notes=blockers)
+    return results, remarks, excluded, look_level(campaign, rounds)
+
+
+def point_ops(campaign) -> dict:
+    """``{point: op name}`` from each op's first finished run."""
+    out = {}
+    for op in campaign.ops:
+        run = next((r for r in campaign.runs if r["op"] == op.name and r["status"] == OK), None)
+        if run is not None:
+            records, _ = RunDir(campaign.run_dir(run)).records()
+            out.update({rec.point: op.name for rec in records})
+    return out
+
+
+def op_rounds(campaign, op: str) -> int:
+    return max((r["round"] for r in campaign.runs if r["op"] == op), default=0)
+
+

@@ -1,0 +1,450 @@
+"""The state of one ``zlf ab`` campaign: campaign.json, its sides, ops and runs, the grouping of
+runs into processes, and the trust checks of ``--resume``.
+
+A campaign with ``"process": "shared"`` runs every op of a (round, side) in one process (startup
+paid once); an op that fails or crashes there gets its round re-run in per-op processes
+(``"alone"``), so a report never rests on a shared process that misbehaved. How a run is started
+and filed is in :mod:`zlf.ab.execute`; what an extension adds to a run is a
+:class:`~zlf.ab.extending.RunNeed` (``campaign_run_needs``).
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import shutil
+import sys
+from pathlib import Path
+from typing import Optional
+
+import attrs
+
+from .. import __version__
+from ..errors import UsageError
+from ..rundir import RunDir, write_atomic
+from .execute import Execution
+from .layout import (C_RUNNING, CAMPAIGN, FAILED, FORMAT_VERSION, LOGS, OK, PENDING, RUNNING, SHARED,
+                     SHARED_PROCESS, SKIPPED, STAGING, now)
+
+#: campaign.json fields that become the runs' command lines, environment or code: signed at
+#: creation with this user's key, so that ``--resume`` runs nothing an edit put there.
+#: (``scale`` too: a Ray address is where results are unpickled from.)
+SIGNED = ("sides", "ops", "run_args", "extension_args", "cwd", "triton_cache", "scale", "identities")
+KEY_FILE = "campaign.key"
+
+
+@attrs.frozen
+class Side:
+    """One side of the campaign: the interpreter, the environment and the extra arguments
+    (``--candidate FILE`` of a task campaign) its runs get."""
+
+    name: str  # "A" or "B"
+    env: dict = attrs.field(factory=dict)
+    python: str = ""
+    args: tuple = attrs.field(default=(), converter=tuple)
+
+    @property
+    def interpreter(self) -> str:
+        return self.python or sys.executable
+
+    def cache_key(self) -> str:
+        """Short hash of the side's definition: runs share a Triton cache only with runs of
+        the same side letter and the same definition (safe to reuse across campaigns)."""
+        definition = {"python": self.interpreter, "env": self.env}
+        if self.args:  # keeps the keys of campaigns without side arguments as they were
+            definition["args"] = list(self.args)
+        text = json.dumps(definition, sort_keys=True)
+        return f"{self.name}-{hashlib.sha256(text.encode()).hexdigest()[:10]}"
+
+    def describe(self) -> str:
+        parts = [f"{k}={v}" for k, v in sorted(self.env.items())]
+        if self.python:
+            parts.append(f"python={self.python}")
+        parts.extend(self.args)
+        return " ".join(parts) or "(unchanged environment)"
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "env": dict(self.env), "python": self.python, "args": list(self.args)}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Side":
+        return cls(name=d["name"], env=dict(d.get("env") or {}), python=d.get("python") or "",
+                   args=tuple(d.get("args") or ()))
+
+
+@attrs.frozen
+class OpSpec:
+    """One op of the campaign: its directory name and the OP argument its command gets.
+
+    ``command`` is the zlf sub-command a run starts: ``run`` (an op), or ``task`` (``run_spec``
+    is then a task package folder, judged with each side's ``--candidate``).
+    """
+
+    name: str
+    run_spec: str
+    source: str = ""  # the op's file, for the switch guard ("" = built-in or an extension's)
+    command: str = "run"
+
+    @classmethod
+    def parse(cls, text: str) -> "OpSpec":
+        """``op``, ``op:FILE.py`` (docs/ab.md), or ``FILE.py[::NAME]`` as ``zlf run`` takes it;
+        ``op:WORD[::NAME]`` where WORD is not a file is an extension's spelling (flaggems'
+        ``mm:blas_perf::test_blas_benchmark``), passed on unchanged."""
+        head, sep, tail = text.partition("::")
+        if ":" in head:
+            name, _, path = head.partition(":")
+            if not name or not path:
+                raise UsageError(f"op {text!r}: expected OP or OP:OP_FILE")
+            is_file = os.path.exists(path) or path.endswith(".py")
+            if is_file and sep:
+                raise UsageError(f"op {text!r}: expected OP:OP_FILE or FILE.py::NAME, not both")
+            if is_file:
+                return cls(name, f"{os.path.abspath(path)}::{name}", os.path.abspath(path))
+            return cls(name, text)
+        if sep:
+            return cls(tail or Path(head).stem, f"{os.path.abspath(head)}::{tail}" if tail else os.path.abspath(head),
+                       os.path.abspath(head))
+        if text.endswith(".py"):
+            return cls(Path(text).stem, os.path.abspath(text), os.path.abspath(text))
+        return cls(text, text)
+
+    def to_json(self) -> dict:
+        return attrs.asdict(self)
+
+
+class Campaign(Execution):
+    """campaign.json, read and rewritten as runs start and finish.
+
+    ``hooks``: the driver's :class:`zlf.plugins.Hooks`, asked what extensions add to each run
+    (``campaign_run_needs``) and how to split a shared process's files; None: nothing is added.
+    """
+
+    def __init__(self, path: Path, data: dict, hooks=None):
+        self.path = Path(path)
+        self.data = data
+        self.hooks = hooks
+        #: ``{shared key: [run dirs]}`` of the shared processes handed to an executor
+        self.groups: dict = {}
+
+    # ------------------------------------------------------------------ create / open
+    @classmethod
+    def create(cls, parent, label: str, data: dict, hooks=None) -> "Campaign":
+        rundir = RunDir.create(Path(parent).absolute(), f"ab_{label}")  # same naming and no-reuse rule as runs
+        c = cls(rundir.path, {"format": FORMAT_VERSION, "zlf_version": __version__, "status": C_RUNNING,
+                              "started": now(), "finished": None, "runs": [], "looks": [], **data}, hooks)
+        c.seal()
+        c.save()
+        return c
+
+    # ------------------------------------------------------------------ trust on --resume
+    def code_files(self) -> dict:
+        """``{label: path}`` of what the runs execute besides zlf: each side's interpreter, op
+        files, task candidates (``--candidate FILE`` among a side's arguments)."""
+        files = {}
+        for side in self.sides.values():
+            if side.python:
+                files[f"side {side.name}'s interpreter"] = side.python
+            for flag, value in zip(side.args, side.args[1:]):
+                if flag == "--candidate":
+                    files[f"side {side.name}'s candidate"] = value
+        for op in self.ops:
+            if op.source and os.path.isfile(op.source):
+                files[f"op file of {op.name}"] = op.source
+        return files
+
+    def seal(self) -> None:
+        """Record the identity of every file in :meth:`code_files` and sign :data:`SIGNED`.
+        Without a key (an unwritable home) the campaign runs but cannot be resumed."""
+        self.data["identities"] = {label: file_identity(path) for label, path in self.code_files().items()}
+        key = signing_key(create=True)
+        self.data["signature"] = _sign(key, self.data) if key else None
+
+    def check_resume(self, named: dict) -> None:
+        """Refuse (UsageError) to resume a campaign whose command lines zlf ab did not write:
+        the signature of :data:`SIGNED` must verify with this user's key, and every file the
+        runs execute must be the one recorded at creation -- an interpreter may instead be named
+        again (``named``: ``{"A": path or None, "B": ...}``), then its new identity is recorded."""
+        where = "--resume"
+        key = signing_key(create=False)
+        if key is None:
+            raise UsageError(f"{where}: no campaign signing key of this user ({key_path()}): cannot verify "
+                             "what campaign.json would run; start a new campaign")
+        try:
+            sides = self.sides
+        except (KeyError, TypeError, AttributeError):
+            raise UsageError(f"{where}: campaign.json has no valid sides") from None
+        for name, path in named.items():
+            if not path:
+                continue
+            side = sides.get(name)
+            recorded = side.python if side else ""
+            if not recorded or os.path.realpath(path) != os.path.realpath(recorded):
+                was = recorded or "the driver's own"
+                raise UsageError(f"{where}: --{name.lower()}-python {path!r} is not side {name}'s interpreter of this "
+                                 f"campaign ({was}); start a new campaign to change it")
+        signature = self.data.get("signature")
+        if not isinstance(signature, str) or not hmac.compare_digest(signature, _sign(key, self.data)):
+            raise UsageError(f"{where}: campaign.json's sides, ops or arguments are not what zlf ab wrote when it "
+                             "created this campaign (edited, or made by another user, machine or zlf version): "
+                             "refusing to run them; start a new campaign")
+        identities = self.data.get("identities") or {}
+        vouched = {f"side {n}'s interpreter" for n, p in named.items() if p}
+        for label, path in self.code_files().items():
+            if label in vouched:
+                continue
+            change = identity_change(identities.get(label), path)
+            if change:
+                again = (f"; name it again with --{label[5].lower()}-python PATH to run it"
+                         if label.endswith("interpreter") else "; start a new campaign")
+                raise UsageError(f"{where}: {label} {path} {change} since the campaign started{again}")
+        if vouched:
+            self.seal()  # the interpreter the user named again is the recorded one from now on
+
+    @classmethod
+    def open(cls, path, hooks=None) -> "Campaign":
+        p = Path(path)
+        f = p / CAMPAIGN
+        if not f.is_file():
+            raise UsageError(f"{str(path)!r} is not a zlf ab campaign (no {CAMPAIGN})")
+        try:
+            data = json.loads(f.read_bytes())
+        except ValueError as exc:  # not JSON, or not UTF-8
+            raise UsageError(f"{f}: not valid JSON ({exc})") from exc
+        if not isinstance(data, dict):
+            raise UsageError(f"{f}: not a zlf campaign (a JSON {type(data).__name__}, not an object)")
+        if data.get("format") != FORMAT_VERSION:
+            raise UsageError(f"{f}: campaign format {data.get('format')!r}, this zlf reads {FORMAT_VERSION}")
+        return cls(p, data, hooks)
+
+    def save(self) -> None:
+        write_atomic(self.path / CAMPAIGN, json.dumps(self.data, indent=2, default=str) + "\n")
+
+    # ------------------------------------------------------------------ the plan
+    @property
+    def sides(self) -> dict:
+        return {s["name"]: Side.from_json(s) for s in self.data["sides"]}
+
+    @property
+    def ops(self) -> list:
+        return [OpSpec(**o) for o in self.data["ops"]]
+
+    @property
+    def runs(self) -> list:
+        return self.data["runs"]
+
+    def planned_rounds(self) -> int:
+        return max((r["round"] for r in self.runs), default=0)
+
+    def add_round(self, k: int, ops=None) -> None:
+        """Append round ``k``: odd rounds A then B, even rounds B then A (cancels one-way drift);
+        within a round each op's pair runs back to back. ``ops``: only these op names (an
+        adaptive campaign extends only the ops with an undecided point)."""
+        order = ("A", "B") if k % 2 == 1 else ("B", "A")
+        alone = {r["op"] for r in self.runs if r.get("alone")}
+        for op in self.ops:
+            if ops is not None and op.name not in ops:
+                continue
+            for side in order:
+                self.runs.append({"op": op.name, "round": k, "side": side, "dir": f"{op.name}/r{k}_{side}",
+                                  "status": PENDING, "rc": None, "started": None, "finished": None,
+                                  "seconds": None, "flags": [], "error": None})
+                if op.name in alone:  # it failed or crashed in a shared process: it runs alone
+                    self.runs[-1]["alone"] = True
+        self.save()
+
+    def run_dir(self, run: dict) -> Path:
+        return self.path / run["dir"]
+
+    def find(self, op: str, k: int, side: str) -> Optional[dict]:
+        for r in self.runs:
+            if r["op"] == op and r["round"] == k and r["side"] == side:
+                return r
+        return None
+
+    def failed_ops(self) -> dict:
+        """``{op: first failed run}`` for ops with any failed run."""
+        out = {}
+        for r in self.runs:
+            if r["status"] == FAILED:
+                out.setdefault(r["op"], r)
+        return out
+
+    def incomplete_ops(self, rounds: Optional[int] = None) -> dict:
+        """``{op: [r<k>_<side> not done]}`` for ops without a failed run but with a planned run
+        (up to ``rounds``) that did not finish ok: such an op gets no report either."""
+        failed = self.failed_ops()
+        rounds = rounds or self.planned_rounds()
+        out: dict = {}
+        for r in self.runs:
+            if r["op"] not in failed and r["round"] <= rounds and r["status"] != OK:
+                out.setdefault(r["op"], []).append(f"r{r['round']}_{r['side']} {r['status']}")
+        return out
+
+    def log_path(self, run: dict) -> Path:
+        return self.path / run["op"] / LOGS / f"r{run['round']}_{run['side']}.txt"
+
+    # ------------------------------------------------------------------ one run
+    def discard_partial(self, run: dict) -> None:
+        """Remove what an interrupted run left (it is re-run whole)."""
+        for p in (self._staging(run), self.run_dir(run)):
+            if p.exists():
+                shutil.rmtree(p, ignore_errors=True)
+
+    def _staging(self, run: dict) -> Path:
+        return self.path / run["op"] / STAGING / f"r{run['round']}_{run['side']}"
+
+    # ------------------------------------------------------------------ shared processes
+    @property
+    def shared(self) -> bool:
+        """Whether the ops of a (round, side) share one process (campaigns before this: no)."""
+        return self.data.get("process") == SHARED_PROCESS
+
+    def shares(self, run: dict) -> bool:
+        """Whether ``run`` goes into a shared process: not once its op has failed or crashed in
+        one (from that round on the op runs alone), nor for a task package."""
+        if not self.shared or self.op_spec(run["op"]).command != "run":
+            return False
+        return not any(r.get("alone") for r in self.runs if r["op"] == run["op"])
+
+    def next_run(self) -> Optional[dict]:
+        """The run to start next: the earliest round first, in the round's side order (a shared
+        process of side A before B's in odd rounds), else campaign order."""
+        todo = [(i, r) for i, r in enumerate(self.runs) if r["status"] not in (OK, FAILED, SKIPPED)]
+        if not todo:
+            return None
+        def order(item):
+            i, r = item
+            return r["round"], ("A", "B").index(r["side"]) ^ (0 if r["round"] % 2 else 1), i
+        return min(todo, key=order)[1]
+
+    def op_spec(self, name: str) -> OpSpec:
+        return next(o for o in self.ops if o.name == name)
+
+    def needs(self, run: dict) -> list:
+        """What the active extensions add to ``run``: :class:`~zlf.ab.extending.RunNeed` objects."""
+        if self.hooks is None:
+            return []
+        return self.hooks.campaign_run_needs(campaign=self, op=self.op_spec(run["op"]), round=run["round"],
+                                             side=run["side"])
+
+    def sources(self, run: dict) -> list:
+        """``[(need, campaign-relative directory)]`` for each need of ``run`` on an earlier run."""
+        return [(n, self.source_dir(run["op"], n.round, n.side)) for n in self.needs(run) if n.round is not None]
+
+    def origin(self, run: dict) -> tuple:
+        """The directories ``run`` reads from earlier runs: ops share a process only with ops
+        that read the same ones."""
+        return tuple(sorted({d for _, d in self.sources(run)}))
+
+    def source_dir(self, op: str, k: int, side: str) -> str:
+        """The campaign-relative directory of run ``r<k>_<side>`` of ``op`` as later runs read it:
+        the shared process that ran it (kept for that), else ``<op>/r<k>_<side>``. Before it has
+        run (a scaled campaign builds a unit's specs up front): the shared process it is in."""
+        first = self.find(op, k, side) or {}
+        if first.get("process"):
+            return first["process"]
+        if first.get("status") != OK:
+            for key in reversed(list(self.groups)):
+                if first.get("dir") in self.groups[key]:
+                    return key
+        return first.get("dir") or f"{op}/r{k}_{side}"
+
+    def is_source(self, runs: list, raw: Path) -> bool:
+        """Whether a later run reads the directory ``raw`` that ran ``runs`` (one round and side)."""
+        k, side, ops = runs[0]["round"], runs[0]["side"], {r["op"] for r in runs}
+        return any(n.round == k and n.side == side and (raw / n.path).exists()
+                   for r in self.runs if r["op"] in ops for n in self.needs(r) if n.round is not None)
+
+    def shared_groups(self, runs=None) -> list:
+        """``[[run, ...]]``: the pending shared runs (or ``runs``) grouped by round, side and
+        :meth:`origin`, in campaign order (the group of the first pending run first)."""
+        failed = self.failed_ops()
+        todo = runs if runs is not None else [
+            r for r in self.runs if r["status"] in (PENDING, RUNNING) and self.shares(r) and r["op"] not in failed]
+        groups: dict = {}
+        for r in todo:
+            groups.setdefault((r["round"], r["side"], self.origin(r)), []).append(r)
+        return list(groups.values())
+
+    def shared_key(self, runs: list) -> str:
+        """A fresh ``_shared/r<k>_<side>[-n]`` for one process of ``runs`` (never reused: a
+        process re-run after a crash keeps the first one's log)."""
+        base = f"{SHARED}/r{runs[0]['round']}_{runs[0]['side']}"
+        taken = {r.get("process") for r in self.runs} | set(self.groups)
+        for n in range(1, 10000):
+            key = base if n == 1 else f"{base}-{n}"
+            if key not in taken and not (self.path / SHARED / LOGS / f"{Path(key).name}.txt").exists():
+                self.groups[key] = [r["dir"] for r in runs]
+                return key
+        raise RuntimeError(f"no free key for {base}")
+
+    def start(self, run: dict, worker: Optional[dict] = None) -> None:
+        run.update(status=RUNNING, started=now(), finished=None, rc=None, error=None, flags=[])
+        if worker:
+            run.update(worker)
+        self.save()
+
+def file_identity(path) -> dict:
+    """``realpath``, ``size``, ``mtime_ns`` and ``sha256`` of a file (empty dict if unreadable)."""
+    real = os.path.realpath(path)
+    try:
+        st = os.stat(real)
+        digest = hashlib.sha256()
+        with open(real, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                digest.update(chunk)
+    except OSError:
+        return {}
+    return {"realpath": real, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": digest.hexdigest()}
+
+
+def identity_change(recorded, path) -> Optional[str]:
+    """How ``path`` differs from its recorded identity, or None. The content decides (a touched
+    but unchanged file is the same file)."""
+    now_ = file_identity(path)
+    if not now_:
+        return "cannot be read"
+    if not isinstance(recorded, dict) or not recorded:
+        return "has no recorded identity"
+    if now_["realpath"] != recorded.get("realpath"):
+        return f"now resolves to {now_['realpath']} (was {recorded.get('realpath')})"
+    if now_["sha256"] != recorded.get("sha256") or now_["size"] != recorded.get("size"):
+        return "changed (its sha256 differs)"
+    return None
+
+
+def key_path() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(base) / "zlf" / KEY_FILE
+
+
+def signing_key(create: bool) -> Optional[bytes]:
+    """This user's campaign key: private (0600, owned by this user), made on first use."""
+    path = key_path()
+    if create and not path.exists():
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(secrets.token_hex(32) + "\n")
+        except FileExistsError:
+            pass
+        except OSError:
+            return None
+    try:
+        st = os.stat(path)
+        if st.st_uid != os.getuid() or st.st_mode & 0o077:
+            return None  # another user could read (forge) or replace it
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    return text.encode() if len(text) >= 32 else None
+
+
+def _sign(key: bytes, data: dict) -> str:
+    body = json.dumps({k: data.get(k) for k in SIGNED}, sort_keys=True, default=str)
+    return hmac.new(key, body.encode(), hashlib.sha256).hexdigest()
+
+

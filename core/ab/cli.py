@@ -1,0 +1,381 @@
+"""``zlf ab``: the command line of a campaign, its creation and its main loop.
+
+Side B is the change, side A the baseline; odd rounds run A then B, even rounds B then A. What
+extensions add (an autotune record every later run replays, task packages as ops, IR guards) comes
+through the ``campaigns`` hooks (:mod:`zlf.hookspecs`). The statistics and the verdict rule are
+in :mod:`zlf.stats` and docs/ab.md.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+
+from .. import metrics, stats
+from ..console import warn
+from ..errors import UsageError
+from ..executors import add_scale_arguments, make_executor, parse_gpus, pin_variable
+from ..procs import stop_code, stop_word
+from ..rundir import safe_name
+from . import report
+from .analysis import analyse, load_noise
+from .campaign import Campaign, OpSpec, key_path
+from .driving import Printer, Scaled, Stopped, drive
+from .extending import CampaignPlan
+from .guards import busy_backend, campaign_guards, switch_guard, switch_guard_messages
+from .layout import (C_COMPLETE, C_INTERRUPTED, C_RUNNING, PENDING, PER_OP, RUNNING, SHARED, SHARED_PROCESS,
+                     SUMMARY_LOG, now)
+from .sides import build_sides, extension_args, pass_through_args, run_limit_args, run_pass_through
+
+EPILOG = """\
+examples:
+  zlf ab --switch DISABLE_MMA_V3 matmul          DISABLE_MMA_V3=0 on A, =1 on B, 6 rounds
+  zlf ab --aa --rounds 6                         A/A over the built-in suite: the run-to-run noise
+  zlf ab --switch X --noise-from runs/ab_aa_...  pool that A/A's noise into the intervals
+  zlf ab --a-python venvA/bin/python --b-python venvB/bin/python softmax
+  zlf ab --switch X --until-confident --max-rounds 12
+  zlf ab --resume runs/ab_X_20250101-120000      finish an interrupted campaign
+  zlf ab --switch X --metric cycles matmul       decide on time x measured SM clock (power-capped GPUs)
+  zlf ab --switch X --gpus 0,1,2,3               one worker per GPU; a round's A and B share a GPU
+  zlf ab --switch X --process-per-op a b c       a zlf run process per op (default: one per round and side)
+  zlf ab --switch X --executor ray --ray-address HEAD:6379   Ray tasks of one GPU each
+verdicts (B against A): FASTER, SLOWER, SAME, UNSURE -- the rule is in docs/ab.md
+exit codes: 0 done, 1 an op failed (or --fail-on-slower and a point is SLOWER), 2 bad input, 130 interrupted,
+            143 terminated (SIGTERM; --resume continues either)
+"""
+
+DEFAULT_ROUNDS = 6
+#: first look of an adaptive campaign when --rounds is not given.
+DEFAULT_FIRST_LOOK = 3
+DEFAULT_MAX_ROUNDS = 12
+_DEFAULTS = stats.Settings()
+UNITS = ("pair", "op")
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = EPILOG
+    # extensions see that this command hands its run options on to zlf run processes
+    parser.set_defaults(forwards_run_options=True)
+    parser.add_argument("ops", nargs="*", metavar="OP",
+                        help="op, OP:OP_FILE, FILE.py[::NAME], or an extension's spelling such as flaggems' OP:OP_FILE::TEST (default: the built-in suite add softmax matmul)")
+    s = parser.add_argument_group("sides (combinable; B is the change, A the baseline)")
+    s.add_argument("--switch", metavar="NAME", help="environment variable set to 0 on A and 1 on B")
+    s.add_argument("--a-env", action="append", default=[], metavar="K=V", help="extra environment of side A (repeatable)")
+    s.add_argument("--b-env", action="append", default=[], metavar="K=V", help="extra environment of side B (repeatable)")
+    s.add_argument("--a-python", metavar="PATH", help="interpreter of side A (a compiler build with zlf installed)")
+    s.add_argument("--b-python", metavar="PATH", help="interpreter of side B")
+    s.add_argument("--aa", action="store_true", help="A/A calibration: B is a copy of A; measures the noise floor")
+    r = parser.add_argument_group("rounds")
+    r.add_argument("--rounds", type=int, metavar="N",
+                   help=f"rounds of A+B runs (default {DEFAULT_ROUNDS}; with --until-confident the first look, default {DEFAULT_FIRST_LOOK})")
+    r.add_argument("--until-confident", action="store_true",
+                   help="look after every round; a decided point keeps its verdict and only ops with an undecided "
+                        "point get another round, up to --max-rounds (O'Brien-Fleming alpha spending keeps the error rate)")
+    r.add_argument("--max-rounds", type=int, default=DEFAULT_MAX_ROUNDS, metavar="M",
+                   help=f"upper bound of --until-confident (default {DEFAULT_MAX_ROUNDS})")
+    st = parser.add_argument_group("statistics (docs/ab.md)")
+    st.add_argument("--alpha", type=float, default=_DEFAULTS.alpha, metavar="A",
+                    help="chance of any wrong verdict in the whole campaign (default 0.05)")
+    st.add_argument("--min-effect", type=float, default=_DEFAULTS.min_effect_pct, metavar="PCT",
+                    help="the effect threshold delta, percent (default 1): SLOWER/FASTER need the whole interval "
+                         "beyond +-delta, SAME inside it")
+    st.add_argument("--margin", type=float, default=None, dest="margin", help=argparse.SUPPRESS)  # deprecated alias of --min-effect
+    st.add_argument("--pairing", choices=stats.PAIRINGS, default=stats.AUTO,
+                    help="paired per-round deltas or unpaired sides (default auto: chosen from the data's variances)")
+    st.add_argument("--noise-from", metavar="DIR",
+                    help="an A/A campaign (zlf ab --aa) whose per-point variance is pooled into the intervals")
+    st.add_argument("--metric", choices=metrics.NAMES, default=None,
+                    help="what the verdicts decide on: time (default), cycles (time x measured SM clock), "
+                         "wall (host wall-clock per call); with --resume: re-decide a campaign on another metric")
+    g = parser.add_argument_group("guards")
+    g.add_argument("--switch-source", action="append", metavar="PATH",
+                   help="where the switch must be referenced (repeatable; default: each side's triton package and the op sources)")
+    g.add_argument("--require-idle", action="store_true", help="refuse to start a run while the device is busy or throttled")
+    g.add_argument("--idle-wait", type=float, default=60.0, metavar="S",
+                   help="with --require-idle: how long to wait for an idle device before stopping (default 60)")
+    o = parser.add_argument_group("output")
+    o.add_argument("--out", default="runs", metavar="PARENT", help="parent of the campaign directory (default: runs/)")
+    o.add_argument("--label", metavar="LABEL", help="campaign directory label (default: the switch, 'aa' or 'ab')")
+    o.add_argument("--resume", metavar="DIR", help="complete an interrupted campaign (its own options are used)")
+    o.add_argument("--triton-cache", metavar="DIR",
+                   help="parent of the per-side Triton caches, to reuse them across campaigns (default: inside the campaign)")
+    o.add_argument("--process-per-op", action="store_true",
+                   help="one zlf run process per op, round and side (default: one per round and side for all ops; "
+                        "an op that fails there is re-run alone)")
+    o.add_argument("--fail-on-slower", action="store_true", help="exit 1 when any point is SLOWER")
+    o.add_argument("--dry-run", action="store_true", help="print the sides, the runs and the guards; run nothing")
+    run_pass_through(parser)
+    parser.add_argument("--time-limit", type=float, metavar="SEC",
+                        help="every zlf run's per-point limit (an extension's ops may take it as their own limit)")
+    add_scale_arguments(parser)
+    parser.add_argument("--unit", choices=UNITS, default=None,
+                        help="work unit with --gpus / --executor: a round pair (default) or a whole op")
+
+
+def scale_options(args, previous) -> "dict | None":
+    """``--gpus`` / ``--executor`` / ``--ray-address`` / ``--retries`` / ``--unit`` as stored in
+    campaign.json; given with --resume they replace the stored ones (the node may be gone)."""
+    given = {k: getattr(args, k, None) for k in ("gpus", "executor", "ray_address", "retries", "unit")}
+    if not any(v is not None for v in given.values()):
+        return previous
+    out = dict(previous or {})
+    out.update({k: v for k, v in given.items() if v is not None})
+    out["gpus"] = parse_gpus(out["gpus"]) if isinstance(out.get("gpus"), str) else out.get("gpus") or []
+    if not out["gpus"] and out.get("executor") != "ray":
+        raise UsageError("--executor local, --retries and --unit need --gpus LIST")
+    if out.get("ray_address") and out.get("executor") != "ray":
+        raise UsageError("--ray-address needs --executor ray")
+    return out
+
+
+
+def _plan(args, session) -> CampaignPlan:
+    """The ops from the OP arguments, then what the extensions set (``campaign_setup``)."""
+    plan = CampaignPlan(ops=[OpSpec.parse(t) for t in (args.ops or ["add", "softmax", "matmul"])])
+    session.hooks.campaign_setup(plan=plan, options=args, session=session)
+    _check_ops(plan.ops)
+    return plan
+
+
+def _check_ops(ops) -> None:
+    if any(o.run_spec in ("builtin", "all") for o in ops):
+        raise UsageError("name the ops (add softmax matmul) instead of 'builtin': each op gets its own runs")
+    names = [o.name for o in ops]
+    if SHARED in names:
+        raise UsageError(f"op name {SHARED!r} is where shared processes write: rename the op (NAME:FILE)")
+    for name in names:  # each op's runs live in <campaign>/<op name>/
+        if safe_name(name, "") != name:
+            raise UsageError(f"op name {name!r} cannot name a directory of the campaign "
+                             "(letters, digits and _ . + - only, not starting with a dot)")
+    if len(set(names)) != len(names):
+        raise UsageError(f"op named twice: {sorted({n for n in names if names.count(n) > 1})[0]!r}")
+    for o in ops:
+        if o.source and not os.path.exists(o.source):
+            raise UsageError(f"op file {o.source!r} not found")
+
+
+def _statistics(args) -> dict:
+    """campaign.json's ``statistics``: the rule's knobs and the rounds, checked."""
+    first = args.rounds if args.rounds is not None else (DEFAULT_FIRST_LOOK if args.until_confident else DEFAULT_ROUNDS)
+    if first < 1:
+        raise UsageError("--rounds must be at least 1")
+    if args.until_confident and args.max_rounds < first:
+        raise UsageError(f"--max-rounds {args.max_rounds} is below the first look ({first} rounds)")
+    if not 0 < args.alpha < 1:
+        raise UsageError("--alpha must be between 0 and 1")
+    if args.margin is not None:
+        warn("--margin is deprecated: one threshold now serves SAME and both directions; using it as --min-effect")
+        args.min_effect = args.margin
+    if not 0 < args.min_effect < 100:
+        raise UsageError("--min-effect must be a percentage between 0 and 100")
+    if first < stats.MIN_ROUNDS:
+        warn(f"!!! {first} round(s): fewer than {stats.MIN_ROUNDS} rounds give no verdict (every point UNSURE or "
+             f"without an interval); use --rounds {stats.MIN_ROUNDS} or more")
+    return {
+        "alpha": args.alpha, "min_effect_pct": args.min_effect, "pairing": args.pairing,
+        "trim": None, "spending": "obrien-fleming",
+        "noise_from": os.path.abspath(args.noise_from) if args.noise_from else None, "noise": load_noise(args.noise_from),
+        "until_confident": bool(args.until_confident), "first_look": first,
+        "max_rounds": args.max_rounds if args.until_confident else first,
+    }
+
+
+def _campaign_data(args, session, plan, a, b, statistics) -> dict:
+    """campaign.json's fields of a new campaign (before its runs)."""
+    ops = plan.ops
+    return {
+        "label": args.label or ("aa" if args.aa else (args.switch or plan.label or "ab")),
+        "command": ["zlf", *sys.argv[1:]],
+        "cwd": os.getcwd(),
+        "driver_pid": os.getpid(),
+        "aa": bool(args.aa),
+        "switch": args.switch,
+        "sides": [a.to_json(), b.to_json()],
+        "ops": [o.to_json() for o in ops],
+        "run_args": pass_through_args(args, session.hooks, own=plan.own_options) + plan.run_args
+        + run_limit_args(args, ops),
+        "extension_args": extension_args(session.hooks, plan.extensions),
+        "scale": scale_options(args, None),
+        "backend": args.backend,
+        "device": args.device,
+        "require_idle": bool(args.require_idle),
+        "idle_wait": args.idle_wait,
+        "fail_on_slower": bool(args.fail_on_slower),
+        "metric": args.metric or metrics.DEFAULT,
+        # startup (imports, plugins, device queries) once per round and side for all ops
+        "process": PER_OP if (args.process_per_op or plan.per_op or args.unit == "op") else SHARED_PROCESS,
+        "statistics": statistics,
+        **plan.data,
+    }
+
+
+def _new_campaign(args, session):
+    statistics = _statistics(args)
+    plan = _plan(args, session)
+    a, b = build_sides(args, plan.side_args)
+    data = _campaign_data(args, session, plan, a, b, statistics)
+    data["context"] = session.hooks.campaign_context(data=data)
+    _preflight(data, session)  # refuse before anything is written: a refused campaign cannot be resumed
+    guard = switch_guard((a, b), plan.ops, args.switch_source, plan.not_switches)
+    data["guards"] = {"switch_source": guard}
+    if args.dry_run:
+        _print_dry_run(data, a, b, plan.ops, guard)
+        return None
+    for line in switch_guard_messages(guard):
+        warn(line)
+    label = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in data["label"])
+    campaign = Campaign.create(args.out, label, data, session.hooks)
+    if not campaign.data.get("triton_cache"):
+        campaign.data["triton_cache"] = os.path.abspath(args.triton_cache) if args.triton_cache else str(campaign.path / "triton_cache")
+        campaign.seal()  # the cache is where Triton loads compiled launchers from: signed too
+    if not campaign.data.get("signature"):
+        warn(f"cannot create the campaign signing key {key_path()}: this campaign cannot be resumed")
+    for k in range(1, data["statistics"]["first_look"] + 1):
+        campaign.add_round(k)
+    return campaign
+
+
+def _print_dry_run(data, a, b, ops, guard) -> None:
+    print(f"side A: {a.describe()}\nside B: {b.describe()}")
+    s = data["statistics"]
+    rounds = f"{s['first_look']} rounds" + (f", then up to {s['max_rounds']} until confident" if s["until_confident"] else "")
+    print(f"ops: {', '.join(o.name for o in ops)}; {rounds}")
+    for line in data.get("context") or ():
+        print(line)
+    extra = " ".join(data["extension_args"] + data["run_args"])
+    if data.get("process") == SHARED_PROCESS:
+        print("one process per round and side for all ops (--process-per-op: one per op):")
+        print(f"  zlf run {' '.join(o.run_spec for o in ops)} {extra}".rstrip())
+    else:
+        for o in ops:
+            print(f"  zlf {o.command} {o.run_spec} {extra}".rstrip())
+    for r in guard:
+        where = ", ".join(r["found"]) if r["found"] else "NOT FOUND"
+        print(f"switch {r['name']} referenced in: {where}")
+    for line in switch_guard_messages(guard):
+        warn(line)
+
+
+def main(args, session) -> int:
+    if args.resume:
+        campaign = _resume(args, session)
+    else:
+        from ..cli import check_run_options
+
+        check_run_options(args)
+        campaign = _new_campaign(args, session)
+        if campaign is None:
+            return 0
+    d = campaign.data
+    d["context"] = session.hooks.campaign_context(data=d) or d.get("context") or []
+    printer = Printer(campaign)
+    a, b = campaign.sides["A"], campaign.sides["B"]
+    pending = sum(1 for r in campaign.runs if r["status"] in (PENDING, RUNNING))
+    printer.line("\n  ".join([f"campaign {campaign.path}", f"A: {a.describe()}", f"B: {b.describe()}",
+                              f"{len(campaign.ops)} op(s) x {campaign.planned_rounds()} rounds x 2 sides; "
+                              f"{pending} run(s) to go", *d["context"]]))
+    busy = busy_backend(session, d.get("backend"), d.get("device", 0)) if d.get("require_idle") else None
+    scaled = _scaled(d, session)
+    if scaled is not None:
+        printer.line(f"  {scaled.executor.describe()}; unit of work: {'a round pair (A and B on one GPU)' if scaled.unit == 'pair' else 'an op'}")
+    try:
+        drive(campaign, printer, busy, d.get("idle_wait", 60.0), scaled)
+    except KeyboardInterrupt as exc:
+        campaign.data.update(status=stop_word(exc))  # "interrupted" or "terminated" (SIGTERM); resumable
+        campaign.save()
+        print(f"\n{stop_word(exc)}; finished runs kept -- continue with: zlf ab --resume {campaign.path}", file=sys.stderr)
+        return stop_code(exc)
+    except Stopped as exc:
+        campaign.data.update(status=C_INTERRUPTED)
+        campaign.save()
+        print(f"zlf: {exc}\ncontinue with: zlf ab --resume {campaign.path}", file=sys.stderr)
+        return 1
+    return _finish(campaign, scaled, args, session)
+
+
+def _resume(args, session) -> Campaign:
+    """The campaign of ``--resume DIR``, checked and ready to run what is left."""
+    campaign = Campaign.open(args.resume, session.hooks)
+    scale = scale_options(args, campaign.data.get("scale"))
+    pid = campaign.data.get("driver_pid")
+    if campaign.data["status"] == C_RUNNING and pid and pid != os.getpid() and _alive(pid):
+        raise UsageError(f"campaign {args.resume!r} is still being run by process {pid}")
+    if campaign.data["status"] != C_COMPLETE or any(r["status"] in (PENDING, RUNNING) for r in campaign.runs):
+        campaign.check_resume({"A": args.a_python, "B": args.b_python})  # it will start runs
+    _preflight({**campaign.data, "scale": scale}, session)
+    if args.metric:
+        campaign.data["metric"] = args.metric
+    shutil.rmtree(campaign.path / SHARED / ".staging", ignore_errors=True)  # a shared process cut short
+    if scale != campaign.data.get("scale"):
+        campaign.data["scale"] = scale
+        campaign.seal()  # given on this command line: trusted as a new campaign's would be
+    stale = [r for r in campaign.runs if r["status"] in (PENDING, RUNNING)]
+    for run in stale:
+        run.update(status=PENDING, started=None)  # a run in flight when it stopped is re-run whole
+    if stale or campaign.data["status"] != C_COMPLETE:
+        campaign.data.update(driver_pid=os.getpid(), status=C_RUNNING)
+    campaign.save()
+    return campaign
+
+
+def _finish(campaign, scaled, args, session) -> int:
+    """Analyse, write the report, run ``after_campaign``; the exit code."""
+    if campaign.data["status"] != C_COMPLETE or not campaign.data.get("finished"):
+        campaign.data["finished"] = now()
+    campaign.data["status"] = C_COMPLETE
+    campaign.save()
+    results, remarks, excluded, alpha = analyse(campaign)
+    unreported = {**campaign.failed_ops(), **campaign.incomplete_ops()}
+    reported = [o.name for o in campaign.ops if o.name not in unreported]
+    text = report.write(campaign, results, remarks, excluded, alpha, campaign_guards(campaign, reported))
+    print(text)
+    if scaled is not None and scaled.stats:
+        table = "per worker (GPU):\n" + scaled.table()
+        print(table)
+        with open(campaign.path / SUMMARY_LOG, "a") as f:
+            f.write("\n" + table + "\n")
+    print(f"campaign dir: {campaign.path}")
+    _after_campaign(campaign, results, args, session)
+    if unreported:
+        return 1
+    if campaign.data.get("fail_on_slower") and any(r.verdict == stats.SLOWER for r in results):
+        return 1
+    return 0
+
+
+def _after_campaign(campaign, results, args, session) -> None:
+    """Extensions' work on the finished campaign (``after_campaign``): after every timing run."""
+    session.hooks.after_campaign(campaign, results, args, session)
+
+
+def _preflight(data: dict, session) -> None:
+    """Every check of the option combination that can refuse a campaign (UsageError), made before
+    campaign.json is created or rewritten."""
+    _scaled(data, session)
+    if data.get("require_idle"):
+        busy_backend(session, data.get("backend"), data.get("device", 0))
+
+
+def _scaled(d: dict, session) -> "Scaled | None":
+    """The executor of a campaign (its data) with ``--gpus`` or ``--executor ray``; None for the plain path."""
+    opts = d.get("scale")
+    if not opts:
+        return None
+    if d.get("device") not in (None, 0) and opts.get("gpus"):
+        raise UsageError("--gpus pins each worker to its GPU: drop --device")
+    if d.get("require_idle"):
+        raise UsageError("--require-idle is not supported with --gpus / --executor ray yet")
+    pin = pin_variable(session, d.get("backend"))
+    executor = make_executor(opts.get("executor"), opts.get("gpus") or [], pin, opts.get("retries"), opts.get("ray_address"))
+    return Scaled(executor, opts.get("unit") or "pair")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,181 @@
+"""Driving a campaign: run every pending run (here, or as work units on an executor), and when
+adaptive, look after each round and add rounds only for ops with an undecided point."""
+from __future__ import annotations
+
+import sys
+import time
+
+from .. import stats
+from ..console import clean, clean_lines, paint
+from ..scheduler import Scheduler, gpu_label
+from .analysis import collect, frozen_of, look_level, noise_of, op_rounds, point_ops, settings_of, spending_plan
+from .execute import CampaignJob, campaign_units
+from .guards import wait_until_idle
+from .layout import FAILED, OK, PENDING, RUNNING, SKIPPED, now
+
+
+class Printer:
+    """Progress lines on stderr: one per finished run, with the time left."""
+
+    def __init__(self, campaign):
+        self.campaign = campaign
+        self.t0 = time.monotonic()
+        self.seconds = []
+
+    def done(self, run) -> None:
+        runs = self.campaign.runs
+        finished = sum(1 for r in runs if r["status"] in (OK, FAILED, SKIPPED))
+        if run.get("seconds"):
+            self.seconds.append(run["seconds"])
+        left = len(runs) - finished
+        eta = f", ~{_clock(left * sum(self.seconds) / len(self.seconds))} left" if self.seconds and left else ""
+        what = {OK: paint("ok", "green", sys.stderr), FAILED: paint("FAILED", "red", sys.stderr)}.get(run["status"], run["status"])
+        took = f" {run['seconds']:.1f}s" if run.get("seconds") else ""
+        error = f" ({clean(run['error'])})" if run.get("error") else ""
+        flags = paint(" [busy/throttled]", "yellow", sys.stderr) if run.get("flags") else ""
+        where = f" on {gpu_label(run['gpu'])}" if run.get("gpu") else ""
+        print(f"[{finished}/{len(runs)}] {clean(run['op'])} r{run['round']}_{run['side']} {what}{where}{took}{flags}{error}"
+              f"  (elapsed {_clock(time.monotonic() - self.t0)}{eta})", file=sys.stderr, flush=True)
+
+    def line(self, text: str) -> None:
+        print(clean_lines(text), file=sys.stderr, flush=True)
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(round(seconds))
+    return f"{seconds // 60}:{seconds % 60:02d}"
+
+
+class Stopped(Exception):
+    """The campaign cannot go on now (the device stayed busy); --resume continues it."""
+
+
+def run_pending(campaign, printer, busy=None, idle_wait=60.0) -> None:
+    """Run the first pending run (with its shared process's other ops) until none is left: a
+    shared process that fails an op sends that op's round back to the pending runs, alone."""
+    while True:
+        run = campaign.next_run() if campaign.shared else next(
+            (r for r in campaign.runs if r["status"] not in (OK, FAILED, SKIPPED)), None)
+        if run is None:
+            return
+        failed = campaign.failed_ops().get(run["op"])
+        if failed:
+            run.update(status=SKIPPED, error=f"op failed in r{failed['round']}_{failed['side']}")
+            campaign.save()
+            printer.done(run)
+            continue
+        if busy is not None:
+            warnings = wait_until_idle(busy, idle_wait)
+            if warnings:
+                raise Stopped(f"--require-idle: device still busy after {idle_wait:g}s before "
+                              f"{run['op']} r{run['round']}_{run['side']}: {'; '.join(warnings)}")
+        if campaign.shares(run):
+            group = next(g for g in campaign.shared_groups() if run in g)
+            for r in campaign.execute_shared(group):
+                if r["status"] == OK:
+                    printer.done(r)
+                elif r.get("alone") and r.get("shared_error"):
+                    printer.line(f"{r['op']} r{r['round']}_{r['side']}: {r['shared_error']}; its round runs alone")
+            continue
+        campaign.execute(run)
+        printer.done(run)
+
+
+class Scaled:
+    """Pending runs as work units on an executor (``--gpus`` / ``--executor ray``); per-worker
+    counts summed over the batches of an adaptive campaign."""
+
+    def __init__(self, executor, unit: str = "pair"):
+        self.executor = executor
+        self.unit = unit
+        self.stats: dict = {}
+
+    def run_pending(self, campaign, printer) -> None:
+        # a shared process that fails an op sends that op's round back, alone: another batch
+        while True:
+            done = _settled(campaign)
+            self._batch(campaign, printer)
+            if not campaign_units(campaign, self.unit):
+                return
+            if _settled(campaign) == done:
+                raise Stopped("runs left that no batch can finish: "
+                              + ", ".join(f"{r['op']} r{r['round']}_{r['side']}" for r in campaign.runs
+                                          if r["status"] in (PENDING, RUNNING)))
+
+    def _batch(self, campaign, printer) -> None:
+        units = campaign_units(campaign, self.unit)
+        if not units:
+            return
+        scheduler = Scheduler(units, retries=self.executor.retries)
+        try:
+            self.executor.run(CampaignJob(campaign, printer), scheduler)
+        finally:
+            self._add(scheduler)
+            campaign.data["workers"] = list(self.stats.values())
+            campaign.save()
+        missing = scheduler.given_up()
+        left = scheduler.queued()
+        if missing or left:
+            why = "; ".join(f"{u}: {r}" for u, r in missing.items()) or "no worker left"
+            raise Stopped(f"{len(missing) + len(left)} unit(s) not run ({why})")
+        pending = [f"{r['op']} r{r['round']}_{r['side']}" for r in campaign.runs
+                   if r["status"] in (PENDING, RUNNING) and not (r.get("alone") or campaign.shares(r))]
+        if pending:  # a run interrupted on its own (exit 130) is pending again, not failed
+            raise Stopped(f"{len(pending)} run(s) not finished: {', '.join(pending)}")
+
+    def _add(self, scheduler) -> None:
+        for row in scheduler.summary_rows():
+            old = self.stats.get(row["worker"])
+            if old is None:
+                self.stats[row["worker"]] = row
+                continue
+            for k in ("units", "runs", "seconds", "failed_runs", "lost"):
+                old[k] += row[k]
+            old["identity"] = old["identity"] or row["identity"]
+
+    def table(self) -> str:
+        from tabulate import tabulate
+
+        rows = [[gpu_label(r["worker"]), r["identity"] or "-", r["units"], r["runs"], _clock(r["seconds"]), r["failed_runs"], r["lost"]]
+                for r in self.stats.values()]
+        return tabulate(rows, headers=["worker", "device", "units", "runs", "busy", "failed runs", "lost units"])
+
+
+def _settled(campaign) -> tuple:
+    """How far the runs are: finished ones and rounds sent alone (a batch must move one of them)."""
+    return (sum(1 for r in campaign.runs if r["status"] in (OK, FAILED, SKIPPED)),
+            sum(1 for r in campaign.runs if r.get("alone")))
+
+
+def drive(campaign, printer, busy=None, idle_wait=60.0, scaled=None) -> None:
+    """Run every pending run; when adaptive, look after each round, freeze the verdicts a look
+    decides, and add a round only for the ops with an undecided point."""
+    s = campaign.data["statistics"]
+    while True:
+        if scaled is not None:
+            scaled.run_pending(campaign, printer)
+        else:
+            run_pending(campaign, printer, busy, idle_wait)
+        if not s.get("until_confident"):
+            return
+        n = campaign.planned_rounds()
+        values, blockers, _, _ = collect(campaign, n)
+        owner = point_ops(campaign)
+        results, frozen, extend = stats.adaptive_step(
+            values, settings_of(campaign), spending_plan(campaign), frozen_of(campaign),
+            lambda point: owner.get(point, point.split("/")[0]), noise_of(campaign), blockers)
+        alpha = look_level(campaign, n)
+        campaign.data["frozen"] = {p: list(v) for p, v in frozen.items()}
+        extend = [o.name for o in campaign.ops if o.name in extend and op_rounds(campaign, o.name) == n]
+        looks = campaign.data["looks"]
+        if not looks or looks[-1]["rounds"] != n:
+            looks.append({"rounds": n, "alpha": alpha, "points": len(results), "decided": len(frozen),
+                          "undecided": len(results) - len(frozen), "ops_extended": extend, "at": now()})
+        campaign.save()
+        printer.line(f"look after round {n}: level {alpha:.3g}, {len(results) - sum(r.verdict == stats.UNSURE for r in results)} "
+                     f"of {len(results)} points decided" + (f"; another round for {', '.join(extend)}" if extend and n < s["max_rounds"] else ""))
+        if not extend or not results:
+            return
+        campaign.add_round(n + 1, ops=extend)
+
+
