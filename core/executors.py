@@ -21,11 +21,13 @@ whose failed op is re-run alone later).
 """
 from __future__ import annotations
 
+import datetime as _dt
 import io
 import json
 import os
 import queue
 import re
+import shutil
 import signal
 import socket
 import stat
@@ -37,9 +39,6 @@ import threading
 import time
 from pathlib import Path
 from typing import Optional
-
-import datetime as _dt
-import shutil
 
 from .procs import Terminated, die_with_parent
 from .errors import UsageError
@@ -106,6 +105,88 @@ def make_executor(executor: Optional[str], gpus: list, pin_env: Optional[str], r
     if ray_address:
         raise UsageError("--ray-address needs --executor ray")
     return LocalPool(gpus, pin_env, retries)
+
+
+# ----------------------------------------------------------------------------- one run spec
+def device_identity(run_dir: Path) -> str:
+    """The device a run measured on, from its meta.json: uuid, else PCI bus id, else the name
+    (two GPUs of one model still differ by a few percent)."""
+    fp = RunDir(run_dir).meta().get("fingerprint") or {}
+    return str(fp.get("uuid") or fp.get("pci.bus_id") or fp.get("device_name") or "")
+
+
+
+def _now() -> str:
+    return _dt.datetime.now().astimezone().isoformat(timespec="seconds")
+
+
+def environment(overrides: dict) -> dict:
+    env = dict(os.environ)
+    env.update(overrides)
+    env.pop("FORCE_COLOR", None)
+    return env
+
+
+def _place(text: str, root: str) -> str:
+    return text.replace(ROOT, root)
+
+
+def execute_spec(spec: dict, root, extra_env: Optional[dict] = None) -> dict:
+    """Run one run spec under ``root`` (the campaign directory, or a scratch folder on a Ray
+    node): a fresh process whose output goes to the spec's log; its run directory is moved from
+    the staging folder to ``dir`` once the process has exited.
+
+    :return: ``{"key", "rc", "made", "started", "finished", "seconds", "log"}`` (JSON-able).
+    Raises KeyboardInterrupt after stopping the process when the user interrupts.
+    """
+    root = Path(root)
+    # campaign.json is a file anyone can edit: its paths must not lead out of the campaign
+    # (the old output at ``dir`` is removed before the run).
+    staging, final, log = (inside(root, root / spec[k]) for k in ("staging", "dir", "log"))
+    for p in (staging, final):
+        if p.exists():
+            shutil.rmtree(p, ignore_errors=True)
+    staging.mkdir(parents=True)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    argv = list(spec["argv"])
+    for item in spec.get("if_exists", ()):  # what an earlier run of the unit may have written by now
+        if (root / item["path"]).exists():
+            argv += item["args"]
+    cmd = [_place(a, str(root)) for a in argv]
+    env = environment({k: _place(v, str(root)) for k, v in {**spec["env"], **(extra_env or {})}.items()})
+    started, t0 = _now(), time.monotonic()
+    with open(log, "w") as out:
+        out.write("$ " + " ".join(cmd) + "\n")
+        out.flush()
+        # SIGKILL when this process dies (a run stuck in a C call would not act on SIGTERM; what it
+        # leaves --resume discards); a `zlf task` run's worker dies with it in turn.
+        proc = subprocess.Popen(cmd, cwd=spec["cwd"], env=env, stdout=out, stderr=subprocess.STDOUT,
+                                preexec_fn=die_with_parent(signal.SIGKILL))
+        try:
+            rc = proc.wait()
+        except KeyboardInterrupt as exc:
+            _stop(proc, exc)
+            raise
+    made = [p for p in staging.iterdir() if p.is_dir()] if staging.is_dir() else []
+    if made:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(made[0], final)
+    shutil.rmtree(staging, ignore_errors=True)
+    return {"key": spec["key"], "rc": rc, "made": bool(made), "name": made[0].name if made else None,
+            "started": started, "finished": _now(),
+            "seconds": round(time.monotonic() - t0, 2), "log": spec["log"]}
+
+def _stop(proc, exc: BaseException) -> None:
+    """Stop a run this process was waiting for: Ctrl-C reached it too (same process group);
+    SIGTERM reached this process only, so it is passed on. Killed if it does not stop."""
+    try:
+        if isinstance(exc, Terminated):
+            proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=10)
+    except (subprocess.TimeoutExpired, KeyboardInterrupt):
+        proc.kill()
+        proc.wait()
+
 
 
 # ----------------------------------------------------------------------------- one worker process
@@ -506,85 +587,4 @@ def _worker_entry() -> int:
 
 if __name__ == "__main__":
     sys.exit(_worker_entry())
-
-
-# ----------------------------------------------------------------------------- one run spec
-def device_identity(run_dir: Path) -> str:
-    """The device a run measured on, from its meta.json: uuid, else PCI bus id, else the name
-    (two GPUs of one model still differ by a few percent)."""
-    fp = RunDir(run_dir).meta().get("fingerprint") or {}
-    return str(fp.get("uuid") or fp.get("pci.bus_id") or fp.get("device_name") or "")
-
-
-
-def _now() -> str:
-    return _dt.datetime.now().astimezone().isoformat(timespec="seconds")
-
-
-def environment(overrides: dict) -> dict:
-    env = dict(os.environ)
-    env.update(overrides)
-    env.pop("FORCE_COLOR", None)
-    return env
-
-
-def _place(text: str, root: str) -> str:
-    return text.replace(ROOT, root)
-
-
-def execute_spec(spec: dict, root, extra_env: Optional[dict] = None) -> dict:
-    """Run one run spec under ``root`` (the campaign directory, or a scratch folder on a Ray
-    node): a fresh process whose output goes to the spec's log; its run directory is moved from
-    the staging folder to ``dir`` once the process has exited.
-
-    :return: ``{"key", "rc", "made", "started", "finished", "seconds", "log"}`` (JSON-able).
-    Raises KeyboardInterrupt after stopping the process when the user interrupts.
-    """
-    root = Path(root)
-    # campaign.json is a file anyone can edit: its paths must not lead out of the campaign
-    # (the old output at ``dir`` is removed before the run).
-    staging, final, log = (inside(root, root / spec[k]) for k in ("staging", "dir", "log"))
-    for p in (staging, final):
-        if p.exists():
-            shutil.rmtree(p, ignore_errors=True)
-    staging.mkdir(parents=True)
-    log.parent.mkdir(parents=True, exist_ok=True)
-    argv = list(spec["argv"])
-    for item in spec.get("if_exists", ()):  # what an earlier run of the unit may have written by now
-        if (root / item["path"]).exists():
-            argv += item["args"]
-    cmd = [_place(a, str(root)) for a in argv]
-    env = environment({k: _place(v, str(root)) for k, v in {**spec["env"], **(extra_env or {})}.items()})
-    started, t0 = _now(), time.monotonic()
-    with open(log, "w") as out:
-        out.write("$ " + " ".join(cmd) + "\n")
-        out.flush()
-        # SIGKILL when this process dies (a run stuck in a C call would not act on SIGTERM; what it
-        # leaves --resume discards); a `zlf task` run's worker dies with it in turn.
-        proc = subprocess.Popen(cmd, cwd=spec["cwd"], env=env, stdout=out, stderr=subprocess.STDOUT,
-                                preexec_fn=die_with_parent(signal.SIGKILL))
-        try:
-            rc = proc.wait()
-        except KeyboardInterrupt as exc:
-            _stop(proc, exc)
-            raise
-    made = [p for p in staging.iterdir() if p.is_dir()] if staging.is_dir() else []
-    if made:
-        final.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(made[0], final)
-    shutil.rmtree(staging, ignore_errors=True)
-    return {"key": spec["key"], "rc": rc, "made": bool(made), "name": made[0].name if made else None,
-            "started": started, "finished": _now(),
-            "seconds": round(time.monotonic() - t0, 2), "log": spec["log"]}
-
-def _stop(proc, exc: BaseException) -> None:
-    """Stop a run this process was waiting for: Ctrl-C reached it too (same process group);
-    SIGTERM reached this process only, so it is passed on. Killed if it does not stop."""
-    try:
-        if isinstance(exc, Terminated):
-            proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=10)
-    except (subprocess.TimeoutExpired, KeyboardInterrupt):
-        proc.kill()
-        proc.wait()
 

@@ -6,48 +6,80 @@ from pathlib import Path
 
 import pytest
 
+import argparse
+
 from zlf import ab
-from zlf.ab import OK, Campaign, OpSpec
+from zlf.ab import OK, Campaign, CampaignPlan, Side
 from zlf.errors import UsageError
 
-from test_ab import FakeHooks, Info, campaign_data, parse
+from test_ab import FakeHooks, Info, campaign_data, real_hooks
 
 pytest.importorskip("zlf_taskpkg")
+from zlf_taskpkg import campaign as task_campaign  # noqa: E402
 
 PKG = Path(__file__).parent / "data" / "taskpkg_vecadd"
 CANDIDATES = PKG / "candidates"
 
 
+def parse(*argv):
+    """``zlf ab``'s parser with the task extension's campaign options."""
+    parser = argparse.ArgumentParser()
+    ab.configure_parser(parser)
+    task_campaign.add_options(parser)
+    return parser.parse_args(list(argv))
+
+
+def plan_of(args) -> CampaignPlan:
+    plan = CampaignPlan()
+    task_campaign.setup(plan, args)  # the extension's campaign_setup
+    return plan
+
+
+def build_sides(args):
+    return ab.build_sides(args, plan_of(args).side_args)
+
+
 def test_candidates_define_the_sides():
-    a, b = ab.build_sides(parse("--task", str(PKG), "--a-candidate", str(CANDIDATES / "correct.py"),
+    a, b = build_sides(parse("--task", str(PKG), "--a-candidate", str(CANDIDATES / "correct.py"),
                                 "--b-candidate", str(CANDIDATES / "correct_triton.py")))
     assert a.args == ("--candidate", str(CANDIDATES / "correct.py"))
     assert b.args == ("--candidate", str(CANDIDATES / "correct_triton.py"))
     assert a.cache_key() != b.cache_key() and "correct_triton.py" in b.describe()
-    a, b = ab.build_sides(parse("--task", str(PKG), "--aa", "--a-candidate", str(CANDIDATES / "correct.py")))
+    a, b = build_sides(parse("--task", str(PKG), "--aa", "--a-candidate", str(CANDIDATES / "correct.py")))
     assert a.args == b.args
     with pytest.raises(UsageError, match="needs --task"):
-        ab.build_sides(parse("--a-candidate", str(CANDIDATES / "correct.py")))
+        build_sides(parse("--a-candidate", str(CANDIDATES / "correct.py")))
     with pytest.raises(UsageError, match="side B has no candidate"):
-        ab.build_sides(parse("--task", str(PKG), "--a-candidate", str(CANDIDATES / "correct.py"), "--switch", "S"))
+        build_sides(parse("--task", str(PKG), "--a-candidate", str(CANDIDATES / "correct.py"), "--switch", "S"))
     with pytest.raises(UsageError, match="not a file"):
-        ab.build_sides(parse("--task", str(PKG), "--a-candidate", "nope.py", "--b-candidate", "nope.py"))
+        build_sides(parse("--task", str(PKG), "--a-candidate", "nope.py", "--b-candidate", "nope.py"))
 
 
 def test_task_op_and_its_command_line(tmp_path):
-    op = OpSpec.task(str(PKG))
+    op = task_campaign.task_op(str(PKG))
     assert (op.name, op.command, op.run_spec) == ("vecadd", "task", str(PKG))
-    args = parse("--task", str(PKG), "--a-candidate", "a.py", "--cases", "1,2")
-    assert ab.task_args(args) == ["--reuse-worker", "--cases", "1,2"]
-    assert ab.extension_args(FakeHooks([Info("seed")]), need_task=True) == ["--ext", "seed", "--ext", "task"]
+    args = parse("--task", str(PKG), "--a-candidate", str(CANDIDATES / "correct.py"),
+                 "--b-candidate", str(CANDIDATES / "correct.py"), "--cases", "1,2")
+    plan = plan_of(args)
+    assert plan.ops == [op] and plan.run_args == ["--cases", "1,2"] and plan.extensions == ["task"]
+    assert plan.per_op and plan.label == "vecadd"
+    assert ab.extension_args(FakeHooks([Info("seed")]), plan.extensions) == ["--ext", "seed", "--ext", "task"]
+    # the candidate variable differs by design: no switch the guard looks for
+    sides = (Side("A", {"ZLF_TASK_CANDIDATE": "/a.py"}), Side("B", {"ZLF_TASK_CANDIDATE": "/b.py"}))
+    assert ab.switch_guard(sides, [], ["/nonexistent"], plan.not_switches) == []
+    with pytest.raises(UsageError, match="--cases needs --task"):
+        plan_of(parse("--switch", "X", "--cases", "1"))
+    with pytest.raises(UsageError, match="not both"):
+        plan_of(parse("add", "--task", str(PKG), "--a-candidate", str(CANDIDATES / "correct.py")))
     data = campaign_data(tmp_path)
     data["ops"] = [op.to_json()]
     data["sides"][0]["args"] = ["--candidate", "/c/a.py"]
     data["sides"][1]["args"] = ["--candidate", "/c/b.py"]
-    c = Campaign.create(tmp_path / "o", "t", data)
+    c = Campaign.create(tmp_path / "o", "t", data, real_hooks("task"))
     c.add_round(1)
     cmd = c.command(c.runs[1], Path("/s"))
-    assert cmd[3:5] == ["task", str(PKG)] and cmd[-2:] == ["--candidate", "/c/b.py"]  # the last --candidate wins
+    assert cmd[3:5] == ["task", str(PKG)] and cmd[-3:] == ["--candidate", "/c/b.py", "--reuse-worker"]
+    assert cmd.index("--candidate") == len(cmd) - 3  # the side's candidate is the last --candidate
     assert [r["dir"] for r in c.runs] == ["vecadd/r1_A", "vecadd/r1_B"]
 
 
@@ -55,7 +87,7 @@ def test_task_op_and_its_command_line(tmp_path):
 def test_two_correct_candidates_end_to_end(zlf_cli, tmp_path):
     proc = zlf_cli("ab", "--task", PKG, "--a-candidate", CANDIDATES / "correct.py",
                    "--b-candidate", CANDIDATES / "correct_triton.py", "--rounds", "2", "--cases", "1,2",
-                   "--rep-ms", "5", "--ext", "seed", "--out", "o", check_rc=0)
+                   "--rep-ms", "5", "--ext", "seed", "--ext", "task", "--out", "o", check_rc=0)
     (camp,) = (tmp_path / "o").glob("ab_vecadd_*")
     state = json.loads((camp / "campaign.json").read_text())
     assert [(r["dir"], r["status"]) for r in state["runs"]] == [

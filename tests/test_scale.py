@@ -17,7 +17,7 @@ from zlf.rundir import RunDir
 from zlf.scheduler import DONE, GAVE_UP, SKIPPED, Scheduler, Unit
 
 from conftest import read_records, run_dir_from
-from test_ab import campaign_data
+from test_ab import campaign_data, real_hooks
 
 
 # ----------------------------------------------------------------------------- the scheduler alone
@@ -69,7 +69,7 @@ def test_parse_gpus():
 def test_campaign_units_keep_pairs_together(tmp_path):
     data = campaign_data(tmp_path, ops=("add", "mm"))
     data["replay"] = True
-    c = Campaign.create(tmp_path / "o", "t", data)
+    c = Campaign.create(tmp_path / "o", "t", data, real_hooks("autotune_replay"))
     c.add_round(1)
     c.add_round(2)
     units = {u.id: u for u in campaign_units(c)}
@@ -344,7 +344,7 @@ def test_ab_on_two_gpus_shares_processes_and_isolates_a_crashing_op(zlf_cli, tmp
 def test_shared_campaign_units_are_rounds_and_alone_ops_wait_for_their_record(tmp_path):
     data = campaign_data(tmp_path, ops=("add", "mm"))
     data.update(replay=True, process="shared")
-    c = Campaign.create(tmp_path / "o", "t", data)
+    c = Campaign.create(tmp_path / "o", "t", data, real_hooks("autotune_replay"))
     c.add_round(1)
     c.add_round(2)
     units = {u.id: u for u in campaign_units(c)}
@@ -353,7 +353,9 @@ def test_shared_campaign_units_are_rounds_and_alone_ops_wait_for_their_record(tm
     assert units["r2"].after == ("r1",) and units["r1"].after == ()
     assert c.groups["_shared/r1_A"] == ["add/r1_A", "mm/r1_A"]
     # r1_B replays the record of the process that runs r1_A, even before it ran
-    assert c.shared_spec("_shared/r1_B", [c.find("add", 1, "B")])["replay"]["record"] == "_shared/r1_A/autotune_records"
+    spec = c.shared_spec("_shared/r1_B", [c.find("add", 1, "B")])
+    assert spec["needs"] == ["_shared/r1_A/autotune_records"]
+    assert spec["if_exists"] == [{"path": "_shared/r1_A/autotune_records", "args": ["--replay-from", "{campaign}/_shared/r1_A"]}]
     # mm's round 1 went alone: its runs are per-op pair units, the later one waits for its r1_A
     for side in "AB":
         c.find("mm", 1, side).update(alone=True)

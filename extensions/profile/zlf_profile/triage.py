@@ -216,7 +216,7 @@ def repro_command(campaign, op, side_name: str, shapes_file: Path, dtype: str) -
     cmd += list(campaign.data.get("extension_args") or []) + run_args + list(side.args)
     if op.command == "run" and "--ext" in cmd and "shapes" not in cmd:
         cmd += ["--ext", "shapes"]
-    if campaign.data.get("replay") and campaign.replay_record(op.name).is_dir():
+    if campaign.data.get("replay") and (campaign.path / op.name / "r1_A" / "autotune_records").is_dir():
         cmd += ["--replay-from", str(campaign.path / op.name / "r1_A")]
     prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
     return f"cd {shlex.quote(campaign.data.get('cwd') or '.')} && {prefix} {shlex.join(cmd)}"
