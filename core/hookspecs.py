@@ -314,8 +314,9 @@ def campaign_run_needs(campaign, op, round, side):
 def campaign_context(data):
     """Lines that describe what an extension does to a campaign (e.g. "autotune replay: on").
 
-    Printed when the campaign starts, by ``--dry-run`` and in the report; stored in
-    campaign.json as ``context``.
+    Called in the driver when a campaign is created and each time it starts or resumes; the
+    lines are printed then, by ``--dry-run`` and in the report, and stored in campaign.json as
+    ``context``.
 
     :param data: the campaign.json fields (a dict).
     :return: a list of one-line strings (results of all extensions are joined).
@@ -339,20 +340,22 @@ def campaign_guards(campaign, ops):
 def campaign_split_item(item, dest, shapes, link):
     """Copy one file or folder of a shared process's run directory into one op's run directory.
 
-    A campaign that ran several ops in one process splits its run directory per op; files are
-    copied whole unless an extension knows they are per shape.
+    Called in the driver for each top-level file or folder when a campaign that ran several ops
+    in one process splits its run directory per op; what no extension handles is copied whole.
 
     :param item: the :class:`pathlib.Path` of the file or folder in the shared run directory.
     :param dest: where it goes in the op's run directory (does not exist yet).
     :param shapes: the op's shapes as directory names (:func:`zlf.records.shape_str`).
     :param link: ``link(src, dst)`` links (or copies) one file.
-    :return: True when handled; None to leave it to core.
+    :return: True when handled; None to leave it to core (first non-None result wins).
     """
 
 
 @_spec(firstresult=True)
 def ir_status(a_dir, b_dir):
     """Per shape, how the compiled code of two runs differs (``zlf compare``'s IR column).
+
+    Called once by ``zlf compare`` and ``zlf report`` for the two run directories they pair.
 
     :param a_dir: the first run directory (:class:`pathlib.Path`).
     :param b_dir: the second.
