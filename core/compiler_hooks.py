@@ -142,7 +142,7 @@ class CompilerHooks:
         self._undo: list = []
         self._point = None
         self._hash_of_function: dict = {}
-        self._autotune_depth = 0
+        self._tuning_depth = 0
 
     # ------------------------------------------------------------------ install / remove
     def install(self) -> "CompilerHooks":
@@ -268,13 +268,13 @@ class CompilerHooks:
             function = data.get("function")
             self.on_launch(LaunchEvent(
                 name=data.get("name", "?"), hash=self._hash_of_function.get(function, ""), function=function,
-                point=self._point, raw=data, in_autotune=self._autotune_depth > 0,
+                point=self._point, raw=data, in_autotune=self._tuning_depth > 0,
             ))
         except Exception:
             log.exception("on_launch hook failed")
 
     @contextlib.contextmanager
-    def _autotune_marked(self):
+    def _tuner_marked(self):
         """Tell launches made while Triton's autotuner benchmarks configs from the real launch."""
         try:
             from triton.runtime.autotuner import Autotuner
@@ -287,11 +287,11 @@ class CompilerHooks:
             return
 
         def _bench(tuner, *args, **kwargs):
-            self._autotune_depth += 1
+            self._tuning_depth += 1
             try:
                 return original(tuner, *args, **kwargs)
             finally:
-                self._autotune_depth -= 1
+                self._tuning_depth -= 1
 
         Autotuner._bench = _bench
         try:
@@ -341,7 +341,7 @@ class CompilerHooks:
             return
         self._point = point_id
         try:
-            with self._autotune_marked(), self._launch_hook_installed():
+            with self._tuner_marked(), self._launch_hook_installed():
                 yield
         finally:
             self._point = None

@@ -58,7 +58,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     # extensions see that this command hands its run options on to zlf run processes
     parser.set_defaults(forwards_run_options=True)
     parser.add_argument("ops", nargs="*", metavar="OP",
-                        help="op, OP:OP_FILE, FILE.py[::NAME], or an extension's spelling such as flaggems' OP:OP_FILE::TEST (default: the built-in suite add softmax matmul)")
+                        help="op, OP:OP_FILE, FILE.py[::NAME], or an extension's spelling such as OP:WORD::NAME (default: the built-in suite add softmax matmul)")
     s = parser.add_argument_group("sides (combinable; B is the change, A the baseline)")
     s.add_argument("--switch", metavar="NAME", help="environment variable set to 0 on A and 1 on B")
     s.add_argument("--a-env", action="append", default=[], metavar="K=V", help="extra environment of side A (repeatable)")
