@@ -46,7 +46,7 @@ set -e
 echo "ir-diff exit code: $rc" | tee -a "$OUT/summary.txt"
 python3 - "$A" "$B" <<'PY' | tee -a "$OUT/summary.txt"
 import sys
-from zlf.irtree import shape_status
+from zlf_ir_dump.irtree import shape_status
 print("shape_status (what zlf compare shows as 'IR changed'):")
 for shape, status in shape_status(sys.argv[1], sys.argv[2]).items():
     print(f"  {shape:>16}  {status}")

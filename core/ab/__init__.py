@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 
 _EXPORTS = {
-    "cli": ("EPILOG", "configure_parser", "main", "scale_options", "DEFAULT_ROUNDS", "DEFAULT_FIRST_LOOK",
+    "cli": ("EPILOG", "add_example", "configure_parser", "main", "scale_options", "DEFAULT_ROUNDS", "DEFAULT_FIRST_LOOK",
             "DEFAULT_MAX_ROUNDS", "UNITS", "_new_campaign", "_print_dry_run", "_scaled", "_preflight"),
     "sides": ("build_sides", "pass_through_args", "extension_args", "run_limit_args", "run_pass_through"),
     "campaign": ("Campaign", "OpSpec", "Side", "SIGNED", "file_identity", "identity_change", "key_path",

@@ -45,6 +45,15 @@ exit codes: 0 done, 1 an op failed (or --fail-on-slower and a point is SLOWER), 
             143 terminated (SIGTERM; --resume continues either)
 """
 
+VERDICTS_LINE = "verdicts (B against A)"
+
+
+def add_example(parser: argparse.ArgumentParser, line: str) -> None:
+    """Add an example line to ``zlf ab --help`` (an extension's, from ``add_campaign_options``)."""
+    head, sep, tail = (parser.epilog or "").partition(VERDICTS_LINE)
+    parser.epilog = f"{head}  {line}\n{sep}{tail}" if sep else f"{head}  {line}\n"
+
+
 DEFAULT_ROUNDS = 6
 #: first look of an adaptive campaign when --rounds is not given.
 DEFAULT_FIRST_LOOK = 3

@@ -19,6 +19,7 @@ from collections import Counter
 from typing import Optional
 
 from zlf import UsageError, hookimpl
+from zlf.ab import add_example
 from zlf.ab.extending import SOURCE, RunNeed
 
 from .libtuner import MODES, LibtunerCache, clear_libentry_launchers
@@ -92,8 +93,8 @@ class AutotuneReplay:
     # ------------------------------------------------------------------ zlf ab campaigns
     @hookimpl
     def add_campaign_options(self, parser):
-        parser.epilog = (parser.epilog or "") + (
-            "autotune_replay: round 1's A run records the autotune decisions, every other run replays them\n")
+        add_example(parser, "zlf ab --switch X --until-confident --ext autotune_replay   round 1 A records autotune "
+                            "decisions, every other run replays them")
 
     @hookimpl
     def campaign_setup(self, plan, options, session):

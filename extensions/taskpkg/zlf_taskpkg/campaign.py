@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 
 from zlf import UsageError
+from zlf.ab import add_example
 from zlf.ab.campaign import OpSpec
 from zlf.ab.extending import RunNeed
 
@@ -20,8 +21,7 @@ CANDIDATE_ENV = "ZLF_TASK_CANDIDATE"
 
 
 def add_options(parser) -> None:
-    parser.epilog = (parser.epilog or "") + (
-        "  zlf ab --task PKG --a-candidate a.py --b-candidate b.py --rounds 4   two task-package candidates\n")
+    add_example(parser, "zlf ab --task PKG --a-candidate a.py --b-candidate b.py --rounds 4   two task-package candidates")
     t = parser.add_argument_group("task packages (zlf task, docs/taskpkg.md): the op is the package")
     t.add_argument("--task", action="append", metavar="PKG_DIR", help="judge this task package in every run instead of OPs (repeatable)")
     t.add_argument("--a-candidate", metavar="FILE", help="run_kernel candidate of side A (--candidate of its zlf task runs)")
