@@ -56,7 +56,9 @@ def add_commands(subparsers):
         and give it ``set_defaults(handler=callable)``; the callable receives
         ``(args, session)`` and returns the process exit code. A command that starts runs
         also sets ``run_options=True``: every active extension's ``add_options`` is then
-        called on its parser too.
+        called on its parser too; a command that runs campaigns sets ``campaign_options=True``
+        (:func:`add_campaign_options`). Core's own commands (``run``, ``compare``, ``ab`` ...)
+        are added through this hook too, first.
     :return: nothing.
     """
 
@@ -65,7 +67,8 @@ def add_commands(subparsers):
 def add_campaign_options(parser):
     """Add options to ``zlf ab`` that belong to the campaign itself, not to its runs.
 
-    Called once per invocation while the ``ab`` parser is built, after extension selection.
+    Called once per invocation for every command that sets ``campaign_options=True``
+    (``zlf ab``), while the parser is built, after extension selection.
     Unlike :func:`add_options`, these options are never passed on to the campaign's ``zlf run``
     processes; read them in :func:`after_campaign` (``options``).
 
