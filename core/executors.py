@@ -85,14 +85,10 @@ def parse_gpus(text: Optional[str]) -> list:
 def pin_variable(session, backend_name: Optional[str]) -> Optional[str]:
     """The visible-devices variable of the backend the runs will use (never set up here: the
     driver must not hold a GPU)."""
-    known = session.backends()
-    name = backend_name or os.environ.get("ZLF_BACKEND")
-    if name:
-        if name not in known:
-            raise UsageError(f"unknown backend {name!r}; known: {', '.join(sorted(known))}")
-        return known[name].visible_devices_env
-    available = [c for c in known.values() if c.is_available()]
-    return max(available, key=lambda c: c.priority).visible_devices_env if available else None
+    from .session import select_backend
+
+    cls = select_backend(session.backends(), backend_name, check=False)
+    return cls.visible_devices_env if cls is not None else None
 
 
 def make_executor(executor: Optional[str], gpus: list, pin_env: Optional[str], retries: Optional[int],

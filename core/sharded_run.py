@@ -18,10 +18,11 @@ from pathlib import Path
 
 import yaml
 
-
+from .console import results_table
 from .errors import UsageError
 from .procs import stop_code, stop_word
 from .executors import ROOT, LocalPool, device_identity, make_executor, parse_gpus, pin_variable
+from .options import add_run_arguments
 from .rundir import LOG, META, RESULTS, SHAPES, RunDir, timestamp
 from .scheduler import Scheduler, Unit
 
@@ -140,7 +141,6 @@ def _op_args(args) -> list:
 
 def main(args, session) -> int:
     from .ab.sides import extension_args, pass_through_args
-    from .cli import add_run_arguments, results_table
 
     gpus = parse_gpus(args.gpus)
     if args.device not in (None, 0) and gpus:
