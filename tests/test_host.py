@@ -157,6 +157,3 @@ def test_drivers_pin_workers_with_the_same_choice(known, monkeypatch):
     assert pin_variable(FakeSession(), None) == "CLAIMER_VISIBLE_DEVICES"
     monkeypatch.setenv("ZLF_BACKEND", "plain")
     assert pin_variable(FakeSession(), None) == "PLAIN_VISIBLE_DEVICES"
-
-
-# ----------------------------------------------------------------------------- import graph
