@@ -13,7 +13,6 @@ import argparse
 import collections
 import importlib
 import json
-import math
 import sys
 
 from tabulate import tabulate
@@ -107,6 +106,9 @@ def build_parser(hooks=None) -> argparse.ArgumentParser:
                          formatter_class=argparse.RawDescriptionHelpFormatter,
                          description="Check every point against its reference, time it, and write a run directory.")
     add_run_arguments(run)
+    run.add_argument("--config", metavar="FILE",
+                     help="run the settings of a RunConfig JSON file (zlf.config; written by RunConfig.write); "
+                          "no other run option may be given with it")
     from .executors import add_scale_arguments
 
     add_scale_arguments(run)
@@ -148,33 +150,40 @@ def _preparse(argv) -> argparse.Namespace:
     pre.add_argument("--ext", action="append")
     pre.add_argument("--no-ext", action="append")
     pre.add_argument("--timer")
+    pre.add_argument("--config")
     known, _ = pre.parse_known_args(argv)
+    if known.config and argv and argv[0] == "run":  # the file selects the extensions
+        from .config import RunConfig
+
+        return RunConfig.read(known.config)
     return known
-
-
-def _split_dtypes(values) -> list:
-    return [d.strip() for v in values or () for d in v.split(",") if d.strip()]
 
 
 def check_run_options(args) -> None:
     """One-line refusals of run options that argparse accepts but no run can use (``zlf run``,
     ``zlf ab`` and ``zlf task`` call it before they create anything)."""
-    for flag, dest, zero_ok in (("--warmup-ms", "warmup_ms", True), ("--rep-ms", "rep_ms", False)):
-        value = getattr(args, dest, None)
-        if value is not None and not (math.isfinite(value) and (value > 0 or (zero_ok and value == 0))):
-            raise UsageError(f"{flag} {value:g}: expected a {'non-negative' if zero_ok else 'positive'} "
-                             "number of milliseconds")
-    for flag, dest, low in (("--warmup", "warmup", 0), ("--iters", "iters", 1)):
-        value = getattr(args, dest, None)
-        if value is not None and value < low:
-            raise UsageError(f"{flag} {value}: expected {low} or more")
-    dtypes = getattr(args, "dtype", None)
-    if dtypes is not None and not _split_dtypes(dtypes):
-        raise UsageError(f"--dtype {','.join(dtypes)!r}: names no dtype (e.g. --dtype float16,bfloat16)")
-    if getattr(args, "gpus", None) is not None:
-        from .executors import parse_gpus
+    from .config import RunConfig
 
-        parse_gpus(args.gpus)
+    RunConfig.from_args(args).check()
+
+
+def run_config(args, parser, hooks):
+    """The run's :class:`~zlf.config.RunConfig`: from ``--config FILE`` (then no other run option
+    may differ from its default) or from the command line."""
+    from .config import ARGS, RunConfig
+
+    if not getattr(args, "config", None):
+        return RunConfig.from_args(args, hooks.option_sets)
+    sub = parser._subparsers._group_actions[0].choices[args.command]
+    dests = set(ARGS) | {o.dest for s in hooks.option_sets for o in s.options}
+    given = [a for a in sub._actions if a.dest in dests and a.option_strings
+             and getattr(args, a.dest, None) != sub.get_default(a.dest)]
+    given += [] if not getattr(args, "ops", None) else [argparse.Action(["OP"], "ops")]
+    if given:
+        flags = ", ".join(dict.fromkeys(max(a.option_strings, key=len) for a in given))
+        raise UsageError(f"--config {args.config}: also given on the command line: {flags}; "
+                         "put run settings in the file, or drop --config")
+    return RunConfig.read(args.config).bound(hooks.option_sets)
 
 
 # ----------------------------------------------------------------------------- commands
@@ -217,22 +226,23 @@ def cmd_run(args, session) -> int:
     from .rundir import RunDir, disk_full
     from .session import shapes_by_op
 
-    check_run_options(args)
-    if getattr(args, "gpus", None) or getattr(args, "executor", None):
+    config = session.config
+    config.check()
+    if config.gpus or config.executor:
         from .sharded_run import main as run_sharded  # the driver never sets up a device
 
         return run_sharded(args, session)
-    if args.time_limit is not None and not args.time_limit >= 0:
-        raise UsageError(f"--time-limit {args.time_limit:g}: expected seconds >= 0 (0: no limit)")
+    if config.time_limit_s is not None and not config.time_limit_s >= 0:
+        raise UsageError(f"--time-limit {config.time_limit_s:g}: expected seconds >= 0 (0: no limit)")
     session.hooks.check_exclusive()
-    backend = session.choose_backend(args.backend, args.device)
-    ops = session.resolve_ops(args.ops)
-    plan = session.plan(ops, _split_dtypes(args.dtype))
+    backend = session.choose_backend(config.backend, config.device)
+    ops = session.resolve_ops(config.ops)
+    plan = session.plan(ops, config.dtypes)
     if not plan:
         raise UsageError("nothing to run: no shapes or dtypes left for the selected ops")
-    implicit = not args.ops or list(args.ops) in (["builtin"], ["all"])
-    label = args.name or (ops[0].name if len(ops) == 1 else ("builtin" if implicit else "suite"))
-    rundir = RunDir.create(args.out, label)
+    implicit = not config.ops or list(config.ops) in (["builtin"], ["all"])
+    label = config.name or (ops[0].name if len(ops) == 1 else ("builtin" if implicit else "suite"))
+    rundir = RunDir.create(config.out, label)
     rundir.reserve()
     run = None
     try:
@@ -244,7 +254,7 @@ def cmd_run(args, session) -> int:
                                for spec, names in session.op_args]
         if backend.host_timing:
             run.log.info(f"backend {backend.name}: times are host wall-clock of interpreted kernels, not GPU kernel times")
-        progress = Progress(len(plan)) if not args.json else None
+        progress = Progress(len(plan)) if not config.json else None
         records = execute(run, progress)
     except KeyboardInterrupt as exc:
         print(f"\n{stop_word(exc)}; {len(run.records) if run else 0} finished points kept\nrun dir: {rundir.path}",
@@ -258,7 +268,7 @@ def cmd_run(args, session) -> int:
     finally:
         rundir.release()
     failed = sum(1 for r in records if r.status == STATUS_FAILED)
-    if args.json:
+    if config.json:
         print(json.dumps({"run_dir": str(rundir.path), "records": [r.to_json() for r in records]}, indent=2))
         return 1 if failed else 0
     print(results_table(records))
@@ -298,7 +308,11 @@ def _main(argv, extra_plugins) -> int:
         if not getattr(args, "handler", None):
             parser.print_help()
             return 2
+        config = run_config(args, parser, session.hooks)
+        if getattr(args, "config", None):
+            args = config.namespace(args)
         session.options = args
+        session.config = config
         session.hooks.configure(session)
         return int(args.handler(args, session) or 0)
     except UsageError as exc:

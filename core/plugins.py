@@ -165,6 +165,8 @@ class Hooks:
         self._preferred = dict(preferred or {})
         self._callers = {}
         self._kernel_timers = {}
+        #: the extensions' declared options (:class:`zlf.config.OptionSet`), known once ``add_options`` ran
+        self.option_sets: tuple = ()
 
     def check_exclusive(self) -> None:
         """Raise now if two extensions race for an exclusive hook. Commands that start runs call
@@ -217,7 +219,9 @@ class Hooks:
 
     # command line
     def add_options(self, parser):
-        self.pm.hook.add_options(parser=parser)
+        from .config import declared_options
+
+        self.option_sets = declared_options(self.pm, parser)
 
     def add_commands(self, subparsers):
         self.pm.hook.add_commands(subparsers=subparsers)
