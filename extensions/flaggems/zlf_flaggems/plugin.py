@@ -88,7 +88,7 @@ class FlagGems:
         opts = session.options
         if getattr(opts, "command", None) != "run":
             return
-        self.checkout = _checkout.checkout_from_options(opts)
+        self.checkout = _checkout.checkout_from_options(session.config.options)
         if self.checkout is None:
             return
         mode = opts.flaggems_mode
@@ -201,7 +201,7 @@ class FlagGems:
         if record.status != "ok":
             return
         try:
-            timing = run.hooks.time_fn(call.torch, point, run.backend, run.options,
+            timing = run.hooks.time_fn(call.torch, point, run.backend, run.config.timing,
                                        op=run.current_op, inputs=run.current_inputs)
         except Exception as exc:  # the FlagGems point stands; only its torch column is missing
             run.annotate("torch_error", f"{type(exc).__name__}: {exc}"[:300])
