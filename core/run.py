@@ -194,25 +194,31 @@ class Run:
         try:
             self.hooks.after_run(self, list(self.records))
         finally:
-            if self.compiler_hooks is not None:
-                self.compiler_hooks.remove()
-            if self.clock_sampler is not None:
-                self.clock_sampler.close()
-            self.meta["status"] = self.status
-            self.meta["finished"] = _now()
-            self.meta["counts"] = _counts(self.records)
             try:
-                state = self.backend.device_state()
-                if state:
-                    self.meta["device_state_end"] = state
-            except Exception:
-                pass
-            try:
-                self.save_meta()
+                if self.compiler_hooks is not None:
+                    self.compiler_hooks.remove()
+                if self.clock_sampler is not None:
+                    self.clock_sampler.close()
             finally:
-                self.rundir.release()
-            self.log.info(f"run {self.status}: {len(self.records)} of {len(self.plan)} points written")
-            self.log.close()
+                self.finish()
+
+    def finish(self) -> None:
+        """The run's files once it ended: meta.json's final fields, the reserve released, run.log closed."""
+        self.meta["status"] = self.status
+        self.meta["finished"] = _now()
+        self.meta["counts"] = _counts(self.records)
+        try:
+            state = self.backend.device_state()
+            if state:
+                self.meta["device_state_end"] = state
+        except Exception:
+            pass
+        try:
+            self.save_meta()
+        finally:
+            self.rundir.release()
+        self.log.info(f"run {self.status}: {len(self.records)} of {len(self.plan)} points written")
+        self.log.close()
 
     # ------------------------------------------------------------------ for extensions
     @property
