@@ -183,7 +183,10 @@ def run_config(args, parser, hooks):
         flags = ", ".join(dict.fromkeys(max(a.option_strings, key=len) for a in given))
         raise UsageError(f"--config {args.config}: also given on the command line: {flags}; "
                          "put run settings in the file, or drop --config")
-    return RunConfig.read(args.config).bound(hooks.option_sets)
+    config = RunConfig.read(args.config).bound(hooks.option_sets)
+    if config.command != args.command:
+        raise UsageError(f"--config {args.config}: a configuration of zlf {config.command}, not of zlf {args.command}")
+    return config
 
 
 # ----------------------------------------------------------------------------- commands

@@ -228,14 +228,14 @@ def as_budget(options) -> TimingBudget:
 # ----------------------------------------------------------------------------- the run
 #: command-line ``dest`` -> RunConfig field (``timing.X``: a TimingBudget field).
 ARGS = {
-    "ops": "ops", "dtype": "dtypes", "backend": "backend", "device": "device", "out": "out", "name": "name",
+    "command": "command", "ops": "ops", "dtype": "dtypes", "backend": "backend", "device": "device", "out": "out", "name": "name",
     "time_limit": "time_limit_s", "json": "json", "ext": "ext", "no_ext": "no_ext",
     "gpus": "gpus", "executor": "executor", "ray_address": "ray_address", "retries": "retries",
     "timer": "timing.timer", "warmup_ms": "timing.warmup_ms", "rep_ms": "timing.rep_ms",
     "flush_l2": "timing.flush_l2", "warmup": "timing.warmup", "iters": "timing.iters",
 }
 #: parsed-namespace entries that are the command line's own, never a run setting.
-NOT_SETTINGS = frozenset({"handler", "command", "config", "run_options"})
+NOT_SETTINGS = frozenset({"handler", "config", "run_options"})
 
 
 def _split_dtypes(values) -> tuple:
@@ -248,8 +248,12 @@ def _names(values) -> Optional[tuple]:
 
 @attrs.frozen
 class RunConfig:
-    """Everything one run is: read from the command line (:meth:`from_args`) or a file (:meth:`read`)."""
+    """Everything one run is: read from the command line (:meth:`from_args`) or a file (:meth:`read`).
 
+    ``command`` is the command that runs it (``run``; an extension's, such as ``task``).
+    """
+
+    command: str = "run"
     ops: tuple = attrs.field(default=(), converter=tuple)
     dtypes: tuple = attrs.field(default=(), converter=tuple)
     backend: Optional[str] = None

@@ -98,8 +98,9 @@ class FlagGems:
         if mode == "cudagraph" and not any(i.name == "cudagraph" and i.status == "active" for i in session.hooks.infos):
             raise UsageError("--flaggems-mode cudagraph: add --ext cudagraph (zlf's graph timer, with per-point fallback markers)")
         dtypes = tuple(d.strip() for v in opts.dtypes or () for d in v.split(",") if d.strip())
-        if dtypes and not getattr(opts, "dtype", None):
-            opts.dtype = [",".join(dtypes)]  # zlf's points follow FlagGems' --dtypes
+        if dtypes and not session.config.dtypes:  # zlf's points follow FlagGems' --dtypes
+            opts.dtype = [",".join(dtypes)]
+            session.config = session.config.with_changes(dtypes=dtypes)
         if opts.flaggems_flagtune is not None:
             os.environ[ENV_FLAGTUNE] = opts.flaggems_flagtune  # flag_gems reads it at import
         self.flagtune = os.environ.get(ENV_FLAGTUNE)

@@ -68,7 +68,7 @@ class CudaGraphTimer:
     def before_run(self, run):
         self.config = run.config
         why = graph_support(run.backend)
-        settings = GraphSettings.from_options(run.options, run.backend)
+        settings = GraphSettings.from_options(run.config.timing, run.backend)
         run.meta["cudagraph"] = {
             "active": why is None,
             "skipped_reason": why,
