@@ -176,8 +176,11 @@ def run_config(args, parser, hooks):
         return RunConfig.from_args(args, hooks.option_sets)
     sub = parser._subparsers._group_actions[0].choices[args.command]
     dests = set(ARGS) | {o.dest for s in hooks.option_sets for o in s.options}
+    defaults = {}
+    for a in sub._actions:  # as argparse fills them in: the first action of a dest gives its default
+        defaults.setdefault(a.dest, a.default)
     given = [a for a in sub._actions if a.dest in dests and a.option_strings
-             and getattr(args, a.dest, None) != sub.get_default(a.dest)]
+             and getattr(args, a.dest, None) != defaults[a.dest]]
     given += [] if not getattr(args, "ops", None) else [argparse.Action(["OP"], "ops")]
     if given:
         flags = ", ".join(dict.fromkeys(max(a.option_strings, key=len) for a in given))
@@ -302,9 +305,9 @@ def _main(argv, extra_plugins) -> int:
     from .procs import stop_code, stop_word
     from .session import Session
 
-    pre = _preparse(argv)
     tolerant = bool(argv) and argv[0] == "plugins"
     try:
+        pre = _preparse(argv)
         session = Session.create(pre, extra_plugins=extra_plugins, tolerant=tolerant)
         parser = build_parser(session.hooks)
         args = parser.parse_args(argv)
