@@ -108,7 +108,8 @@ def build_parser(hooks=None) -> argparse.ArgumentParser:
     add_run_arguments(run)
     run.add_argument("--config", metavar="FILE",
                      help="run the settings of a RunConfig JSON file (zlf.config; written by RunConfig.write); "
-                          "no other run option may be given with it")
+                          "no other run option may be given with it but --out, --name and --json, which "
+                          "override the file's (where the run goes and how it prints)")
     from .executors import add_scale_arguments
 
     add_scale_arguments(run)
@@ -175,7 +176,8 @@ def run_config(args, parser, hooks):
     if not getattr(args, "config", None):
         return RunConfig.from_args(args, hooks.option_sets)
     sub = parser._subparsers._group_actions[0].choices[args.command]
-    dests = set(ARGS) | {o.dest for s in hooks.option_sets for o in s.options}
+    beside = {"out": args.out, "name": args.name, "json": args.json}  # where it goes, how it prints
+    dests = (set(ARGS) | {o.dest for s in hooks.option_sets for o in s.options}) - set(beside)
     defaults = {}
     for a in sub._actions:  # as argparse fills them in: the first action of a dest gives its default
         defaults.setdefault(a.dest, a.default)
@@ -189,7 +191,8 @@ def run_config(args, parser, hooks):
     config = RunConfig.read(args.config).bound(hooks.option_sets)
     if config.command != args.command:
         raise UsageError(f"--config {args.config}: a configuration of zlf {config.command}, not of zlf {args.command}")
-    return config
+    given = {k: v for k, v in beside.items() if v != defaults[k]}
+    return config.with_changes(**given) if given else config
 
 
 # ----------------------------------------------------------------------------- commands

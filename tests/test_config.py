@@ -107,27 +107,28 @@ def test_from_args_maps_every_option_of_zlf_run():
     assert config.timing == TimingBudget(timer="core", warmup_ms=3.0, rep_ms=4.0, flush_l2=False)
 
 
-def _records(capsys, argv) -> list:
-    rc = main(argv)
-    out, err = capsys.readouterr()
-    assert rc == 0, out + err
-    return [(r["point"], r["status"], r["timer"]) for r in json.loads(out)["records"]], json.loads(out)["run_dir"]
+def _records(zlf_cli, *argv):
+    out = json.loads(zlf_cli("run", *argv, check_rc=0).stdout)
+    return [(r["point"], r["status"], r["timer"]) for r in out["records"]], out["run_dir"]
 
 
-def test_zlf_run_config_runs_the_points_the_flags_run(tmp_path, capsys, monkeypatch):
-    monkeypatch.chdir(tmp_path)
+def test_zlf_run_config_runs_the_points_the_flags_run(zlf_cli, tmp_path):
     flags = ["add", "softmax", "--backend", "cpu", "--dtype", "float32", "--warmup-ms", "0", "--rep-ms", "1",
              "--ext", "seed", "--seed", "3", "--json", "--out", "a"]
-    by_flags, dir_a = _records(capsys, ["run", *flags])
+    by_flags, dir_a = _records(zlf_cli, *flags)
     parser, _, hooks = _run_parser(ext=["seed"])  # the same extensions as the flags select
     config = RunConfig.from_args(parser.parse_args(["run", *flags]), hooks.option_sets)
     path = config.with_changes(out="b").write(tmp_path / "run.json")
-    by_file, dir_b = _records(capsys, ["run", "--config", str(path)])
+    by_file, dir_b = _records(zlf_cli, "--config", path)
     assert by_file == by_flags and len(by_file) >= 2
+    assert dir_b.startswith("b/")
     meta_a, meta_b = (json.loads((tmp_path / d / "meta.json").read_text()) for d in (dir_a, dir_b))
     assert meta_b["seed"] == meta_a["seed"] == {"base": 3, "per_point": "sha256(base:point_id)[:4]"}
     assert [e["name"] for e in meta_b["extensions"]] == ["seed"]
     assert meta_b["options"]["rep_ms"] == 1.0
+    # --out, --name and --json may override the file's: where the run goes and how it prints
+    _, dir_c = _records(zlf_cli, "--config", path, "--out", "c", "--name", "mine")
+    assert dir_c.startswith("c/") and "mine" in dir_c
 
 
 def test_zlf_run_config_refuses_run_options_beside_it(tmp_path, capsys):

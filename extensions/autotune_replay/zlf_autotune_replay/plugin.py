@@ -63,24 +63,24 @@ class AutotuneReplay:
 
     @hookimpl(tryfirst=True)
     def configure(self, session):
-        opts = session.options
-        command = getattr(opts, "command", None)
+        config = session.config
+        command = config.command
         if command != "run":
             # zlf ab hands these options on to its zlf run processes; any other command that
             # accepts run options (zlf task) would silently ignore them: say so instead.
             given = [flag for flag, dest in (("--replay-from", "replay_from"), ("--libtuner-cache", "libtuner_cache"))
-                     if getattr(opts, dest, None)]
+                     if config.options.get(dest)]
             if given and command != "ab":
                 raise UsageError(f"{' and '.join(given)}: autotune record/replay works with zlf run (and zlf ab), "
                                  f"not with zlf {command}")
             return
-        mode = getattr(opts, "libtuner_cache", None) or os.environ.get(ENV_LIBTUNER) or "shared"
+        mode = config.options.get("libtuner_cache") or os.environ.get(ENV_LIBTUNER) or "shared"
         if mode not in MODES:
             raise UsageError(f"{ENV_LIBTUNER}={mode!r}: choose one of {', '.join(MODES)}")
         if mode == "fresh" and "flag_gems" in sys.modules:
             raise UsageError("--libtuner-cache fresh: flag_gems was imported before zlf could point "
                              "FLAGGEMS_DB_URL at a fresh cache; import it lazily (inside an op)")
-        source = getattr(opts, "replay_from", None)
+        source = config.options.get("replay_from")
         option = "--replay-from"
         if not source and os.environ.get(ENV_REPLAY):
             source, option = os.environ[ENV_REPLAY], ENV_REPLAY

@@ -85,10 +85,10 @@ class FlagGems:
 
     @hookimpl
     def configure(self, session):
-        opts = session.options
-        if getattr(opts, "command", None) != "run":
+        opts = session.config.options
+        if session.config.command != "run":
             return
-        self.checkout = _checkout.checkout_from_options(session.config.options)
+        self.checkout = _checkout.checkout_from_options(opts)
         if self.checkout is None:
             return
         mode = opts.flaggems_mode
@@ -99,7 +99,7 @@ class FlagGems:
             raise UsageError("--flaggems-mode cudagraph: add --ext cudagraph (zlf's graph timer, with per-point fallback markers)")
         dtypes = tuple(d.strip() for v in opts.dtypes or () for d in v.split(",") if d.strip())
         if dtypes and not session.config.dtypes:  # zlf's points follow FlagGems' --dtypes
-            opts.dtype = [",".join(dtypes)]
+            session.options.dtype = [",".join(dtypes)]
             session.config = session.config.with_changes(dtypes=dtypes)
         if opts.flaggems_flagtune is not None:
             os.environ[ENV_FLAGTUNE] = opts.flaggems_flagtune  # flag_gems reads it at import
