@@ -371,6 +371,7 @@ class RunConfig:
         from .rundir import write_atomic
 
         path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(path, json.dumps(self.to_json(), indent=2) + "\n")
         return path
 
