@@ -354,8 +354,9 @@ class RunConfig:
         if not isinstance(data, Mapping):
             raise ConfigError(f"{source}: expected a JSON object, got {type(data).__name__}")
         data = dict(data)
-        if data.pop("format", FORMAT) != FORMAT:
-            raise ConfigError(f"{source}: format {data.get('format')!r} is not {FORMAT}")
+        version = data.pop("format", FORMAT)
+        if version != FORMAT:
+            raise ConfigError(f"{source}: format {version!r} is not {FORMAT}")
         _known(data, attrs.fields_dict(RunConfig), source)
         timing = dict(data.pop("timing", {}) or {})
         _known(timing, {k for k in attrs.fields_dict(TimingBudget) if k != "extensions"}, f"{source}: timing")

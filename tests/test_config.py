@@ -56,6 +56,7 @@ def test_a_config_and_its_budget_are_frozen():
     ({"ops": ["add"], "rep_ms": 3}, "unknown key 'rep_ms'"),
     ({"timing": {"rep": 3}}, "timing: unknown key 'rep'"),
     ({"options": ["seed"]}, "options: expected"),
+    ({"format": 2}, "format 2 is not 1"),
 ])
 def test_an_unknown_key_is_a_clear_error(data, needle):
     with pytest.raises(ConfigError) as info:
