@@ -299,9 +299,10 @@ def child_fgref(out: Path, run_dir: Path) -> int:
 def child_taskref(out: Path, cases: str) -> int:
     """The CUDA C++ candidate of the paged-KV package on each case, profiled."""
     from zlf.backends import CudaBackend
+    from zlf.seeding import seed_everything
     from zlf_taskpkg.candidate import Candidate, compile_cuda, default_arch, default_cache_dir, load_kernel
     from zlf_taskpkg.package import TaskPackage
-    from zlf_taskpkg.worker import clone_args, seed_everything
+    from zlf_taskpkg.worker import clone_args
 
     backend = CudaBackend(0)
     backend.setup()

@@ -21,7 +21,7 @@ from tabulate import tabulate
 
 from . import ceilings as ceilings_mod
 from . import metrics, stats
-from .console import clean, paint, use_colour, warn
+from .console import clean, number, paint, percent, use_colour, warn
 from .errors import UsageError
 from .records import STATUS_OK, STATUS_OOM, PointRecord, duplicate_points, shape_str
 from .rundir import RESULTS, RunDir
@@ -114,7 +114,7 @@ class Summary:
             head += f"; geomean time B/A {g:.3f} ({overall})"
         out = [head, f"threshold ±{t.pct:.1f}%: {t.how}"]
         if self.regressions:
-            worst = ", ".join(f"{r.point} {r.delta_pct:+.1f}%" for r in self.regressions[:5])
+            worst = ", ".join(f"{r.point} {percent(r.delta_pct, sign=True)}" for r in self.regressions[:5])
             more = f" (+{len(self.regressions) - 5} more)" if len(self.regressions) > 5 else ""
             out.append(f"largest regressions: {worst}{more}")
         if self.mixed_timers:
@@ -270,7 +270,7 @@ def gate(rows, max_slower_pct: float, threshold_pct: Optional[float] = None) -> 
 
 
 def gate_reason(row: Row) -> str:
-    return f"{row.delta_pct:+.1f}%" if row.comparable else row.status
+    return percent(row.delta_pct, sign=True) if row.comparable else row.status
 
 
 # ----------------------------------------------------------------------------- run directories
@@ -405,10 +405,6 @@ def ceilings_notes(*sides) -> list:
 
 
 # ----------------------------------------------------------------------------- rendering
-def format_number(value, digits: int = 4) -> str:
-    return "" if value is None else f"{value:.{digits}g}"
-
-
 def marker_names(record: Optional[PointRecord]) -> list:
     if record is None:
         return []
@@ -477,13 +473,13 @@ def table_rows(cmp: Comparison, colour: bool = False) -> tuple:
     for r in cmp.rows:
         columns["point"].append(clean(r.point))
         columns["verdict"].append(verdict_cell(r, t, colour))
-        columns[col_a].append(format_number(metrics.value(r.a, cmp.metric)) if r.a else "")
-        columns[col_b].append(format_number(metrics.value(r.b, cmp.metric)) if r.b else "")
+        columns[col_a].append(number(metrics.value(r.a, cmp.metric)) if r.a else "")
+        columns[col_b].append(number(metrics.value(r.b, cmp.metric)) if r.b else "")
         columns["clock"].append(f"differs: {r.clock}" if r.clock else "")
-        columns["Δ"].append(f"{r.delta_pct:+.1f}%" if r.comparable else "")
+        columns["Δ"].append(percent(r.delta_pct, sign=True) if r.comparable else "")
         columns["timer"].append(clean(timer_cell(r)))
-        columns["B GB/s"].append(format_number(r.b.gbps) if r.b else "")
-        columns["B TFLOP/s"].append(format_number(r.b.tflops) if r.b else "")
+        columns["B GB/s"].append(number(r.b.gbps) if r.b else "")
+        columns["B TFLOP/s"].append(number(r.b.tflops) if r.b else "")
         columns["B % ceiling"].append(ceiling_cell(r.b, cmp.b.ceilings))
         columns["markers"].append(clean(markers_cell(r)))
         columns["IR"].append(clean(r.ir or ""))
@@ -548,7 +544,7 @@ def _metric(record: Optional[PointRecord], value) -> str:
         return ""
     if record.status == STATUS_OOM:
         return "OOM"
-    return "" if value is None else f"{value:.6g}"
+    return number(value, 6)
 
 
 def to_csv(cmp: Comparison) -> str:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from .records import CompileEvent, LaunchEvent
+from .triton_tuner import Sweeps
 
 log = logging.getLogger("zlf")
 
@@ -142,7 +143,7 @@ class CompilerHooks:
         self._undo: list = []
         self._point = None
         self._hash_of_function: dict = {}
-        self._autotune_depth = 0
+        self._sweeps = Sweeps()
 
     # ------------------------------------------------------------------ install / remove
     def install(self) -> "CompilerHooks":
@@ -268,37 +269,10 @@ class CompilerHooks:
             function = data.get("function")
             self.on_launch(LaunchEvent(
                 name=data.get("name", "?"), hash=self._hash_of_function.get(function, ""), function=function,
-                point=self._point, raw=data, in_autotune=self._autotune_depth > 0,
+                point=self._point, raw=data, in_autotune=self._sweeps.active,
             ))
         except Exception:
             log.exception("on_launch hook failed")
-
-    @contextlib.contextmanager
-    def _autotune_marked(self):
-        """Tell launches made while Triton's autotuner benchmarks configs from the real launch."""
-        try:
-            from triton.runtime.autotuner import Autotuner
-        except Exception:
-            yield
-            return
-        original = getattr(Autotuner, "_bench", None)
-        if original is None:
-            yield
-            return
-
-        def _bench(tuner, *args, **kwargs):
-            self._autotune_depth += 1
-            try:
-                return original(tuner, *args, **kwargs)
-            finally:
-                self._autotune_depth -= 1
-
-        Autotuner._bench = _bench
-        try:
-            yield
-        finally:
-            if Autotuner._bench is _bench:
-                Autotuner._bench = original
 
     @contextlib.contextmanager
     def _launch_hook_installed(self):
@@ -341,7 +315,7 @@ class CompilerHooks:
             return
         self._point = point_id
         try:
-            with self._autotune_marked(), self._launch_hook_installed():
+            with self._sweeps.watched(), self._launch_hook_installed():
                 yield
         finally:
             self._point = None

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
@@ -320,8 +321,6 @@ class RunConfig:
         """One-line refusals of settings that no run can use (before anything is created)."""
         self.timing.check()
         if self.gpus is not None:
-            from .executors import parse_gpus
-
             parse_gpus(self.gpus)
 
     # ------------------------------------------------------------------ the command line's view
@@ -393,3 +392,18 @@ def _known(data: Mapping, fields, source: str) -> None:
     if unknown:
         raise ConfigError(f"{source}: unknown key{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))} "
                           f"(known: {', '.join(sorted(fields))})")
+
+
+def parse_gpus(text: Optional[str]) -> list:
+    """``"0,1,3"`` -> ``["0", "1", "3"]`` (labels, as the visible-devices variable takes them)."""
+    if text is None:
+        return []
+    gpus = [g.strip() for g in str(text).split(",") if g.strip()]
+    if not gpus:
+        raise UsageError(f"--gpus {text!r}: expected a list such as 0,1,2,3")
+    for g in gpus:  # what a visible-devices variable takes: an index, or a GPU / MIG uuid
+        if not re.fullmatch(r"\d+|(GPU|MIG)-[0-9A-Za-z/-]+", g):
+            raise UsageError(f"--gpus {text!r}: {g!r} is not a GPU index (or GPU-/MIG- uuid); expected e.g. 0,1,2,3")
+    if len(set(gpus)) != len(gpus):
+        raise UsageError(f"--gpus {text!r}: a GPU is listed twice")
+    return gpus

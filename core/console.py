@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+from typing import Optional
 
 _COLOURS = {"red": "31", "green": "32", "yellow": "33", "bold": "1", "dim": "2"}
 
@@ -31,6 +32,37 @@ def clean_lines(text: str) -> str:
 def clean_rows(rows) -> list:
     """Table rows (lists of cells) with :func:`clean` applied to every cell."""
     return [[clean(cell) for cell in row] for row in rows]
+
+
+def number(value, digits: int = 4, missing: str = "") -> str:
+    """``value`` to ``digits`` significant digits (``0.01234``, ``1.235e+04``); ``missing`` for None.
+    The one way tables write measured numbers (ms, GB/s, TFLOP/s)."""
+    return missing if value is None else f"{value:.{digits}g}"
+
+
+def percent(value, digits: int = 1, sign: bool = False, missing: str = "", limit: Optional[float] = None) -> str:
+    """``value`` percent with ``digits`` decimals (``+2.5%`` with ``sign``); ``missing`` for None.
+    Beyond ``limit`` (an absurd interval width) two significant digits keep the cell short."""
+    if value is None:
+        return missing
+    plus = "+" if sign else ""
+    if limit is not None and abs(value) >= limit:
+        return f"{value:{plus}.2g}%"
+    return f"{value:{plus}.{digits}f}%"
+
+
+def results_table(records, colour: bool = True) -> str:
+    """The table ``zlf run`` prints: one row per point record."""
+    from tabulate import tabulate
+
+    rows = []
+    for r in records:
+        status = paint(r.status, status_colour(r.status)) if colour else r.status
+        note = r.error or ("; ".join(m.split(" ")[0] for m in r.markers) if r.markers else "")
+        # a point that did not fit reads OOM where its numbers would be
+        numbers = ["OOM"] * 3 if r.status == "OOM" else [number(r.median_ms), number(r.gbps), number(r.tflops)]
+        rows.append([clean(r.point), status, clean(r.timer or ""), *numbers, clean(note[:80])])
+    return tabulate(rows, headers=["point", "status", "timer", "median ms", "GB/s", "TFLOP/s", "note"])
 
 
 def use_colour(stream=None) -> bool:

@@ -7,6 +7,13 @@ from .timing import time_direct, time_kernels
 
 
 @hookimpl(trylast=True)
+def env_prefixes():
+    from .run import ENV_PREFIXES
+
+    return ENV_PREFIXES
+
+
+@hookimpl(trylast=True)
 def register_backends():
     from .backends import CpuBackend, CudaBackend
 

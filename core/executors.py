@@ -25,7 +25,6 @@ import io
 import json
 import os
 import queue
-import re
 import signal
 import socket
 import stat
@@ -40,6 +39,7 @@ from typing import Optional
 
 from .campaign import execute_spec
 from .procs import Terminated, die_with_parent
+from .config import parse_gpus  # noqa: F401  (parsed with the run's options)
 from .errors import UsageError
 from .rundir import safe_name
 
@@ -63,32 +63,13 @@ def add_scale_arguments(parser) -> None:
                    help=f"times a unit whose worker or node died is run again elsewhere (default {DEFAULT_RETRIES})")
 
 
-def parse_gpus(text: Optional[str]) -> list:
-    """``"0,1,3"`` -> ``["0", "1", "3"]`` (labels, as the visible-devices variable takes them)."""
-    if text is None:
-        return []
-    gpus = [g.strip() for g in str(text).split(",") if g.strip()]
-    if not gpus:
-        raise UsageError(f"--gpus {text!r}: expected a list such as 0,1,2,3")
-    for g in gpus:  # what a visible-devices variable takes: an index, or a GPU / MIG uuid
-        if not re.fullmatch(r"\d+|(GPU|MIG)-[0-9A-Za-z/-]+", g):
-            raise UsageError(f"--gpus {text!r}: {g!r} is not a GPU index (or GPU-/MIG- uuid); expected e.g. 0,1,2,3")
-    if len(set(gpus)) != len(gpus):
-        raise UsageError(f"--gpus {text!r}: a GPU is listed twice")
-    return gpus
-
-
 def pin_variable(session, backend_name: Optional[str]) -> Optional[str]:
     """The visible-devices variable of the backend the runs will use (never set up here: the
     driver must not hold a GPU)."""
-    known = session.backends()
-    name = backend_name or os.environ.get("ZLF_BACKEND")
-    if name:
-        if name not in known:
-            raise UsageError(f"unknown backend {name!r}; known: {', '.join(sorted(known))}")
-        return known[name].visible_devices_env
-    available = [c for c in known.values() if c.is_available()]
-    return max(available, key=lambda c: c.priority).visible_devices_env if available else None
+    from .session import select_backend
+
+    cls = select_backend(session.backends(), backend_name, check=False)
+    return cls.visible_devices_env if cls is not None else None
 
 
 def make_executor(executor: Optional[str], gpus: list, pin_env: Optional[str], retries: Optional[int],

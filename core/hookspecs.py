@@ -6,14 +6,30 @@ hooks grow by adding arguments, never by renaming or reordering them.
 
 Extensions implement hooks with ``from zlf import hookimpl`` and are found through the
 ``zlf`` entry-point group. Core's own defaults are registered ``trylast``.
+
+A hook marked :func:`_exclusive` has at most one provider besides core's default: the plugin
+manager reads the mark (:data:`EXCLUSIVE`) and makes a second provider an error, unless the
+user picks one with the option the mark names.
 """
 from __future__ import annotations
 
 import pluggy
 
 NAME = "zlf"
+#: attribute an exclusive hookspec carries: the option that picks a provider, or "" for none.
+EXCLUSIVE = "zlf_exclusive"
 
 _spec = pluggy.HookspecMarker(NAME)
+
+
+def _exclusive(chosen_by: str = ""):
+    """Mark a ``firstresult`` hook that one active extension at most may implement (core's
+    default aside); ``chosen_by`` is the option that picks one when several do (``--timer``)."""
+    def mark(fn):
+        setattr(fn, EXCLUSIVE, chosen_by)
+        return fn
+
+    return mark
 
 
 # --------------------------------------------------------------------------- command line
@@ -40,7 +56,9 @@ def add_commands(subparsers):
         and give it ``set_defaults(handler=callable)``; the callable receives
         ``(args, session)`` and returns the process exit code. A command that starts runs
         also sets ``run_options=True``: every active extension's ``add_options`` is then
-        called on its parser too.
+        called on its parser too; a command that runs campaigns sets ``campaign_options=True``
+        (:func:`add_campaign_options`). Core's own commands (``run``, ``compare``, ``ab`` ...)
+        are added through this hook too, first.
     :return: nothing.
     """
 
@@ -49,7 +67,8 @@ def add_commands(subparsers):
 def add_campaign_options(parser):
     """Add options to ``zlf ab`` that belong to the campaign itself, not to its runs.
 
-    Called once per invocation while the ``ab`` parser is built, after extension selection.
+    Called once per invocation for every command that sets ``campaign_options=True``
+    (``zlf ab``), while the parser is built, after extension selection.
     Unlike :func:`add_options`, these options are never passed on to the campaign's ``zlf run``
     processes; read them in :func:`after_campaign` (``options``).
 
@@ -99,17 +118,32 @@ def resolve_ops(spec, session):
     """
 
 
+@_exclusive()
 @_spec(firstresult=True)
 def op_shapes(op, shapes, session):
     """Override the shapes of one op before the run is planned.
 
     Called once per op, before the run directory exists: raise :class:`zlf.UsageError` for bad
-    input and nothing is left on disk. First non-None result wins.
+    input and nothing is left on disk. Exclusive: two active extensions implementing it are an
+    error.
 
     :param op: the :class:`zlf.ops.Op`.
     :param shapes: the shapes core would use (a list of int tuples).
     :param session: the :class:`zlf.session.Session`.
     :return: a list of shapes (tuples of ints) to use instead, or None to keep ``shapes``.
+    """
+
+
+@_spec
+def env_prefixes():
+    """Name the environment variables that change what this extension compiles or times.
+
+    Called once per run, when meta.json is made: variables starting with any prefix an active
+    extension (or core: ``TRITON_``, ``CUDA_``, ``TORCH_`` ...) names are recorded in its
+    ``environment`` (less any that looks like a credential), and a process that re-creates a
+    run (``zlf profile``) sets them as the run had them.
+
+    :return: a sequence of prefix strings (``("FLAGGEMS", "GEMS_")``); a full name is a prefix too.
     """
 
 
@@ -141,12 +175,14 @@ def before_point(run, point):
     """
 
 
+@_exclusive()
 @_spec(firstresult=True)
 def make_inputs(op, point, backend):
     """Create the inputs of one point.
 
-    Called once per point on the device the run uses. First non-None result wins; core's default
-    (``trylast``) calls ``op.make_inputs(shape, dtype, device)``.
+    Called once per point on the device the run uses. Exclusive: two active extensions
+    implementing it are an error; core's default (``trylast``) calls
+    ``op.make_inputs(shape, dtype, device)`` when the extension's returns None.
 
     :param op: the :class:`zlf.ops.Op`.
     :param point: the :class:`zlf.records.Point`.
@@ -155,14 +191,16 @@ def make_inputs(op, point, backend):
     """
 
 
+@_exclusive(chosen_by="--timer")
 @_spec(firstresult=True)
 def time_fn(fn, point, backend, options, op, inputs, kernel_timer):
     """Time a callable that runs the point once per call.
 
-    Called once per point, after its first call was checked against the reference. The
-    first non-None result wins. Core's default (``trylast``) times with ``kernel_timer`` when one
-    is offered, else each sample with the backend's events (host wall-clock on ``cpu``). Two
-    active non-default implementations are an error unless the user selects one (``--timer NAME``).
+    Called once per point, after its first call was checked against the reference. Exclusive:
+    two active non-default implementations are an error unless the user selects one
+    (``--timer NAME``); a None result lets core's default (``trylast``) time it, with
+    ``kernel_timer`` when one is offered, else each sample with the backend's events (host
+    wall-clock on ``cpu``).
 
     :param fn: a no-argument callable; one call = one execution of the point.
     :param point: the :class:`zlf.records.Point`.
@@ -184,15 +222,16 @@ def time_fn(fn, point, backend, options, op, inputs, kernel_timer):
     """
 
 
+@_exclusive(chosen_by="--timer")
 @_spec(firstresult=True)
 def kernel_timer(backend, options):
     """Offer a kernel-activity timer: the device time of every kernel a call launched, on any
     stream, read from the platform's activity tracing (CUPTI on NVIDIA), host time excluded.
 
     Called once per backend instance, when the first point is timed; the result is passed to
-    every ``time_fn`` as ``kernel_timer``. First non-None result wins; two active extensions
-    implementing it are an error unless ``--timer NAME`` chooses one. Core's default
-    (``trylast``) returns the backend's own (:meth:`zlf.backends.Backend.kernel_timer`).
+    every ``time_fn`` as ``kernel_timer``. Exclusive: two active extensions implementing it are
+    an error unless ``--timer NAME`` chooses one; a None result lets core's default
+    (``trylast``) return the backend's own (:meth:`zlf.backends.Backend.kernel_timer`).
     An extension that cannot trace on this machine says why in one line and returns None.
 
     :param backend: the active :class:`zlf.backends.Backend` (``backend.activity_api`` names

@@ -6,6 +6,7 @@ be switched off with ``--no-ext NAME``.
 """
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
 import inspect
 import os
@@ -20,10 +21,20 @@ from .hookspecs import NAME
 
 ENTRY_POINT_GROUP = NAME
 CORE_PLUGIN = "core"
-# firstresult hooks where two providers would silently race: a second one is an error.
-EXCLUSIVE_HOOKS = ("time_fn", "kernel_timer", "make_inputs", "op_shapes")
-# hooks ``--timer NAME`` chooses between; NAME may provide either one
-TIMER_HOOKS = ("time_fn", "kernel_timer")
+#: core's own plugins (name -> module), registered before any extension, as pytest and llm
+#: register theirs: the defaults of every hook, and the built-in commands.
+DEFAULT_PLUGINS = {CORE_PLUGIN: "zlf.defaults", "core.commands": "zlf.commands"}
+
+
+def exclusive_hooks(pm) -> dict:
+    """``{hook: option that picks a provider ("" for none)}`` of every hookspec marked
+    exclusive (:func:`zlf.hookspecs._exclusive`)."""
+    found = {}
+    for name, caller in vars(pm.hook).items():
+        spec = getattr(caller, "spec", None)
+        if spec is not None and hasattr(spec.function, hookspecs.EXCLUSIVE):
+            found[name] = getattr(spec.function, hookspecs.EXCLUSIVE)
+    return found
 
 
 @attrs.frozen
@@ -98,8 +109,6 @@ def build_plugin_manager(selection: Selection, extra_plugins=(), tolerant: bool 
     :param tolerant: record broken extensions in the infos instead of raising (``zlf plugins``).
     :return: ``(pm, infos)`` where infos lists every installed extension.
     """
-    from . import defaults
-
     pm = pluggy.PluginManager(NAME)
     pm.add_hookspecs(hookspecs)
     installed = installed_extensions()
@@ -112,7 +121,8 @@ def build_plugin_manager(selection: Selection, extra_plugins=(), tolerant: bool 
 
     for name in selection.disabled:
         pm.set_blocked(name)  # before import: a disabled broken extension is never touched
-    pm.register(defaults, name=CORE_PLUGIN)
+    for name, module in DEFAULT_PLUGINS.items():
+        pm.register(importlib.import_module(module), name=name)
 
     infos = []
     wanted = set(selection.only) if selection.only is not None else None
@@ -157,21 +167,41 @@ def build_plugin_manager(selection: Selection, extra_plugins=(), tolerant: bool 
 
 
 class Hooks:
-    """The one place core calls hooks: typed methods, keyword arguments only."""
+    """The one place core calls hooks, keyword arguments only: :meth:`call` calls any hook,
+    choosing the one provider of an exclusive hook; ``hooks.NAME(...)`` is the same call
+    (positional arguments in the hookspec's order). Only hooks core adds to have methods."""
 
     def __init__(self, pm: pluggy.PluginManager, infos=(), preferred: Optional[dict] = None):
         self.pm = pm
         self.infos = list(infos)
         self._preferred = dict(preferred or {})
+        self._exclusive = exclusive_hooks(pm)
         self._callers = {}
         self._kernel_timers = {}
         #: the extensions' declared options (:class:`zlf.config.OptionSet`), known once ``add_options`` ran
         self.option_sets: tuple = ()
 
+    def call(self, hook: str, **kwargs):
+        """Call ``hook``: its only provider when the spec is exclusive, else every implementation."""
+        caller = self._caller(hook) if hook in self._exclusive else getattr(self.pm.hook, hook)
+        return caller(**kwargs)
+
+    def __getattr__(self, hook: str):
+        spec = getattr(getattr(self.__dict__.get("pm"), "hook", None), hook, None)
+        if hook.startswith("_") or getattr(spec, "spec", None) is None:
+            raise AttributeError(hook)
+        argnames = spec.spec.argnames
+
+        def call(*args, **kwargs):
+            return self.call(hook, **dict(zip(argnames, args)), **kwargs)
+
+        call.__name__ = hook
+        return call
+
     def check_exclusive(self) -> None:
         """Raise now if two extensions race for an exclusive hook. Commands that start runs call
         this before anything is written; others (``plugins``, ``compare``) never need to."""
-        for hook in EXCLUSIVE_HOOKS:
+        for hook in self._exclusive:
             self._caller(hook)
 
     def _caller(self, hook: str):
@@ -180,7 +210,8 @@ class Hooks:
         return self._callers[hook]
 
     def _providers(self, hook: str) -> list:
-        return [impl.plugin_name for impl in getattr(self.pm.hook, hook).get_hookimpls() if impl.plugin_name != CORE_PLUGIN]
+        return [impl.plugin_name for impl in getattr(self.pm.hook, hook).get_hookimpls()
+                if impl.plugin_name not in DEFAULT_PLUGINS]
 
     def _distribution(self, plugin_name: str) -> str:
         for info in self.infos:
@@ -190,8 +221,10 @@ class Hooks:
 
     def _exclusive_caller(self, hook: str, preferred: Optional[str]):
         providers = self._providers(hook)
-        if preferred and preferred not in providers and preferred != CORE_PLUGIN and hook in TIMER_HOOKS:
-            others = {h: self._providers(h) for h in TIMER_HOOKS}
+        option = self._exclusive.get(hook, "")
+        if preferred and preferred not in providers and preferred != CORE_PLUGIN and option:
+            # the option picks between several hooks (--timer: a time_fn or a kernel timer)
+            others = {h: self._providers(h) for h, o in self._exclusive.items() if o == option}
             if not any(preferred in p for p in others.values()):
                 listing = "; ".join(f"{h}: {', '.join(p) or 'none'}" for h, p in others.items())
                 raise UsageError(f"no active extension named {preferred!r} implements a timer ({listing})")
@@ -207,75 +240,39 @@ class Hooks:
             return self.pm.subset_hook_caller(hook, remove_plugins=drop)
         if len(providers) > 1:
             names = " and ".join(f"{p!r} ({self._distribution(p)})" for p in providers)
-            option = " (choose one with --timer NAME)" if hook in TIMER_HOOKS else ""
+            choose = f" (choose one with {option} NAME)" if option else ""
             raise ExtensionError(
-                f"two active extensions implement {hook}: {names}; keep one with --no-ext NAME{option}"
+                f"two active extensions implement {hook}: {names}; keep one with --no-ext NAME{choose}"
             )
         return getattr(self.pm.hook, hook)
 
     def implemented(self, hook: str) -> bool:
-        """Whether any plugin other than core implements ``hook``."""
+        """Whether any plugin other than core's own implements ``hook``."""
         return bool(self._providers(hook))
 
-    # command line
     def add_options(self, parser):
+        """Every extension's options on ``parser``; remembers them as typed option sets."""
         from .config import declared_options
 
         self.option_sets = declared_options(self.pm, parser)
 
-    def add_commands(self, subparsers):
-        self.pm.hook.add_commands(subparsers=subparsers)
-
-    def add_campaign_options(self, parser):
-        self.pm.hook.add_campaign_options(parser=parser)
-
-    def configure(self, session):
-        self.pm.hook.configure(session=session)
-
-    # backends and ops
+    # hooks whose results core combines or completes
     def register_backends(self) -> list:
-        return [b for group in self.pm.hook.register_backends() for b in (group or ())]
+        return [b for group in self.call("register_backends") for b in (group or ())]
 
-    def resolve_ops(self, spec, session):
-        return self.pm.hook.resolve_ops(spec=spec, session=session)
-
-    def op_shapes(self, op, shapes, session):
-        return self._caller("op_shapes")(op=op, shapes=shapes, session=session)
-
-    # run lifecycle
-    def before_run(self, run):
-        self.pm.hook.before_run(run=run)
-
-    def before_point(self, run, point):
-        self.pm.hook.before_point(run=run, point=point)
-
-    def make_inputs(self, op, point, backend):
-        return self._caller("make_inputs")(op=op, point=point, backend=backend)
+    def env_prefixes(self) -> tuple:
+        """Every active plugin's environment prefixes, core's included, once each."""
+        return tuple(dict.fromkeys(p for group in self.call("env_prefixes") for p in (group or ())))
 
     def kernel_timer(self, backend, options):
         """The kernel-activity timer offered for ``backend`` (asked once per backend), or None."""
         if backend not in self._kernel_timers:
-            self._kernel_timers[backend] = self._caller("kernel_timer")(backend=backend, options=options)
+            self._kernel_timers[backend] = self.call("kernel_timer", backend=backend, options=options)
         return self._kernel_timers[backend]
 
     def time_fn(self, fn, point, backend, options, op=None, inputs=None):
+        """Time ``fn`` with the chosen timer, offering it the backend's kernel timer."""
         # --timer core: core's event timer, whatever kernel timer is on offer
         kernel = None if self._preferred.get("time_fn") == CORE_PLUGIN else self.kernel_timer(backend, options)
-        return self._caller("time_fn")(fn=fn, point=point, backend=backend, options=options, op=op, inputs=inputs,
-                                       kernel_timer=kernel)
-
-    def on_compile(self, event):
-        self.pm.hook.on_compile(event=event)
-
-    def on_launch(self, event):
-        self.pm.hook.on_launch(event=event)
-
-    def after_point(self, run, point, record):
-        self.pm.hook.after_point(run=run, point=point, record=record)
-
-    def after_run(self, run, results):
-        self.pm.hook.after_run(run=run, results=results)
-
-    # campaigns
-    def after_campaign(self, campaign, results, options, session):
-        self.pm.hook.after_campaign(campaign=campaign, results=results, options=options, session=session)
+        return self.call("time_fn", fn=fn, point=point, backend=backend, options=options, op=op, inputs=inputs,
+                         kernel_timer=kernel)

@@ -26,9 +26,14 @@ def is_jsonable(value) -> bool:
         return False
 
 
+#: parser defaults that wire a command (its handler, which options it takes), not options.
+COMMAND_WIRING = ("handler", "run_options", "campaign_options")
+
+
 def jsonable_options(options) -> dict:
-    """The parsed command line without what cannot cross a process boundary (handlers, objects)."""
-    return {k: v for k, v in sorted(vars(options).items()) if k != "handler" and is_jsonable(v)}
+    """The parsed command line without what cannot cross a process boundary (handlers, objects)
+    or says how the command was built (:data:`COMMAND_WIRING`)."""
+    return {k: v for k, v in sorted(vars(options).items()) if k not in COMMAND_WIRING and is_jsonable(v)}
 
 
 def shape_str(shape) -> str:

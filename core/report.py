@@ -13,7 +13,7 @@ from typing import Optional
 from tabulate import tabulate
 
 from . import compare
-from .console import clean, clean_lines
+from .console import clean, clean_lines, number, percent
 from .redact import safe_environment
 from .errors import UsageError
 from .records import STATUS_FAILED, STATUS_OK, STATUS_OOM
@@ -111,7 +111,7 @@ def plot_deltas(cmp: compare.Comparison, path: Path) -> int:
     colours = {compare.SLOWER: "#c0392b", compare.FASTER: "#27ae60", compare.UNCHANGED: "#95a5a6"}
     ys = list(range(len(rows)))[::-1]
     bars = ax.barh(ys, [r.delta_pct for r in rows], color=[colours[r.verdict(t)] for r in rows], zorder=2)
-    ax.bar_label(bars, labels=[f"{r.delta_pct:+.1f}%" for r in rows], fontsize=6, padding=2)
+    ax.bar_label(bars, labels=[percent(r.delta_pct, sign=True) for r in rows], fontsize=6, padding=2)
     ax.set_yticks(ys)
     ax.set_yticklabels([clean(r.point) for r in rows], fontsize=7)
     ax.axvspan(-t, t, color="#bdc3c7", alpha=0.35, lw=0, label=f"±{t:.1f}% threshold", zorder=1)
@@ -147,8 +147,7 @@ def plot_latency(records, path: Path) -> int:
 
 # ----------------------------------------------------------------------------- pages
 def _spread_pct(samples) -> str:
-    value = compare.relative_iqr_pct(samples)
-    return "" if value is None else f"{value:.1f}%"
+    return percent(compare.relative_iqr_pct(samples))
 
 
 def _image(alt: str, png_name: Optional[str]) -> str:
@@ -173,8 +172,8 @@ def single_page(side: compare.Side, png_name: Optional[str]) -> tuple:
     rows = []
     for r in records:
         note = r.error or ", ".join(compare.marker_names(r))
-        rows.append([r.point, r.status, r.timer or "", compare.format_number(r.median_ms), _spread_pct(r.samples),
-                     compare.format_number(r.gbps), compare.format_number(r.tflops), compare.ceiling_cell(r, side.ceilings), _cell(note)])
+        rows.append([r.point, r.status, r.timer or "", number(r.median_ms), _spread_pct(r.samples),
+                     number(r.gbps), number(r.tflops), compare.ceiling_cell(r, side.ceilings), _cell(note)])
     table = tabulate(rows, headers=["point", "status", "timer", "median ms", "spread (IQR)", "GB/s", "TFLOP/s",
                                     "% ceiling", "error / markers"], tablefmt="github", disable_numparse=True)
     page = [

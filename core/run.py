@@ -20,15 +20,18 @@ from .redact import safe_environment
 from .records import STATUS_FAILED, STATUS_OK, STATUS_OOM, PointRecord, jsonable_options
 from .rundir import LOG, RunDir, disk_full
 
-#: environment variables that change what is compiled or timed; recorded in meta.json (less
-#: any that looks like a credential: :func:`zlf.redact.safe_environment`).
-ENV_PREFIXES = ("TRITON_", "ZLF_", "CUDA_", "NVIDIA_", "FLAGGEMS", "GEMS_", "USE_FLAGTUNE", "MUSA_", "MACA_",
-                "HIP_", "ROCR_", "PYTORCH_", "TORCH_", "DISABLE_", "ENABLE_", "MLIR_", "LLVM_")
+#: environment variables that change what is compiled or timed, as far as core knows (Triton,
+#: torch, the CUDA stack, compiler switches); extensions add theirs (``env_prefixes`` hook).
+ENV_PREFIXES = ("TRITON_", "ZLF_", "CUDA_", "NVIDIA_", "HIP_", "ROCR_", "PYTORCH_", "TORCH_", "DISABLE_",
+                "ENABLE_", "MLIR_", "LLVM_")
 
 
-def relevant_environment(environ=None) -> dict:
+def relevant_environment(environ=None, prefixes=ENV_PREFIXES) -> dict:
+    """The variables of ``environ`` starting with one of ``prefixes``, as meta.json records them
+    (less any that looks like a credential: :func:`zlf.redact.safe_environment`)."""
     environ = os.environ if environ is None else environ
-    return safe_environment({k: v for k, v in sorted(environ.items()) if k.startswith(ENV_PREFIXES)})
+    prefixes = tuple(prefixes)
+    return safe_environment({k: v for k, v in sorted(environ.items()) if k.startswith(prefixes)})
 
 
 def _now() -> str:
@@ -124,7 +127,7 @@ class Run:
             ],
             "ops": sorted({p.op.name for p in plan}),
             "points": len(plan),
-            "environment": relevant_environment(),
+            "environment": relevant_environment(prefixes=self.hooks.env_prefixes()),
             "options": jsonable_options(self.options),
         }
 

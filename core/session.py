@@ -12,7 +12,7 @@ import attrs
 from .config import RunConfig
 from .errors import UsageError
 from .ops import Op
-from .plugins import Hooks, Selection, build_plugin_manager
+from .plugins import Hooks, Selection, build_plugin_manager, exclusive_hooks
 from .records import Point
 
 
@@ -20,6 +20,45 @@ from .records import Point
 class PlannedPoint:
     op: Op
     point: Point
+
+
+def select_backend(known: dict, name: Optional[str] = None, check: bool = True, environ=None):
+    """The backend class a run uses, never set up here: ``name`` (else ``ZLF_BACKEND``) when
+    given, else the available one of highest priority, less any an available backend
+    supersedes (``Backend.supersedes``). None when nothing is available.
+
+    :param known: ``{name: Backend subclass}`` (:meth:`Session.backends`).
+    :param check: refuse a named backend this process cannot use; False where the runs happen
+        elsewhere (a driver that only starts workers, perhaps on other machines).
+    """
+    environ = os.environ if environ is None else environ
+    name = name or environ.get("ZLF_BACKEND") or None
+    if name:
+        if name not in known:
+            raise UsageError(f"unknown backend {name!r}; known: {', '.join(sorted(known))}")
+        cls = known[name]
+        if not check:
+            return cls
+        # available_when_forced: a platform detection cannot always identify (behind another's API)
+        if not cls.is_available() and not getattr(cls, "available_when_forced", lambda: False)():
+            raise UsageError(cls.unavailable_reason())
+        claimer = _superseded_by(known, name)
+        if claimer is not None:
+            raise UsageError(f"backend {name!r} stands aside: this machine is backend {claimer.name!r}'s "
+                             f"({claimer.description}); use --backend {claimer.name}")
+        return cls
+    available = [c for c in known.values() if c.is_available()]
+    superseded = {n for c in available for n in getattr(c, "supersedes", ())}
+    candidates = [c for c in available if c.name not in superseded]
+    return max(candidates, key=lambda c: c.priority) if candidates else None
+
+
+def _superseded_by(known: dict, name: str):
+    """The available backend that claims the machine of backend ``name``, or None."""
+    for cls in known.values():
+        if name in getattr(cls, "supersedes", ()) and cls.name != name and cls.is_available():
+            return cls
+    return None
 
 
 def shapes_by_op(plan) -> dict:
@@ -67,8 +106,9 @@ class Session:
         selection = Selection.from_args(config.ext, config.no_ext)
         pm, infos = build_plugin_manager(selection, extra_plugins=extra_plugins, tolerant=tolerant)
         timer = config.timing.timer
-        preferred = {"time_fn": timer, "kernel_timer": timer} if timer else None
-        session = cls(config.namespace() if options is config else options, Hooks(pm, infos, preferred))
+        # --timer picks the provider of every exclusive hook chosen by it (time_fn, kernel_timer)
+        preferred = {hook: timer for hook, option in exclusive_hooks(pm).items() if option == "--timer"}
+        session = cls(config.namespace() if options is config else options, Hooks(pm, infos, preferred if timer else None))
         session.config = config
         return session
 
@@ -91,18 +131,9 @@ class Session:
 
     def choose_backend(self, name: Optional[str] = None, device: int = 0):
         """Pick ``name`` (or ``ZLF_BACKEND``, or the best available), set it up, return it."""
-        known = self.backends()
-        name = name or os.environ.get("ZLF_BACKEND") or None
-        if name:
-            if name not in known:
-                raise UsageError(f"unknown backend {name!r}; known: {', '.join(sorted(known))}")
-            cls = known[name]
-            # available_when_forced: a platform detection cannot always identify (MACA).
-            if not cls.is_available() and not getattr(cls, "available_when_forced", lambda: False)():
-                raise UsageError(cls.unavailable_reason())
-        else:
-            available = [c for c in known.values() if c.is_available()]
-            cls = max(available, key=lambda c: c.priority)
+        cls = select_backend(self.backends(), name)
+        if cls is None:
+            raise UsageError("no backend is available on this machine")
         backend = cls(device)
         backend.setup()
         self.backend = backend

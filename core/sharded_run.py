@@ -19,6 +19,7 @@ from pathlib import Path
 import yaml
 
 from .campaign import ROOT, device_identity
+from .console import results_table
 from .errors import UsageError
 from .procs import stop_code, stop_word
 from .executors import LocalPool, make_executor, parse_gpus, pin_variable
@@ -148,7 +149,6 @@ def shard_config(session, ops):
 
 
 def main(args, session) -> int:
-    from .cli import results_table
 
     gpus = parse_gpus(args.gpus)
     if args.device not in (None, 0) and gpus:

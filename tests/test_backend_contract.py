@@ -26,7 +26,6 @@ import torch
 from conftest import gpu_available
 
 from zlf import UsageError
-from zlf.backends import detect
 from zlf.backends.base import CONTRACT, Backend
 from zlf.backends.cpu import CpuBackend
 from zlf.backends.cuda import CudaBackend
@@ -249,9 +248,15 @@ def _isolated(monkeypatch, tmp_path):
         monkeypatch.delenv(var, raising=False)
     # cpu/foo setup() sets TRITON_INTERPRET; give it back afterwards.
     monkeypatch.setenv("TRITON_INTERPRET", os.environ.get("TRITON_INTERPRET", "0"))
-    detect._signals.cache_clear()
+    _forget_maca_detection()
     yield bin_dir
-    detect._signals.cache_clear()
+    _forget_maca_detection()
+
+
+def _forget_maca_detection():
+    detect = sys.modules.get("zlf_backend_maca.detect")  # imported by the maca tests only
+    if detect is not None:
+        detect._signals.cache_clear()
 
 
 def install_fake_musa(monkeypatch, bin_dir, available=True) -> FakeDeviceModule:
@@ -615,10 +620,10 @@ def test_maca_box_is_claimed_by_maca_not_cuda(monkeypatch, _isolated, signal):
         from triton import backends
 
         monkeypatch.setitem(backends.backends, "metax", object())
-    assert not CudaBackend.is_available()
-    assert _maca_cls().is_available()
+    # torch.cuda answers, so cuda is available; maca claims the machine (supersedes = ("cuda",))
+    assert CudaBackend.is_available() and _maca_cls().is_available()
     assert _session("maca").choose_backend().name == "maca"
-    with pytest.raises(UsageError, match="--backend maca"):
+    with pytest.raises(UsageError, match="stands aside.*--backend maca"):
         _session("maca").choose_backend("cuda")
 
 
@@ -634,7 +639,10 @@ def test_explicit_other_vendor_wins_over_a_stray_mx_smi(monkeypatch, _isolated):
     install_fake_maca_torch(monkeypatch)
     _fake_cli(_isolated, "mx-smi", mxsmi_output(os.getpid()))
     monkeypatch.setenv("GEMS_VENDOR", "nvidia")
-    assert detect.maca_signals() == [] and CudaBackend.is_available()
+    from zlf_backend_maca import detect
+
+    assert detect.maca_signals() == [] and not _maca_cls().is_available()
+    assert _session("maca").choose_backend().name == "cuda"
 
 
 def test_no_gpu_at_all_leaves_cpu(monkeypatch, _isolated):
@@ -660,7 +668,7 @@ def test_plugins_lists_musa_and_maca(zlf_cli):
     for name in ("musa", "maca"):
         assert by_name[name]["status"] == "active"
         assert by_name[name]["distribution"] == f"zlf-backend-{name}"
-        assert by_name[name]["hooks"] == ["register_backends"]
+        assert by_name[name]["hooks"] == ["env_prefixes", "register_backends"]
 
 
 @pytest.mark.parametrize("name, why", [

@@ -25,5 +25,41 @@ def test_hook_is_documented(name, fn):
     for param in inspect.signature(fn).parameters:
         assert f":param {param}:" in doc, f"hook {name} does not document parameter {param!r}"
     assert ":return:" in doc, f"hook {name} does not say what to return"
-    if fn.zlf_spec.get("firstresult"):
+    if hasattr(fn, hookspecs.EXCLUSIVE):
+        assert fn.zlf_spec.get("firstresult"), f"exclusive hook {name} must be firstresult"
+        assert "exclusive" in doc.lower(), f"exclusive hook {name} must say so"
+        assert "first non-none result wins" not in doc.lower(), f"exclusive hook {name} has one provider"
+    elif fn.zlf_spec.get("firstresult"):
         assert "first non-none result wins" in doc.lower(), f"firstresult hook {name} must say so"
+
+
+def test_exclusivity_is_read_from_the_hookspecs():
+    from zlf.plugins import Selection, build_plugin_manager, exclusive_hooks
+
+    pm, _ = build_plugin_manager(Selection(only=()))
+    assert exclusive_hooks(pm) == {"time_fn": "--timer", "kernel_timer": "--timer", "make_inputs": "", "op_shapes": ""}
+
+
+def test_a_hookspec_marked_exclusive_gets_one_provider():
+    """Nothing but the mark makes a hook exclusive: a new spec with it is enforced by Hooks."""
+    import types
+
+    import pluggy
+
+    from zlf import ExtensionError, hookimpl
+    from zlf.plugins import Hooks
+
+    @hookspecs._exclusive()
+    @hookspecs._spec(firstresult=True)
+    def pick_colour(point):
+        """Called by this test only."""
+
+    pm = pluggy.PluginManager(hookspecs.NAME)
+    pm.add_hookspecs(types.SimpleNamespace(pick_colour=pick_colour))
+    pm.register(type("One", (), {"pick_colour": staticmethod(hookimpl(lambda point: "red"))})(), name="one")
+    assert Hooks(pm).call("pick_colour", point=1) == "red"
+    assert Hooks(pm).pick_colour(1) == "red"  # positional: the hookspec's argument order
+    pm.register(type("Two", (), {"pick_colour": staticmethod(hookimpl(lambda point: "blue"))})(), name="two")
+    with pytest.raises(ExtensionError, match="two active extensions implement pick_colour"):
+        Hooks(pm).call("pick_colour", point=1)
+    assert Hooks(pm, preferred={"pick_colour": "two"}).call("pick_colour", point=1) == "blue"

@@ -150,6 +150,17 @@ def test_the_profiled_process_gets_the_runs_recorded_environment_not_this_shells
     assert "ZLF_DISABLE" not in env  # the process's extensions are the run's, named with --ext
 
 
+def test_the_profiled_process_drops_variables_of_the_extensions_prefixes(monkeypatch, tmp_path):
+    from zlf_profile.profile import Target, child_environment
+
+    monkeypatch.setenv("MYRT_FAST_PATH", "1")  # this shell's; the run did not have it
+    meta = {"environment": {"MYRT_TILES": "4"}}
+    target = Target(Point("m", (1,), "float32"), "m", tmp_path, None, meta)
+    assert child_environment(target)["MYRT_FAST_PATH"] == "1"  # core's prefixes do not name it
+    env = child_environment(target, prefixes=("TRITON_", "MYRT_"))  # an extension's env_prefixes do
+    assert "MYRT_FAST_PATH" not in env and env["MYRT_TILES"] == "4"
+
+
 def test_autotune_choice_falls_back_to_the_record_files(tmp_path):
     from zlf.records import PointRecord
     from zlf_profile.triage import _autotune_lines

@@ -237,7 +237,7 @@ def test_unusable_output_directory_and_damaged_lines(zlf_cli, tmp_path):
 
 
 def test_a_point_that_did_not_fit_reads_oom_in_the_table():
-    from zlf.cli import results_table
+    from zlf.console import results_table
     from zlf.records import PointRecord
 
     table = results_table([PointRecord(point="a/1/float32", op="a", shape=(1,), dtype="float32", status="OOM",

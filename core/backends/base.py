@@ -182,6 +182,7 @@ CONTRACT = (
     ContractItem("is_available", "classmethod", "every", "detection; must not raise"),
     ContractItem("unavailable_reason", "classmethod", "device", "one line for --backend NAME on the wrong machine"),
     ContractItem("available_when_forced", "classmethod", "optional", "whether --backend NAME may select it undetected"),
+    ContractItem("supersedes", "attribute", "optional", "backends this one replaces on a machine where it is available"),
     ContractItem("setup", "method", "device", "select the device before any op module is imported"),
     ContractItem("device", "property", "every", "torch device string"),
     ContractItem("torch_device_module", "property", "device", "torch.cuda-like module or None"),
@@ -237,6 +238,9 @@ class Backend:
     description: ClassVar[str] = ""
     #: auto-detection order: the available backend with the highest priority wins.
     priority: ClassVar[int] = 0
+    #: names of backends that stand aside where this one is available: a platform that also
+    #: answers through another's API (MetaX behind ``torch.cuda``) claims the machine.
+    supersedes: ClassVar[tuple] = ()
     #: name of the default (direct) timer's samples on this platform.
     timer_name: ClassVar[str] = "event"
     #: True when samples are host wall-clock rather than device kernel time.
@@ -277,7 +281,7 @@ class Backend:
     def available_when_forced(cls) -> bool:
         """Whether ``--backend NAME`` / ``ZLF_BACKEND`` may select this backend although
         :meth:`is_available` is False: for a platform auto-detection cannot always identify
-        (MACA behind ``torch.cuda``). Must not raise."""
+        (a platform behind another's API). Must not raise."""
         return False
 
     @classmethod

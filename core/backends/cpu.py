@@ -44,7 +44,8 @@ def enable_interpreter() -> None:
     """
     os.environ["TRITON_INTERPRET"] = "1"
     from triton.runtime import interpreter
-    from triton.runtime.autotuner import Autotuner
+
+    from ..triton_tuner import bench_with
 
     # The interpreter holds scalars as 1-element arrays and converts them with int(array), which
     # numpy >= 2.4 refuses for ndim > 0 (a loop bound such as range(0, K, BLOCK_K) then fails).
@@ -60,10 +61,8 @@ def enable_interpreter() -> None:
         interpreter._patch_lang_tensor = patch_lang_tensor
         interpreter._zlf_index_fix = True
 
-    # The autotuner asks the (absent) GPU driver for a benchmarker; give it the host clock.
-    if not getattr(Autotuner, "_zlf_cpu_bench", False):
-        Autotuner.do_bench = property(lambda self: cpu_bench)
-        Autotuner._zlf_cpu_bench = True
+    # The tuner asks the (absent) GPU driver for a benchmarker; give it the host clock.
+    bench_with(cpu_bench)
 
 
 class CpuBackend(Backend):

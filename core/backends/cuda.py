@@ -40,30 +40,12 @@ class CudaBackend(Backend):
         try:
             import torch
 
-            if not torch.cuda.is_available() or torch.version.hip is not None:
-                return False
+            return torch.cuda.is_available() and torch.version.hip is None
         except Exception:
             return False
-        # MetaX's mcPytorch also answers torch.cuda: leave such a machine to the maca backend.
-        from .detect import maca_signals
-
-        return not maca_signals()
 
     @classmethod
     def unavailable_reason(cls) -> str:
-        try:
-            import torch
-
-            looks_nvidia = torch.cuda.is_available() and torch.version.hip is None
-        except Exception:
-            looks_nvidia = False
-        if looks_nvidia:
-            from .detect import maca_signals
-
-            signals = maca_signals()
-            if signals:
-                return (f"backend 'cuda' stands aside: this looks like a MetaX (MACA) machine ({', '.join(signals)}); "
-                        "use --backend maca (distribution zlf-backend-maca)")
         return "backend 'cuda' is not available: torch sees no CUDA GPU on this machine"
 
     def setup(self) -> None:

@@ -10,9 +10,9 @@ import os
 
 from zlf.backends.base import Backend, run_vendor_cli
 from zlf.backends.cuda import CudaBackend
-from zlf.backends.detect import maca_signals
 
 from . import mxsmi
+from .detect import maca_signals
 
 
 def _torch_cuda_usable() -> bool:
@@ -28,6 +28,7 @@ class MacaBackend(CudaBackend):
     name = "maca"
     description = "MetaX GPU through mcPytorch's torch.cuda; events around each sample; mx-smi for state"
     priority = 20  # above cuda: on a detected MetaX machine torch.cuda is MACA, not NVIDIA
+    supersedes = ("cuda",)  # and cuda, whose torch.cuda also answers there, stands aside
     timer_name = "maca_event"
     visible_devices_env = "CUDA_VISIBLE_DEVICES"
     # FlagTree's metax backend stages: ttir -> ttgir -> mlir -> llir -> mcfatbin.

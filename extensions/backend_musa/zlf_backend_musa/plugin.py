@@ -9,3 +9,9 @@ def register_backends():
     from .backend import MusaBackend
 
     return [MusaBackend]
+
+
+@hookimpl
+def env_prefixes():
+    # MUSA_VISIBLE_DEVICES, MUSA_LAUNCH_BLOCKING ...: what the MUSA runtime and torch_musa read
+    return ("MUSA_",)

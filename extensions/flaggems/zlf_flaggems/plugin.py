@@ -84,6 +84,11 @@ class FlagGems:
                        help=f"set {ENV_FLAGTUNE} before flag_gems is imported (default: the environment's)")
 
     @hookimpl
+    def env_prefixes(self):
+        # FLAGGEMS_DIR (the checkout), GEMS_* (FlagGems' vendor and settings), USE_FLAGTUNE
+        return ("FLAGGEMS", "GEMS_", ENV_FLAGTUNE)
+
+    @hookimpl
     def configure(self, session):
         opts = session.config.options
         if session.config.command != "run":

@@ -188,15 +188,19 @@ def passed_options(target: Target, session) -> list:
     return pass_through_args(argparse.Namespace(**options), session.hooks, own=(), skip=OWN)
 
 
-def child_environment(target: Target, extra: Optional[dict] = None) -> dict:
+def child_environment(target: Target, extra: Optional[dict] = None, prefixes=None) -> dict:
     """This process's environment with the run's recorded variables in place of this machine's
-    (a switch such as DISABLE_MMA_V3 must be what the run had), device visibility kept."""
+    (a switch such as DISABLE_MMA_V3 must be what the run had), device visibility kept.
+
+    :param prefixes: the variables a run records (``session.hooks.env_prefixes()``; default: core's).
+    """
     from zlf.run import ENV_PREFIXES
 
+    prefixes = tuple(ENV_PREFIXES if prefixes is None else prefixes)
     env = dict(os.environ)
     recorded = target.meta.get("environment") if target.run_dir is not None else None
     if recorded is not None:
-        for k in [k for k in env if k.startswith(ENV_PREFIXES) and k not in KEEP_ENV]:
+        for k in [k for k in env if k.startswith(prefixes) and k not in KEEP_ENV]:
             del env[k]
         env.update({k: v for k, v in recorded.items() if k not in KEEP_ENV})
     env.update(extra or {})
@@ -237,7 +241,7 @@ def plan(target: Target, session, folder: Path, work: Path, calls: int, python: 
     argv += child_extensions(target, session, replay is not None) + passed_options(target, session)
     if replay is not None:
         argv += ["--replay-from", str(replay)]
-    env = child_environment(target, extra_env)
+    env = child_environment(target, extra_env, session.hooks.env_prefixes())
     env.update({ENV_POINT: point.id, ENV_CALLS: str(calls)})
     cwd = target.meta.get("cwd") if target.run_dir is not None else None
     cwd = cwd if cwd and os.path.isdir(cwd) else os.getcwd()

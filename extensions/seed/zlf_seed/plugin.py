@@ -8,9 +8,9 @@ the inputs is recorded per point so that claim can be checked across run directo
 from __future__ import annotations
 
 import hashlib
-import random
 
 from zlf import hookimpl
+from zlf.seeding import seed_everything
 
 DEFAULT_SEED = 0
 #: elements read back to the host per tensor for the fingerprint; the rest is covered by a sum.
@@ -20,19 +20,6 @@ SAMPLE_ELEMENTS = 1 << 16
 def point_seed(base: int, point_id: str) -> int:
     digest = hashlib.sha256(f"{base}:{point_id}".encode()).digest()
     return int.from_bytes(digest[:4], "little")
-
-
-def seed_everything(seed: int) -> None:
-    import torch
-
-    random.seed(seed)
-    try:
-        import numpy as np
-
-        np.random.seed(seed)
-    except ImportError:
-        pass
-    torch.manual_seed(seed)  # seeds every device's generator too
 
 
 def fingerprint(tensors) -> str:

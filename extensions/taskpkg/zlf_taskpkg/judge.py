@@ -25,11 +25,11 @@ from typing import Optional
 from tabulate import tabulate
 
 from zlf import UsageError
-from zlf.console import clean, paint
+from zlf.console import clean, number, paint
 from zlf.procs import die_with_parent, kill_group, stop_code, stop_word
 from zlf.records import STATUS_FAILED, STATUS_OK, is_jsonable
+from zlf.options import check_run_options
 from zlf.run import Run
-from zlf.cli import check_run_options
 from zlf.rundir import RunDir, disk_full
 
 from . import outcome as V
@@ -395,10 +395,6 @@ def summary(records) -> dict:
     return {"passed": len(passed), "total": len(records), "geomean_speedup": geo, "speedup_cases": len(speedups)}
 
 
-def _fmt(value, digits=4) -> str:
-    return "" if value is None else f"{value:.{digits}g}"
-
-
 def verdict_table(records) -> str:
     rows = []
     for r in records:
@@ -409,7 +405,7 @@ def verdict_table(records) -> str:
             note = (note + " " if note else "") + " ".join(m.split(" ")[0] for m in r.markers)
         speed = r.extra.get("speedup")
         rows.append([r.extra.get("case"), "x".join(map(str, r.shape)), paint(verdict, colour), r.timer or "",
-                     _fmt(r.median_ms), _fmt(r.extra.get("baseline_ms")), f"{speed:.3f}x" if speed else "", clean(note[:70])])
+                     number(r.median_ms), number(r.extra.get("baseline_ms")), f"{speed:.3f}x" if speed else "", clean(note[:70])])
     return tabulate(rows, headers=["case", "largest arg", "verdict", "timer", "candidate ms", "baseline ms",
                                    "speedup", "note"])
 

@@ -22,7 +22,6 @@ import inspect
 import io
 import json
 import os
-import random
 import sys
 import traceback
 from pathlib import Path
@@ -34,6 +33,7 @@ from zlf.ops import Op, poison, relative_error
 from zlf.records import Point
 from zlf.run import Run
 from zlf.rundir import RunDir
+from zlf.seeding import seed_everything
 from zlf.session import Session
 
 from . import outcome as V
@@ -56,19 +56,6 @@ class WorkerRun(Run):
 
     def finish(self) -> None:
         self.log.close()
-
-
-def seed_everything(seed: int) -> None:
-    import torch
-
-    random.seed(seed)
-    try:
-        import numpy as np
-
-        np.random.seed(seed % 2**32)
-    except ImportError:
-        pass
-    torch.manual_seed(seed)
 
 
 def _is_tensor(x) -> bool:

@@ -1,15 +1,16 @@
 """Telling apart platforms that torch alone cannot: MetaX MACA behind ``torch.cuda``.
 
 mcPytorch exposes MACA devices as ``torch.cuda``, so ``torch.cuda.is_available()`` is True on
-both NVIDIA and MetaX machines. Core's ``cuda`` backend asks :func:`maca_signals` and stands
-aside when any is found; the ``maca`` extension uses the same signals to claim the machine.
+both NVIDIA and MetaX machines. The ``maca`` backend is available when any signal is found, and
+then supersedes core's ``cuda`` (``MacaBackend.supersedes``): core's backend selection leaves
+such a machine to it.
 """
 from __future__ import annotations
 
 import functools
 import os
 
-from .base import run_vendor_cli
+from zlf.backends.base import run_vendor_cli
 
 #: ``GEMS_VENDOR`` values (FlagGems' explicit vendor setting) that mean MetaX.
 MACA_VENDOR_NAMES = ("metax", "maca")

@@ -1,0 +1,170 @@
+"""Core's built-in commands, registered as plugin ``core.commands`` through ``add_commands``:
+the same hook extensions add theirs with (as pytest and llm register their own plugins).
+
+A command's parser defaults declare what the command line builder adds to it: ``run_options``
+(the command starts runs: every active extension's ``add_options``) and ``campaign_options``
+(the command runs campaigns: every ``add_campaign_options``).
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import importlib
+import json
+import sys
+
+from . import hookimpl
+from .options import add_run_arguments, add_selection_arguments
+
+EPILOG_RUN = """\
+examples:
+  zlf run                                  the built-in suite (add, softmax, matmul)
+  zlf run softmax --dtype float16          one op, one dtype
+  zlf run my_ops.py::relu                  an op from your own file (see docs/ops.md)
+  zlf run --ext cudagraph --ext ir_dump    exactly these extensions (plus core)
+  zlf run --no-ext seed                    every installed extension but one
+  zlf run --gpus 0,1,2,3                   one worker per GPU, one op per unit, one merged run dir
+environment: ZLF_EXTENSIONS=a,b  ZLF_DISABLE=a,b  ZLF_BACKEND=cpu|cuda|...  NO_COLOR=1
+exit codes: 0 all points ok, 1 a point FAILED, 2 bad input, 124 a point hung past --time-limit
+            where it could not be interrupted (run stopped), 130 interrupted, 143 terminated (SIGTERM)
+"""
+
+#: commands implemented in a module of their own: name -> (module, one-line help, parser
+#: defaults). Each module has ``configure_parser(parser)`` and ``main(args, session) -> int``.
+MODULE_COMMANDS = {
+    "compare": ("zlf.compare", "pair two run directories point by point", {}),
+    "report": ("zlf.report", "render a markdown report (with a plot) of one run or a pair", {}),
+    "calibrate": ("zlf.calibrate", "measure this device's bandwidth and TFLOP/s ceilings", {}),
+    # campaign runs accept every run option of the active extensions; the campaign's own
+    # options (add_campaign_options) are never passed to its runs
+    "ab": ("zlf.ab", "multi-round A/B campaign in independent processes, with verdicts",
+           {"run_options": True, "campaign_options": True}),
+}
+
+
+@hookimpl(tryfirst=True)
+def add_commands(subparsers):
+    run = subparsers.add_parser("run", help="benchmark ops into a new run directory", epilog=EPILOG_RUN,
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                description="Check every point against its reference, time it, and write a run directory.")
+    add_run_arguments(run)
+    run.add_argument("--config", metavar="FILE",
+                     help="run the settings of a RunConfig JSON file (zlf.config; written by RunConfig.write); "
+                          "no other run option may be given with it but --out, --name and --json, which "
+                          "override the file's (where the run goes and how it prints)")
+    from .executors import add_scale_arguments
+
+    add_scale_arguments(run)
+    add_selection_arguments(run)
+    run.set_defaults(handler=cmd_run, run_options=True)
+
+    plugins = subparsers.add_parser("plugins", help="list installed extensions (active, disabled, broken)")
+    plugins.add_argument("--json", action="store_true", help="machine-readable list")
+    add_selection_arguments(plugins)
+    plugins.set_defaults(handler=cmd_plugins)
+
+    for name, (module, help_text, defaults) in MODULE_COMMANDS.items():
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name == module:
+                continue
+            raise
+        p = subparsers.add_parser(name, help=help_text, description=(mod.__doc__ or help_text).strip().splitlines()[0],
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+        mod.configure_parser(p)
+        add_selection_arguments(p)
+        p.set_defaults(handler=mod.main, **defaults)
+
+
+# ----------------------------------------------------------------------------- zlf plugins
+def cmd_plugins(args, session) -> int:
+    from tabulate import tabulate
+
+    from .console import paint
+
+    infos = session.hooks.infos
+    if args.json:
+        print(json.dumps([i.to_json() for i in infos], indent=2))
+        return 0
+    if not infos:
+        print("no extensions installed (entry-point group 'zlf')")
+        return 0
+    rows = []
+    for i in infos:
+        status = paint(i.status, {"active": "green", "broken": "red"}.get(i.status, "dim"))
+        detail = i.error if i.error else (", ".join(i.hooks) if i.hooks else "")
+        rows.append([i.name, f"{i.distribution} {i.version}", status, detail])
+    print(tabulate(rows, headers=["extension", "distribution", "status", "hooks / error"]))
+    return 0
+
+
+# ----------------------------------------------------------------------------- zlf run
+def cmd_run(args, session) -> int:
+    from .console import Progress, paint, results_table
+    from .errors import UsageError
+    from .procs import stop_code, stop_word
+    from .records import STATUS_FAILED
+    from .run import Run, execute
+    from .rundir import RunDir, disk_full
+    from .session import shapes_by_op
+
+    config = session.config
+    config.check()
+    if config.gpus or config.executor:
+        from .sharded_run import main as run_sharded  # the driver never sets up a device
+
+        return run_sharded(args, session)
+    if config.time_limit_s is not None and not config.time_limit_s >= 0:
+        raise UsageError(f"--time-limit {config.time_limit_s:g}: expected seconds >= 0 (0: no limit)")
+    session.hooks.check_exclusive()
+    backend = session.choose_backend(config.backend, config.device)
+    ops = session.resolve_ops(config.ops)
+    plan = session.plan(ops, config.dtypes)
+    if not plan:
+        raise UsageError("nothing to run: no shapes or dtypes left for the selected ops")
+    implicit = not config.ops or list(config.ops) in (["builtin"], ["all"])
+    label = config.name or (ops[0].name if len(ops) == 1 else ("builtin" if implicit else "suite"))
+    rundir = RunDir.create(config.out, label)
+    rundir.reserve()
+    run = None
+    try:
+        rundir.write_shapes(shapes_by_op(plan))
+        run = Run(session, rundir, plan, argv=["zlf", *sys.argv[1:]])
+        # which argument gave which ops and how many points: zlf ab splits a run of several ops by it
+        per_op = collections.Counter(p.op.name for p in plan)
+        run.meta["op_args"] = [{"spec": spec, "ops": names, "points": sum(per_op[n] for n in names)}
+                               for spec, names in session.op_args]
+        if backend.host_timing:
+            run.log.info(f"backend {backend.name}: times are host wall-clock of interpreted kernels, not GPU kernel times")
+        progress = Progress(len(plan)) if not config.json else None
+        records = execute(run, progress)
+    except KeyboardInterrupt as exc:
+        print(f"\n{stop_word(exc)}; {len(run.records) if run else 0} finished points kept\nrun dir: {rundir.path}",
+              file=sys.stderr)
+        return stop_code(exc)
+    except OSError as exc:
+        if not disk_full(exc):
+            raise
+        raise UsageError(f"{exc.strerror or exc} writing {exc.filename or rundir.path}: "
+                         f"{len(run.records) if run else 0} finished point(s) kept in {rundir.path}") from exc
+    finally:
+        rundir.release()
+    failed = sum(1 for r in records if r.status == STATUS_FAILED)
+    if config.json:
+        print(json.dumps({"run_dir": str(rundir.path), "records": [r.to_json() for r in records]}, indent=2))
+        return 1 if failed else 0
+    print(results_table(records))
+    if backend.host_timing:
+        print(paint("note: cpu backend: times are host wall-clock of interpreted kernels, not GPU kernel times", "dim"))
+    if failed:
+        print(paint(f"{failed} of {len(records)} points FAILED", "red"))
+    print(f"run dir: {rundir.path}")
+    return 1 if failed else 0
+    print(results_table(records))
+    if backend.host_timing:
+        print(paint("note: cpu backend: times are host wall-clock of interpreted kernels, not GPU kernel times", "dim"))
+    if failed:
+        print(paint(f"{failed} of {len(records)} points FAILED", "red"))
+    print(f"run dir: {rundir.path}")
+    return 1 if failed else 0

@@ -1,0 +1,53 @@
+"""The options core gives commands: extension selection on every command, and the options of
+a command that starts runs (``zlf run``; ``zlf ab`` and ``zlf task`` check theirs the same way)."""
+from __future__ import annotations
+
+import argparse
+
+
+
+def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--ext`` / ``--no-ext``: read before parsing (``zlf.cli``), accepted by every command."""
+    g = parser.add_argument_group("extension selection")
+    g.add_argument("--ext", action="append", metavar="NAME",
+                   help="use exactly these extensions (repeatable; also ZLF_EXTENSIONS=a,b)")
+    g.add_argument("--no-ext", action="append", metavar="NAME",
+                   help="disable an extension before it is imported (repeatable; also ZLF_DISABLE=a,b); always wins")
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``zlf run`` that core owns (``zlf ab`` passes them through)."""
+    parser.add_argument("ops", nargs="*", metavar="OP",
+                        help="built-in op (add, softmax, matmul), FILE.py[::NAME], or a name an extension knows; default: the built-in suite")
+    parser.add_argument("--dtype", action="append", metavar="D",
+                        help="dtype(s) to run instead of each op's defaults (repeatable or comma-separated)")
+    parser.add_argument("--out", default="runs", metavar="PARENT", help="parent of the run directory (default: runs/)")
+    parser.add_argument("--name", metavar="LABEL", help="run directory label (default: the op, or 'suite')")
+    parser.add_argument("--backend", metavar="NAME", help="cpu, cuda, or an extension's backend (default: detected)")
+    parser.add_argument("--device", type=int, default=0, metavar="N", help="device index (default 0)")
+    t = parser.add_argument_group("timing (core's direct timer)")
+    t.add_argument("--timer", metavar="EXT", help="which timer to use: an extension's time_fn (cudagraph), a kernel-activity timer (cupti), "
+                        "or core (core's event timer)")
+    t.add_argument("--warmup-ms", type=float, metavar="MS", help="warm-up budget per point (default: backend's, 25 on GPU)")
+    t.add_argument("--rep-ms", type=float, metavar="MS", help="measurement budget per point (default: backend's, 100 on GPU)")
+    l2 = t.add_mutually_exclusive_group()
+    l2.add_argument("--flush-l2", dest="flush_l2", action="store_true", default=None,
+                    help="flush L2 before every sample (direct timer's default on GPUs)")
+    l2.add_argument("--no-flush-l2", dest="flush_l2", action="store_false", help="keep L2 warm between samples")
+    parser.add_argument("--time-limit", type=float, metavar="SEC",
+                        help="per-point limit (inputs, check and timing); past it the point is FAILED (time limit) "
+                             "and the run goes on; 0: none (default: 600 on GPU backends, 1800 on cpu)")
+    parser.add_argument("--json", action="store_true", help="print the records as JSON instead of the table")
+
+
+def split_dtypes(values) -> list:
+    """``--dtype`` values (repeatable, comma-separated) as one list of names."""
+    return [d.strip() for v in values or () for d in v.split(",") if d.strip()]
+
+
+def check_run_options(args) -> None:
+    """One-line refusals of run options that argparse accepts but no run can use (``zlf run``,
+    ``zlf ab`` and ``zlf task`` call it before they create anything)."""
+    from .config import RunConfig
+
+    RunConfig.from_args(args).check()
