@@ -57,8 +57,40 @@ def _preparse(argv) -> argparse.Namespace:
     pre.add_argument("--ext", action="append")
     pre.add_argument("--no-ext", action="append")
     pre.add_argument("--timer")
+    pre.add_argument("--config")
     known, _ = pre.parse_known_args(argv)
+    if known.config and argv and argv[0] == "run":  # the file selects the extensions
+        from .config import RunConfig
+
+        return RunConfig.read(known.config)
     return known
+
+
+def run_config(args, parser, hooks):
+    """The run's :class:`~zlf.config.RunConfig`: from ``--config FILE`` (then no other run option
+    may differ from its default) or from the command line."""
+    from .config import ARGS, RunConfig
+
+    if not getattr(args, "config", None):
+        return RunConfig.from_args(args, hooks.option_sets)
+    sub = parser._subparsers._group_actions[0].choices[args.command]
+    beside = {"out": args.out, "name": args.name, "json": args.json}  # where it goes, how it prints
+    dests = (set(ARGS) | {o.dest for s in hooks.option_sets for o in s.options}) - set(beside)
+    defaults = {}
+    for a in sub._actions:  # as argparse fills them in: the first action of a dest gives its default
+        defaults.setdefault(a.dest, a.default)
+    given = [a for a in sub._actions if a.dest in dests and a.option_strings
+             and getattr(args, a.dest, None) != defaults[a.dest]]
+    given += [] if not getattr(args, "ops", None) else [argparse.Action(["OP"], "ops")]
+    if given:
+        flags = ", ".join(dict.fromkeys(max(a.option_strings, key=len) for a in given))
+        raise UsageError(f"--config {args.config}: also given on the command line: {flags}; "
+                         "put run settings in the file, or drop --config")
+    config = RunConfig.read(args.config).bound(hooks.option_sets)
+    if config.command != args.command:
+        raise UsageError(f"--config {args.config}: a configuration of zlf {config.command}, not of zlf {args.command}")
+    given = {k: v for k, v in beside.items() if v != defaults[k]}
+    return config.with_changes(**given) if given else config
 
 
 def main(argv=None, extra_plugins=()) -> int:
@@ -80,16 +112,20 @@ def _main(argv, extra_plugins) -> int:
     from .procs import stop_code, stop_word
     from .session import Session
 
-    pre = _preparse(argv)
     tolerant = bool(argv) and argv[0] == "plugins"
     try:
+        pre = _preparse(argv)
         session = Session.create(pre, extra_plugins=extra_plugins, tolerant=tolerant)
         parser = build_parser(session.hooks)
         args = parser.parse_args(argv)
         if not getattr(args, "handler", None):
             parser.print_help()
             return 2
+        config = run_config(args, parser, session.hooks)
+        if getattr(args, "config", None):
+            args = config.namespace(args)
         session.options = args
+        session.config = config
         session.hooks.configure(session)
         return int(args.handler(args, session) or 0)
     except UsageError as exc:

@@ -14,7 +14,7 @@ import json
 import sys
 
 from . import hookimpl
-from .options import add_run_arguments, add_selection_arguments, check_run_options, split_dtypes
+from .options import add_run_arguments, add_selection_arguments
 
 EPILOG_RUN = """\
 examples:
@@ -48,6 +48,10 @@ def add_commands(subparsers):
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 description="Check every point against its reference, time it, and write a run directory.")
     add_run_arguments(run)
+    run.add_argument("--config", metavar="FILE",
+                     help="run the settings of a RunConfig JSON file (zlf.config; written by RunConfig.write); "
+                          "no other run option may be given with it but --out, --name and --json, which "
+                          "override the file's (where the run goes and how it prints)")
     from .executors import add_scale_arguments
 
     add_scale_arguments(run)
@@ -105,22 +109,23 @@ def cmd_run(args, session) -> int:
     from .rundir import RunDir, disk_full
     from .session import shapes_by_op
 
-    check_run_options(args)
-    if getattr(args, "gpus", None) or getattr(args, "executor", None):
+    config = session.config
+    config.check()
+    if config.gpus or config.executor:
         from .sharded_run import main as run_sharded  # the driver never sets up a device
 
         return run_sharded(args, session)
-    if args.time_limit is not None and not args.time_limit >= 0:
-        raise UsageError(f"--time-limit {args.time_limit:g}: expected seconds >= 0 (0: no limit)")
+    if config.time_limit_s is not None and not config.time_limit_s >= 0:
+        raise UsageError(f"--time-limit {config.time_limit_s:g}: expected seconds >= 0 (0: no limit)")
     session.hooks.check_exclusive()
-    backend = session.choose_backend(args.backend, args.device)
-    ops = session.resolve_ops(args.ops)
-    plan = session.plan(ops, split_dtypes(args.dtype))
+    backend = session.choose_backend(config.backend, config.device)
+    ops = session.resolve_ops(config.ops)
+    plan = session.plan(ops, config.dtypes)
     if not plan:
         raise UsageError("nothing to run: no shapes or dtypes left for the selected ops")
-    implicit = not args.ops or list(args.ops) in (["builtin"], ["all"])
-    label = args.name or (ops[0].name if len(ops) == 1 else ("builtin" if implicit else "suite"))
-    rundir = RunDir.create(args.out, label)
+    implicit = not config.ops or list(config.ops) in (["builtin"], ["all"])
+    label = config.name or (ops[0].name if len(ops) == 1 else ("builtin" if implicit else "suite"))
+    rundir = RunDir.create(config.out, label)
     rundir.reserve()
     run = None
     try:
@@ -132,7 +137,7 @@ def cmd_run(args, session) -> int:
                                for spec, names in session.op_args]
         if backend.host_timing:
             run.log.info(f"backend {backend.name}: times are host wall-clock of interpreted kernels, not GPU kernel times")
-        progress = Progress(len(plan)) if not args.json else None
+        progress = Progress(len(plan)) if not config.json else None
         records = execute(run, progress)
     except KeyboardInterrupt as exc:
         print(f"\n{stop_word(exc)}; {len(run.records) if run else 0} finished points kept\nrun dir: {rundir.path}",
@@ -146,9 +151,16 @@ def cmd_run(args, session) -> int:
     finally:
         rundir.release()
     failed = sum(1 for r in records if r.status == STATUS_FAILED)
-    if args.json:
+    if config.json:
         print(json.dumps({"run_dir": str(rundir.path), "records": [r.to_json() for r in records]}, indent=2))
         return 1 if failed else 0
+    print(results_table(records))
+    if backend.host_timing:
+        print(paint("note: cpu backend: times are host wall-clock of interpreted kernels, not GPU kernel times", "dim"))
+    if failed:
+        print(paint(f"{failed} of {len(records)} points FAILED", "red"))
+    print(f"run dir: {rundir.path}")
+    return 1 if failed else 0
     print(results_table(records))
     if backend.host_timing:
         print(paint("note: cpu backend: times are host wall-clock of interpreted kernels, not GPU kernel times", "dim"))

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from . import hookimpl
-from .timing import budgets, flush_policy, time_direct, time_kernels
+from .config import as_budget
+from .timing import time_direct, time_kernels
 
 
 @hookimpl(trylast=True)
@@ -41,10 +42,12 @@ def kernel_timer(backend, options):
 
 @hookimpl(trylast=True)
 def time_fn(fn, point, backend, options, kernel_timer):
-    warmup_ms, rep_ms = budgets(options, backend)
-    flush_l2 = flush_policy(options, backend)
+    budget = as_budget(options)
+    warmup_ms, rep_ms = budget.budgets(backend)
+    flush_l2 = budget.flush(backend)
     if kernel_timer is not None:
         timing = time_kernels(kernel_timer, fn, backend, warmup_ms=warmup_ms, rep_ms=rep_ms, flush_l2=flush_l2)
         if timing is not None:
             return timing
-    return time_direct(fn, backend, warmup_ms=warmup_ms, rep_ms=rep_ms, flush_l2=flush_l2)
+    return time_direct(fn, backend, warmup_ms=warmup_ms, rep_ms=rep_ms, flush_l2=flush_l2,
+                       min_samples=budget.min_samples, max_samples=budget.max_samples)

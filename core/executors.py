@@ -26,7 +26,6 @@ import io
 import json
 import os
 import queue
-import re
 import shutil
 import signal
 import socket
@@ -41,6 +40,7 @@ from pathlib import Path
 from typing import Optional
 
 from .procs import Terminated, die_with_parent
+from .config import parse_gpus  # noqa: F401  (parsed with the run's options)
 from .errors import UsageError
 from .rundir import RunDir, inside, safe_name
 
@@ -65,21 +65,6 @@ def add_scale_arguments(parser) -> None:
                    help="Ray cluster to use (default: start a local one with the --gpus count as its GPUs)")
     g.add_argument("--retries", type=int, default=None, metavar="N",
                    help=f"times a unit whose worker or node died is run again elsewhere (default {DEFAULT_RETRIES})")
-
-
-def parse_gpus(text: Optional[str]) -> list:
-    """``"0,1,3"`` -> ``["0", "1", "3"]`` (labels, as the visible-devices variable takes them)."""
-    if text is None:
-        return []
-    gpus = [g.strip() for g in str(text).split(",") if g.strip()]
-    if not gpus:
-        raise UsageError(f"--gpus {text!r}: expected a list such as 0,1,2,3")
-    for g in gpus:  # what a visible-devices variable takes: an index, or a GPU / MIG uuid
-        if not re.fullmatch(r"\d+|(GPU|MIG)-[0-9A-Za-z/-]+", g):
-            raise UsageError(f"--gpus {text!r}: {g!r} is not a GPU index (or GPU-/MIG- uuid); expected e.g. 0,1,2,3")
-    if len(set(gpus)) != len(gpus):
-        raise UsageError(f"--gpus {text!r}: a GPU is listed twice")
-    return gpus
 
 
 def pin_variable(session, backend_name: Optional[str]) -> Optional[str]:

@@ -86,7 +86,8 @@ def configure(session):
     any kernel, FlagGems included) is imported: the place to set environment variables that
     libraries read at import time.
 
-    :param session: the :class:`zlf.session.Session` (``session.options`` is the parsed namespace).
+    :param session: the :class:`zlf.session.Session` (``session.config`` is the run's
+        :class:`zlf.config.RunConfig`, ``session.options`` the parsed namespace).
     :return: nothing.
     """
 
@@ -155,7 +156,7 @@ def before_run(run):
     Typical use: seed generators, install compiler hooks, patch an autotuner, add to
     ``run.meta`` (written to meta.json).
 
-    :param run: the :class:`zlf.run.Run` (``run.dir``, ``run.options``, ``run.backend``,
+    :param run: the :class:`zlf.run.Run` (``run.dir``, ``run.config``, ``run.options``, ``run.backend``,
         ``run.meta``, ``run.log``).
     :return: nothing.
     """
@@ -204,7 +205,10 @@ def time_fn(fn, point, backend, options, op, inputs, kernel_timer):
     :param fn: a no-argument callable; one call = one execution of the point.
     :param point: the :class:`zlf.records.Point`.
     :param backend: the active :class:`zlf.backends.Backend`.
-    :param options: the parsed command-line namespace.
+    :param options: the :class:`zlf.config.TimingBudget` (``warmup_ms``, ``rep_ms``, ``flush_l2``,
+        ``min_samples``, ``max_samples``; ``None`` means the backend's default: ``options.budgets(backend)``,
+        ``options.flush(backend)``); ``options.option(NAME)`` reads an extension's option, and
+        attribute access (``options.rep_ms``, ``options.cudagraph_replay_ms``) reads as the namespace did.
     :param op: the :class:`zlf.ops.Op` (``op.outputs`` names the output buffers in ``inputs``,
         ``op.reference`` the expected result), e.g. to verify a replayed graph's result. Tensor
         work of the timer's own between calls (copies, poison, comparisons) belongs inside
@@ -232,7 +236,7 @@ def kernel_timer(backend, options):
 
     :param backend: the active :class:`zlf.backends.Backend` (``backend.activity_api`` names
         the platform's tracing interface, e.g. ``cupti``).
-    :param options: the parsed command-line namespace.
+    :param options: the :class:`zlf.config.TimingBudget` (as for :func:`time_fn`).
     :return: a :class:`zlf.timing.KernelTimer`, or None.
     """
 

@@ -3,9 +3,7 @@ a command that starts runs (``zlf run``; ``zlf ab`` and ``zlf task`` check their
 from __future__ import annotations
 
 import argparse
-import math
 
-from .errors import UsageError
 
 
 def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
@@ -50,19 +48,6 @@ def split_dtypes(values) -> list:
 def check_run_options(args) -> None:
     """One-line refusals of run options that argparse accepts but no run can use (``zlf run``,
     ``zlf ab`` and ``zlf task`` call it before they create anything)."""
-    for flag, dest, zero_ok in (("--warmup-ms", "warmup_ms", True), ("--rep-ms", "rep_ms", False)):
-        value = getattr(args, dest, None)
-        if value is not None and not (math.isfinite(value) and (value > 0 or (zero_ok and value == 0))):
-            raise UsageError(f"{flag} {value:g}: expected a {'non-negative' if zero_ok else 'positive'} "
-                             "number of milliseconds")
-    for flag, dest, low in (("--warmup", "warmup", 0), ("--iters", "iters", 1)):
-        value = getattr(args, dest, None)
-        if value is not None and value < low:
-            raise UsageError(f"{flag} {value}: expected {low} or more")
-    dtypes = getattr(args, "dtype", None)
-    if dtypes is not None and not split_dtypes(dtypes):
-        raise UsageError(f"--dtype {','.join(dtypes)!r}: names no dtype (e.g. --dtype float16,bfloat16)")
-    if getattr(args, "gpus", None) is not None:
-        from .executors import parse_gpus
+    from .config import RunConfig
 
-        parse_gpus(args.gpus)
+    RunConfig.from_args(args).check()

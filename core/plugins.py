@@ -178,6 +178,8 @@ class Hooks:
         self._exclusive = exclusive_hooks(pm)
         self._callers = {}
         self._kernel_timers = {}
+        #: the extensions' declared options (:class:`zlf.config.OptionSet`), known once ``add_options`` ran
+        self.option_sets: tuple = ()
 
     def call(self, hook: str, **kwargs):
         """Call ``hook``: its only provider when the spec is exclusive, else every implementation."""
@@ -247,6 +249,12 @@ class Hooks:
     def implemented(self, hook: str) -> bool:
         """Whether any plugin other than core's own implements ``hook``."""
         return bool(self._providers(hook))
+
+    def add_options(self, parser):
+        """Every extension's options on ``parser``; remembers them as typed option sets."""
+        from .config import declared_options
+
+        self.option_sets = declared_options(self.pm, parser)
 
     # hooks whose results core combines or completes
     def register_backends(self) -> list:

@@ -75,13 +75,25 @@ class RunLog:
 class Run:
     """The state of one ``zlf run`` process, handed to every lifecycle hook.
 
-    Attributes extensions use: ``dir`` (Path), ``rundir`` (:class:`RunDir`), ``options``,
-    ``backend``, ``meta`` (dict written to meta.json), ``log`` (:class:`RunLog`), ``status``,
-    and during a point ``current_point``, ``current_op``, ``current_inputs``.
+    Attributes extensions use: ``dir`` (Path), ``rundir`` (:class:`RunDir`), ``config``
+    (:class:`~zlf.config.RunConfig`), ``options`` (the parsed command line), ``backend``,
+    ``meta`` (dict written to meta.json), ``log`` (:class:`RunLog`), ``status``, and during a
+    point ``current_point``, ``current_op``, ``current_inputs``, ``markers`` and ``extra``.
+
+    The lifecycle, for anything that runs points its own way (a task worker, a probe)::
+
+        run = Run.open(session, rundir, plan)
+        run.begin()                              # compiler hooks, time limit, before_run
+        for each point:
+            run.begin_point(point, op)           # before_point
+            timing = run.time_point(fn, point, op=op, inputs=inputs)   # time_fn
+            record = run.end_point(point, record)                      # after_point
+        run.close()                              # after_run, meta.json, run.log
     """
 
     def __init__(self, session, rundir: RunDir, plan: list, argv=None):
         self.session = session
+        self.config = session.config
         self.options = session.options
         self.backend = session.backend
         self.hooks = session.hooks
@@ -96,6 +108,7 @@ class Run:
         self.current_inputs = None
         self._markers: list = []
         self._extra: dict = {}
+        self.compiler_hooks = None
         #: the backend's :class:`~zlf.backends.base.ClockSampler` (None: the device's clock is not read)
         self.clock_sampler = None
         self.watch = PointWatch(None, self._hung)  # armed by execute() with --time-limit
@@ -118,7 +131,109 @@ class Run:
             "options": jsonable_options(self.options),
         }
 
+    @classmethod
+    def open(cls, session, rundir: RunDir, plan: list = (), argv=None) -> "Run":
+        """A run of ``plan`` (PlannedPoints; may be empty) writing into ``rundir``."""
+        return cls(session, rundir, list(plan), argv=argv)
+
+    # ------------------------------------------------------------------ lifecycle
+    def begin(self) -> None:
+        """Install the compiler hooks, arm the time limit, call ``before_run``. Call :meth:`close`
+        afterwards even when this raises."""
+        hooks, backend = self.hooks, self.backend
+        self.compiler_hooks = backend.install_compiler_hooks(
+            hooks.on_compile if hooks.implemented("on_compile") else None,
+            hooks.on_launch if hooks.implemented("on_launch") else None,
+        )
+        self.meta["compiler_hook_api"] = getattr(self.compiler_hooks, "api", None)
+        limit = self.config.time_limit_s
+        self.meta["time_limit_s"] = limit = backend.point_time_limit_s if limit is None else limit
+        self.watch = PointWatch(limit, self._hung)
+        hooks.before_run(self)
+
+    def begin_point(self, point, op=None, inputs=None) -> None:
+        """A point starts: it becomes current, its markers and annotations start empty, ``before_point`` runs."""
+        self.current_point, self.current_op, self.current_inputs = point, op, inputs
+        self._markers, self._extra = [], {}
+        self.hooks.before_point(self, point)
+
+    def launch_window(self, point):
+        """The context in which the point's first (checked) call reports its launches (``on_launch``)."""
+        return self.compiler_hooks.launch_window(point.id) if self.compiler_hooks else contextlib.nullcontext()
+
+    def time_point(self, fn, point, op=None, inputs=None, budget=None):
+        """Time ``fn`` with ``time_fn`` under ``budget`` (default: the config's); the timing's
+        markers are attached to the point. Returns the :class:`~zlf.records.Timing` (or None)."""
+        budget = self.config.timing if budget is None else budget
+        timing = self.hooks.time_fn(fn, point, self.backend, budget, op=op, inputs=inputs)
+        for line in timing.markers if timing is not None else ():
+            self.mark(line)
+        return timing
+
+    def end_point(self, point, record: PointRecord) -> PointRecord:
+        """``after_point``, then the record with every marker and annotation of the point; the
+        point stops being current and the backend frees its memory."""
+        try:
+            self.hooks.after_point(self, point, record)
+        except KeyboardInterrupt:
+            raise
+        except Exception as exc:  # an observer's failure must not lose the point it observed
+            self.annotate("after_point_error", _one_line(exc))
+            self.log.info(f"after_point of {point.id} raised:\n{traceback.format_exc().rstrip()}")
+        if self._extra or self._markers != list(record.markers):  # after_point may have annotated
+            record = attrs.evolve(record, markers=tuple(self._markers), extra={**record.extra, **self._extra})
+        self.current_point = self.current_op = self.current_inputs = None
+        try:
+            self.backend.free_memory()
+        except Exception:
+            pass
+        return record
+
+    def close(self, status: Optional[str] = None) -> None:
+        """``after_run`` with the records so far, then remove the compiler hooks, finish and write
+        meta.json, release the run directory's reserve and close run.log."""
+        if status is not None:
+            self.status = status
+        try:
+            self.hooks.after_run(self, list(self.records))
+        finally:
+            try:
+                if self.compiler_hooks is not None:
+                    self.compiler_hooks.remove()
+                if self.clock_sampler is not None:
+                    self.clock_sampler.close()
+            finally:
+                self.finish()
+
+    def finish(self) -> None:
+        """The run's files once it ended: meta.json's final fields, the reserve released, run.log closed."""
+        self.meta["status"] = self.status
+        self.meta["finished"] = _now()
+        self.meta["counts"] = _counts(self.records)
+        try:
+            state = self.backend.device_state()
+            if state:
+                self.meta["device_state_end"] = state
+        except Exception:
+            pass
+        try:
+            self.save_meta()
+        finally:
+            self.rundir.release()
+        self.log.info(f"run {self.status}: {len(self.records)} of {len(self.plan)} points written")
+        self.log.close()
+
     # ------------------------------------------------------------------ for extensions
+    @property
+    def markers(self) -> tuple:
+        """The current point's marker lines so far."""
+        return tuple(self._markers)
+
+    @property
+    def extra(self) -> dict:
+        """The current point's annotations so far (a copy)."""
+        return dict(self._extra)
+
     def mark(self, line: str) -> None:
         """Attach a marker line to the current point's record and write it to run.log."""
         self.log.marker(line)
@@ -169,19 +284,17 @@ def _rate(amount_fn, point, median_ms, scale) -> Optional[float]:
     return amount / (median_ms * 1e-3) / scale
 
 
-def run_point(run: Run, planned, compiler_hooks) -> PointRecord:
+def run_point(run: Run, planned) -> PointRecord:
     op, point = planned.op, planned.point
     backend, hooks = run.backend, run.hooks
-    run.current_point, run.current_op = point, op
-    run._markers, run._extra = [], {}
     status, error, timing, max_err, clock = STATUS_OK, None, None, None, None
     try:
         with run.watch(point):
-            hooks.before_point(run, point)
+            run.begin_point(point, op)
             inputs = hooks.make_inputs(op, point, backend)
             run.current_inputs = inputs
             poison(inputs, op.outputs)
-            with compiler_hooks.launch_window(point.id):
+            with run.launch_window(point):
                 returned = op.fn(*inputs)
                 backend.synchronize()
             with outside(op):
@@ -191,7 +304,7 @@ def run_point(run: Run, planned, compiler_hooks) -> PointRecord:
             else:
                 # the clock is read beside the timer (a background thread), never between its samples
                 with (run.clock_sampler.window() if run.clock_sampler else contextlib.nullcontext()) as window:
-                    timing = hooks.time_fn(lambda: op.fn(*inputs), point, backend, run.options, op=op, inputs=inputs)
+                    timing = run.time_point(lambda: op.fn(*inputs), point, op=op, inputs=inputs)
                 clock = window.summary() if window is not None else None
     except KeyboardInterrupt:
         raise
@@ -203,9 +316,6 @@ def run_point(run: Run, planned, compiler_hooks) -> PointRecord:
         status = STATUS_OOM if backend.is_oom(exc) else STATUS_FAILED
         error = _one_line(exc)
         run.log.info(f"point {point.id} raised:\n{traceback.format_exc().rstrip()}")
-    if timing is not None:
-        for line in timing.markers:
-            run.mark(line)
     median = timing.value_ms if timing is not None else None
     record = PointRecord(
         point=point.id, op=point.op, shape=point.shape, dtype=point.dtype, variant=point.variant,
@@ -213,26 +323,12 @@ def run_point(run: Run, planned, compiler_hooks) -> PointRecord:
         timer=timing.timer if timing else None, median_ms=median,
         samples=timing.samples_ms if timing else (),
         gbps=_rate(op.bytes, point, median, 1e9), tflops=_rate(op.flops, point, median, 1e12),
-        markers=tuple(run._markers), l2=timing.l2 if timing else None,
+        markers=run.markers, l2=timing.l2 if timing else None,
         fallback_reason=timing.fallback_reason if timing else None,
-        max_rel_err=max_err, extra={**(timing.extra if timing else {}), **run._extra},
+        max_rel_err=max_err, extra={**(timing.extra if timing else {}), **run.extra},
         wall_ms=timing.wall_ms if timing else None, clock=clock if timing else None,
     )
-    try:
-        hooks.after_point(run, point, record)
-    except KeyboardInterrupt:
-        raise
-    except Exception as exc:  # an observer's failure must not lose the point it observed
-        run.annotate("after_point_error", _one_line(exc))
-        run.log.info(f"after_point of {point.id} raised:\n{traceback.format_exc().rstrip()}")
-    if run._extra or run._markers != list(record.markers):  # after_point may have annotated
-        record = attrs.evolve(record, markers=tuple(run._markers), extra={**record.extra, **run._extra})
-    run.current_point = run.current_op = run.current_inputs = None
-    try:
-        backend.free_memory()
-    except Exception:
-        pass
-    return record
+    return run.end_point(point, record)
 
 
 def _clock_sampler(backend, run: Run):
@@ -249,36 +345,33 @@ def _clock_sampler(backend, run: Run):
     return sampler
 
 
+def record_device(run: Run) -> None:
+    """The device's identity, state, busy warnings and clock sampler, into meta.json."""
+    backend = run.backend
+    run.meta["fingerprint"] = backend.fingerprint()
+    run.meta["device_name"] = run.meta["fingerprint"].get("device_name")
+    state = backend.device_state()
+    if state:
+        run.meta["device_state_start"] = state
+    warnings = backend.busy_warnings()
+    run.meta["warnings"] = warnings
+    run.clock_sampler = _clock_sampler(backend, run)
+    for w in warnings:
+        run.log.warning(w)
+        from .console import warn
+
+        warn(w)
+
+
 def execute(run: Run, progress: Optional[Progress] = None) -> list:
     """Run every planned point; returns the records. Always calls ``after_run``."""
-    hooks, backend = run.hooks, run.backend
-    compiler_hooks = backend.install_compiler_hooks(
-        hooks.on_compile if hooks.implemented("on_compile") else None,
-        hooks.on_launch if hooks.implemented("on_launch") else None,
-    )
-    run.meta["compiler_hook_api"] = getattr(compiler_hooks, "api", None)
-    limit = getattr(run.options, "time_limit", None)
-    run.meta["time_limit_s"] = limit = backend.point_time_limit_s if limit is None else limit
-    run.watch = PointWatch(limit, run._hung)
     try:
-        hooks.before_run(run)
-        run.meta["fingerprint"] = backend.fingerprint()
-        run.meta["device_name"] = run.meta["fingerprint"].get("device_name")
-        state = backend.device_state()
-        if state:
-            run.meta["device_state_start"] = state
-        warnings = backend.busy_warnings()
-        run.meta["warnings"] = warnings
-        run.clock_sampler = _clock_sampler(backend, run)
-        for w in warnings:
-            run.log.warning(w)
-            from .console import warn
-
-            warn(w)
+        run.begin()
+        record_device(run)
         run.save_meta()
-        run.log.info(f"backend {backend.name} on {run.meta['device_name']}; {len(run.plan)} points")
+        run.log.info(f"backend {run.backend.name} on {run.meta['device_name']}; {len(run.plan)} points")
         for planned in run.plan:
-            record = run_point(run, planned, compiler_hooks)
+            record = run_point(run, planned)
             run.rundir.append(record)
             run.records.append(record)
             outcome = record.status if record.median_ms is None else f"{record.status} {record.median_ms:.4g} ms"
@@ -299,26 +392,8 @@ def execute(run: Run, progress: Optional[Progress] = None) -> list:
         raise
     finally:
         try:
-            hooks.after_run(run, list(run.records))
+            run.close()
         finally:
-            compiler_hooks.remove()
-            if run.clock_sampler is not None:
-                run.clock_sampler.close()
             if progress:
                 progress.close()
-            run.meta["status"] = run.status
-            run.meta["finished"] = _now()
-            run.meta["counts"] = _counts(run.records)
-            try:
-                state = backend.device_state()
-                if state:
-                    run.meta["device_state_end"] = state
-            except Exception:
-                pass
-            try:
-                run.save_meta()
-            finally:
-                run.rundir.release()
-            run.log.info(f"run {run.status}: {len(run.records)} of {len(run.plan)} points written")
-            run.log.close()
     return run.records

@@ -9,6 +9,7 @@ from typing import Optional
 
 import attrs
 
+from .config import RunConfig
 from .errors import UsageError
 from .ops import Op
 from .plugins import Hooks, Selection, build_plugin_manager, exclusive_hooks
@@ -77,14 +78,47 @@ class Session:
         self.backend = None
         self.op_args: list = []
 
+    # ------------------------------------------------------------------ configuration
+    @property
+    def options(self):
+        """The parsed command line (a namespace; :meth:`RunConfig.namespace` when opened from a config)."""
+        return self._options
+
+    @options.setter
+    def options(self, value) -> None:
+        self._options, self._config = value, None
+
+    @property
+    def config(self) -> RunConfig:
+        """The run's :class:`~zlf.config.RunConfig` (read from ``options`` unless one was set)."""
+        if self._config is None:
+            self._config = RunConfig.from_args(self._options)
+        return self._config
+
+    @config.setter
+    def config(self, value: RunConfig) -> None:
+        self._config = value
+
     @classmethod
     def create(cls, options, extra_plugins=(), tolerant: bool = False) -> "Session":
-        selection = Selection.from_args(getattr(options, "ext", None), getattr(options, "no_ext", None))
+        """A session whose extensions are the ones ``options`` (a namespace or a RunConfig) select."""
+        config = options if isinstance(options, RunConfig) else RunConfig.from_args(options)
+        selection = Selection.from_args(config.ext, config.no_ext)
         pm, infos = build_plugin_manager(selection, extra_plugins=extra_plugins, tolerant=tolerant)
-        timer = getattr(options, "timer", None)
+        timer = config.timing.timer
         # --timer picks the provider of every exclusive hook chosen by it (time_fn, kernel_timer)
         preferred = {hook: timer for hook, option in exclusive_hooks(pm).items() if option == "--timer"}
-        return cls(options, Hooks(pm, infos, preferred if timer else None))
+        session = cls(config.namespace() if options is config else options, Hooks(pm, infos, preferred if timer else None))
+        session.config = config
+        return session
+
+    @classmethod
+    def open(cls, config: RunConfig, extra_plugins=()) -> "Session":
+        """A configured session for ``config`` (a child process's start: a probe, a task worker);
+        the backend is chosen next with ``choose_backend(config.backend, config.device)``."""
+        session = cls.create(config, extra_plugins=extra_plugins)
+        session.hooks.configure(session)
+        return session
 
     # ------------------------------------------------------------------ backend
     def backends(self) -> dict:

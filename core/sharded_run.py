@@ -22,12 +22,11 @@ from .console import results_table
 from .errors import UsageError
 from .procs import stop_code, stop_word
 from .executors import ROOT, LocalPool, device_identity, make_executor, parse_gpus, pin_variable
-from .options import add_run_arguments
 from .rundir import LOG, META, RESULTS, SHAPES, RunDir, timestamp
 from .scheduler import Scheduler, Unit
 
-#: zlf run options a shard never gets from the parent (it sets them itself).
-NOT_PASSED = ("out", "name", "json", "gpus", "executor", "ray_address", "retries")
+#: each shard's run configuration, beside its staging folder (zlf.config.RunConfig)
+CONFIG = "config.json"
 BUILTIN_SUITE = ("add", "softmax", "matmul")
 
 
@@ -139,32 +138,40 @@ def _op_args(args) -> list:
     return list(args.ops) if args.ops else list(BUILTIN_SUITE)
 
 
+def shard_config(session, ops):
+    """The configuration of one shard's ``zlf run``: the parent's, for ``ops``, with exactly the
+    extensions active here (install order never decides), on its worker's only device."""
+    active = tuple(i.name for i in session.hooks.infos if i.status == "active")
+    select = dict(ext=active, no_ext=None) if active else dict(ext=None, no_ext=tuple(i.name for i in session.hooks.infos))
+    return session.config.with_changes(ops=tuple(ops), device=0, out="runs", name=None, json=False, gpus=None,
+                                       executor=None, ray_address=None, retries=None, **select)
+
+
 def main(args, session) -> int:
-    from .ab.sides import extension_args, pass_through_args
 
     gpus = parse_gpus(args.gpus)
     if args.device not in (None, 0) and gpus:
         raise UsageError("--gpus pins each worker to its GPU: drop --device")
     pin = pin_variable(session, args.backend)
     executor = make_executor(args.executor, gpus, pin, args.retries, args.ray_address)
-    common = extension_args(session.hooks) + pass_through_args(
-        args, session.hooks, add_core=add_run_arguments, own=(), skip=NOT_PASSED)
     one = isinstance(executor, LocalPool) and len(executor.gpus) == 1
     groups = [list(args.ops)] if one or len(_op_args(args)) == 1 else [[o] for o in _op_args(args)]
     out = Path(args.out).absolute()
     out.mkdir(parents=True, exist_ok=True)
     root = _unique(out, f".zlf-shards-{timestamp()}")
+    root.mkdir()
     specs, units = {}, []
     for k, ops in enumerate(groups):
         key = f"s{k}"
+        shard_config(session, ops).write(root / key / CONFIG)  # a file, shipped to a Ray node as a need
         name = ["--name", args.name] if args.name and len(groups) == 1 else []
-        argv = [sys.executable, "-m", "zlf", "run", *ops, "--out", f"{ROOT}/{key}/.staging", *name, *common]
+        argv = [sys.executable, "-m", "zlf", "run", "--config", f"{ROOT}/{key}/{CONFIG}",
+                "--out", f"{ROOT}/{key}/.staging", *name]
         specs[key] = {"key": key, "argv": argv, "env": {"ZLF_NO_PROGRESS": "1", "NO_COLOR": "1"}, "cwd": os.getcwd(),
-                      "staging": f"{key}/.staging", "dir": f"{key}/run", "log": f"{key}/output.txt", "needs": [],
-                      "label": " ".join(ops) or "builtin", "ops": ops or list(BUILTIN_SUITE)}
+                      "staging": f"{key}/.staging", "dir": f"{key}/run", "log": f"{key}/output.txt",
+                      "needs": [f"{key}/{CONFIG}"], "label": " ".join(ops) or "builtin", "ops": ops or list(BUILTIN_SUITE)}
         units.append(Unit(key, [key], group=key))
     print(f"zlf run: {len(units)} unit(s) on {executor.describe()}", file=sys.stderr, flush=True)
-    root.mkdir()
     job = ShardJob(root, specs)
     scheduler = Scheduler(units, retries=executor.retries)
     try:

@@ -8,22 +8,18 @@ from __future__ import annotations
 
 from typing import Optional, Protocol
 
+from .config import MAX_SAMPLES, MIN_SAMPLES, as_budget
 from .records import Timing
-
-MAX_SAMPLES = 10_000
-MIN_SAMPLES = 5
 
 
 def flush_policy(options, backend) -> bool:
-    """Whether to flush L2 before each sample: ``--flush-l2`` / ``--no-flush-l2`` or the backend's default."""
-    value = getattr(options, "flush_l2", None)
-    return backend.flush_l2_default if value is None else bool(value)
+    """Whether to flush L2 before each sample (:meth:`zlf.config.TimingBudget.flush`)."""
+    return as_budget(options).flush(backend)
 
 
 def budgets(options, backend) -> tuple:
-    warmup = getattr(options, "warmup_ms", None)
-    rep = getattr(options, "rep_ms", None)
-    return (backend.warmup_ms if warmup is None else warmup, backend.rep_ms if rep is None else rep)
+    """``(warmup_ms, rep_ms)`` (:meth:`zlf.config.TimingBudget.budgets`)."""
+    return as_budget(options).budgets(backend)
 
 
 class KernelTimer(Protocol):

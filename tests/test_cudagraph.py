@@ -475,9 +475,11 @@ def test_the_child_process_probe_rebuilds_the_point_and_answers(tmp_path, monkey
     from zlf_timing_cudagraph.probe import probe_in_child
 
     monkeypatch.chdir(tmp_path)
-    opts = argparse.Namespace(ops=["add"], backend="cpu", device=0, ext=["cudagraph"], no_ext=None, timer=None,
-                              dtype=None, flush_l2=None, cudagraph_probe="subprocess")
-    failure = probe_in_child(opts, Point("add", (1024,), "float32"), timeout=300)
+    from zlf.config import ExtensionOptions, RunConfig
+
+    config = RunConfig(ops=["add"], backend="cpu", ext=["cudagraph"],
+                       options=ExtensionOptions({"cudagraph": {"cudagraph_probe": "subprocess"}}))
+    failure = probe_in_child(config, Point("add", (1024,), "float32"), timeout=300)
     assert isinstance(failure, CaptureFailure)
     assert failure.reason == "unsupported" and "host clock" in failure.detail
 

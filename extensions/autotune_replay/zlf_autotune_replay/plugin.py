@@ -65,23 +65,23 @@ class AutotuneReplay:
 
     @hookimpl(tryfirst=True)
     def configure(self, session):
-        opts = session.options
+        opts, config = session.options, session.config
         if not getattr(opts, "measures_points", False):
             # a command that hands run options on to its zlf run processes (forwards_run_options:
             # zlf ab) leaves them to those; any other command would silently ignore them: say so.
             given = [flag for flag, dest in (("--replay-from", "replay_from"), ("--libtuner-cache", "libtuner_cache"))
-                     if getattr(opts, dest, None)]
+                     if config.options.get(dest)]
             if given and not getattr(opts, "forwards_run_options", False):
                 raise UsageError(f"{' and '.join(given)}: autotune record/replay works with zlf run (and zlf ab), "
-                                 f"not with zlf {getattr(opts, 'command', '?')}")
+                                 f"not with zlf {config.command}")
             return
-        mode = getattr(opts, "libtuner_cache", None) or os.environ.get(ENV_LIBTUNER) or "shared"
+        mode = config.options.get("libtuner_cache") or os.environ.get(ENV_LIBTUNER) or "shared"
         if mode not in MODES:
             raise UsageError(f"{ENV_LIBTUNER}={mode!r}: choose one of {', '.join(MODES)}")
         if mode == "fresh" and "flag_gems" in sys.modules:
             raise UsageError("--libtuner-cache fresh: flag_gems was imported before zlf could point "
                              "FLAGGEMS_DB_URL at a fresh cache; import it lazily (inside an op)")
-        source = getattr(opts, "replay_from", None)
+        source = config.options.get("replay_from")
         option = "--replay-from"
         if not source and os.environ.get(ENV_REPLAY):
             source, option = os.environ[ENV_REPLAY], ENV_REPLAY

@@ -78,8 +78,11 @@ def find_checkout(directory: Optional[str], where: str) -> Checkout:
 
 
 def checkout_from_options(options) -> Optional[Checkout]:
-    """The checkout named by ``--flaggems-dir`` or ``FLAGGEMS_DIR``; None when neither is set."""
-    directory = getattr(options, "flaggems_dir", None)
+    """The checkout named by ``--flaggems-dir`` or ``FLAGGEMS_DIR``; None when neither is set.
+
+    :param options: the run's extension options (:attr:`zlf.config.RunConfig.options`).
+    """
+    directory = options.get("flaggems_dir")
     if directory:
         return find_checkout(directory, "--flaggems-dir")
     if os.environ.get(ENV_DIR):

@@ -90,8 +90,8 @@ class FlagGems:
 
     @hookimpl
     def configure(self, session):
-        opts = session.options
-        if getattr(opts, "command", None) != "run":
+        opts = session.config.options
+        if session.config.command != "run":
             return
         self.checkout = _checkout.checkout_from_options(opts)
         if self.checkout is None:
@@ -103,8 +103,9 @@ class FlagGems:
         if mode == "cudagraph" and not any(i.name == "cudagraph" and i.status == "active" for i in session.hooks.infos):
             raise UsageError("--flaggems-mode cudagraph: add --ext cudagraph (zlf's graph timer, with per-point fallback markers)")
         dtypes = tuple(d.strip() for v in opts.dtypes or () for d in v.split(",") if d.strip())
-        if dtypes and not getattr(opts, "dtype", None):
-            opts.dtype = [",".join(dtypes)]  # zlf's points follow FlagGems' --dtypes
+        if dtypes and not session.config.dtypes:  # zlf's points follow FlagGems' --dtypes
+            session.options.dtype = [",".join(dtypes)]
+            session.config = session.config.with_changes(dtypes=dtypes)
         if opts.flaggems_flagtune is not None:
             os.environ[ENV_FLAGTUNE] = opts.flaggems_flagtune  # flag_gems reads it at import
         self.flagtune = os.environ.get(ENV_FLAGTUNE)
@@ -206,7 +207,7 @@ class FlagGems:
         if record.status != "ok":
             return
         try:
-            timing = run.hooks.time_fn(call.torch, point, run.backend, run.options,
+            timing = run.hooks.time_fn(call.torch, point, run.backend, run.config.timing,
                                        op=run.current_op, inputs=run.current_inputs)
         except Exception as exc:  # the FlagGems point stands; only its torch column is missing
             run.annotate("torch_error", f"{type(exc).__name__}: {exc}"[:300])

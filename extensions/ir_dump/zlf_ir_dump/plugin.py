@@ -43,7 +43,7 @@ class IrDumpPlugin:
     @hookimpl
     def before_run(self, run):
         backend = run.backend
-        kinds = parse_kinds(getattr(run.options, "ir", None), getattr(backend, "ir_kinds", ()))
+        kinds = parse_kinds(run.config.options.get("ir"), getattr(backend, "ir_kinds", ()))
         run.meta["ir_dump"] = {"kinds": list(kinds)}
         if not getattr(backend, "ir_kinds", ()):
             # The cpu backend interprets kernels: nothing is compiled, no hook fires.

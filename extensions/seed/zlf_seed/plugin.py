@@ -54,13 +54,13 @@ def add_options(parser):
 
 @hookimpl
 def before_run(run):
-    run.meta["seed"] = {"base": run.options.seed, "per_point": "sha256(base:point_id)[:4]"}
-    seed_everything(run.options.seed)
+    run.meta["seed"] = {"base": run.config.options.seed, "per_point": "sha256(base:point_id)[:4]"}
+    seed_everything(run.config.options.seed)
 
 
 @hookimpl
 def before_point(run, point):
-    seed = point_seed(run.options.seed, point.id)
+    seed = point_seed(run.config.options.seed, point.id)
     seed_everything(seed)
     run.annotate("seed", seed)
 

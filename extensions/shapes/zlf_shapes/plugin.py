@@ -60,13 +60,13 @@ def add_options(parser):
 
 @hookimpl
 def op_shapes(op, shapes, session):
-    path = getattr(session.options, "shapes", None)
+    path = session.config.options.get("shapes")
     if not path:
         return None
     doc = load_shape_file(path)
     key = next((k for k in (op.name, *op.aliases) if k in doc), None)
     if key is None:
-        named = [o for o in getattr(session.options, "ops", None) or () if o not in ("builtin", "all")]
+        named = [o for o in session.config.ops if o not in ("builtin", "all")]
         if named:  # an op the user named must have an entry; the implicit suite's ops may not
             present = ", ".join(str(k) for k in doc) or "none"
             raise UsageError(f"shape file {path!r} has no entry for op {op.name!r} (keys: {present})")

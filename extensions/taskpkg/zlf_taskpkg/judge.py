@@ -27,7 +27,7 @@ from tabulate import tabulate
 from zlf import UsageError
 from zlf.console import clean, number, paint
 from zlf.procs import die_with_parent, kill_group, stop_code, stop_word
-from zlf.records import STATUS_FAILED, STATUS_OK, is_jsonable, jsonable_options
+from zlf.records import STATUS_FAILED, STATUS_OK, is_jsonable
 from zlf.options import check_run_options
 from zlf.run import Run
 from zlf.rundir import RunDir, disk_full
@@ -243,9 +243,9 @@ class Judge:
         self.run.save_meta()
         if self.candidate.compile_output:
             (self.rundir.path / TASK_DIR / "compile.log").write_text(self.candidate.compile_output)
-        options = jsonable_options(args)
+        config = self.session.config.write(self.rundir.path / TASK_DIR / "config.json")
         spec = {
-            "options": options, "package": str(self.package.root), "run_dir": str(self.rundir.path),
+            "config": str(config), "package": str(self.package.root), "run_dir": str(self.rundir.path),
             "argv": self.run.meta["command"], "candidate": self.candidate.to_json(),
             "base_seed": self.base_seed, "outputs": self.outputs,
             "tolerances": tolerances,

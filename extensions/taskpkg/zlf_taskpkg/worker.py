@@ -16,7 +16,6 @@ its clock run out) and goes on in a fresh one.
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import faulthandler
 import inspect
@@ -29,13 +28,13 @@ from pathlib import Path
 
 import attrs
 
+from zlf.config import RunConfig
 from zlf.ops import Op, poison, relative_error
 from zlf.records import Point
 from zlf.run import Run
 from zlf.rundir import RunDir
 from zlf.seeding import seed_everything
 from zlf.session import Session
-from zlf.timing import flush_policy
 
 from . import outcome as V
 from .candidate import is_compile_error, load_kernel
@@ -50,10 +49,13 @@ ESTIMATE_CALLS = 3
 
 
 class WorkerRun(Run):
-    """A Run whose meta goes back to the judge (which owns meta.json) instead of to disk."""
+    """A Run whose meta goes back to the judge (which owns meta.json and the run directory)."""
 
     def save_meta(self) -> None:
         pass
+
+    def finish(self) -> None:
+        self.log.close()
 
 
 def _is_tensor(x) -> bool:
@@ -122,23 +124,17 @@ class Worker:
         self.events = events
         self.kernel = None
         self.nonce = None
-        options = argparse.Namespace(**spec["options"])
-        self.options = options
-        self.session = Session.create(options)
-        self.session.options = options
+        self.config = RunConfig.read(spec["config"])
+        self.session = Session.open(self.config)
         self.hooks = self.session.hooks
-        self.hooks.configure(self.session)
-        self.backend = self.session.choose_backend(options.backend, options.device)
+        self.backend = self.session.choose_backend(self.config.backend, self.config.device)
         self.package = TaskPackage.open(spec["package"])
         self.problem = self.package.load()
-        self.run = WorkerRun(self.session, RunDir(spec["run_dir"]), [], argv=spec["argv"])
+        self.run = WorkerRun.open(self.session, RunDir(spec["run_dir"]), argv=spec["argv"])
         self.meta_before = json.dumps(self.run.meta, sort_keys=True, default=str)
         self.records = []
-        self.hooks.before_run(self.run)
-        self.compiler_hooks = self.backend.install_compiler_hooks(
-            self.hooks.on_compile if self.hooks.implemented("on_compile") else None,
-            self.hooks.on_launch if self.hooks.implemented("on_launch") else None,
-        )
+        self.run.begin()
+        self.run.meta.pop("time_limit_s", None)  # the judge enforces its own per-case limit
 
     # ------------------------------------------------------------------ protocol
     def emit(self, event: str, **fields) -> None:
@@ -146,12 +142,8 @@ class Worker:
         self.events.flush()
 
     def finish(self) -> None:
-        self.run.status = "complete"
-        try:
-            self.hooks.after_run(self.run, list(self.records))
-        finally:
-            self.compiler_hooks.remove()
-            self.run.log.close()
+        self.run.records[:] = self.records
+        self.run.close("complete")
         before = json.loads(self.meta_before)
         added = {k: v for k, v in self.run.meta.items() if k not in before or before[k] != v}
         self.emit("meta", meta=json.loads(json.dumps(added, default=str)))
@@ -159,8 +151,7 @@ class Worker:
     # ------------------------------------------------------------------ one case
     def judge(self, case: int) -> bool:
         """Judge one case; returns False when this process must not be reused."""
-        run, backend = self.run, self.backend
-        run._markers, run._extra = [], {}
+        run = self.run
         try:
             prepared = self.prepare(case)
         except Exception:
@@ -169,22 +160,14 @@ class Worker:
         point, op, original, base_args, outputs, arg_shapes, counts = prepared
         self.emit("candidate_start")
         verdict, text, timing, max_err, fatal, load_failed = self.judge_candidate(point, op, original, base_args, outputs, arg_shapes, counts)
-        for line in timing.markers if timing else ():
-            run.mark(line)
         record = V.case_record(self.point_json, verdict, text, timing, self.baseline_timing, max_err,
-                               extra=dict(run._extra), markers=run._markers)
-        try:
-            self.hooks.after_point(run, point, record)
-        except Exception:
-            text += "\n(after_point hook failed:\n" + traceback.format_exc() + ")"
+                               extra=run.extra, markers=list(run.markers))
+        record = run.end_point(point, record)
+        if "after_point_error" in run.extra:
+            text += f"\n(after_point hook failed: {run.extra['after_point_error']})"
         self.records.append(record)
         self.emit("result", verdict=verdict, text=text, timing=timing_to_json(timing), max_rel_err=max_err,
-                  extra=dict(run._extra), markers=list(run._markers), fatal=fatal, load_failed=load_failed)
-        run.current_point = run.current_op = run.current_inputs = None
-        try:
-            backend.free_memory()
-        except Exception:
-            pass
+                  extra=run.extra, markers=list(run.markers), fatal=fatal, load_failed=load_failed)
         return not fatal
 
     def prepare(self, case: int):
@@ -199,8 +182,7 @@ class Worker:
         point = Point(op=package.name, shape=tuple(largest.shape) if largest is not None else (len(original),),
                       dtype=str(largest.dtype).replace("torch.", "") if largest is not None else "none",
                       variant=f"case{case}")
-        run.current_point = point
-        self.hooks.before_point(run, point)
+        run.begin_point(point)
         base_args = clone_args(original)
         self.problem.baseline(*base_args)
         backend.synchronize()
@@ -215,15 +197,14 @@ class Worker:
                            "variant": point.variant, "case": case,
                            "arg_shapes": [list(s) for s in shapes], "case_seed": seed}
         self.emit("case", point=self.point_json, outputs=outputs, warmup=warmup, iters=iters, seed=seed)
-        counts = (self.options.warmup if self.options.warmup is not None else warmup,
-                  self.options.iters if self.options.iters is not None else iters)
+        budget = self.config.timing
+        counts = (budget.warmup if budget.warmup is not None else warmup,
+                  budget.iters if budget.iters is not None else iters)
         base_point = Point(op=point.op, shape=point.shape, dtype=point.dtype, variant=f"{point.variant}.baseline")
         base_op = attrs.evolve(op, reference=None)
         call = lambda: self.problem.baseline(*base_args)  # noqa: E731
-        self.baseline_timing = self.hooks.time_fn(call, base_point, backend, self.budgets(call, counts),
-                                                  op=base_op, inputs=tuple(base_args))
-        for line in self.baseline_timing.markers:
-            run.mark(line)
+        self.baseline_timing = run.time_point(call, base_point, op=base_op, inputs=tuple(base_args),
+                                              budget=self.budget(call, counts))
         self.emit("baseline", timing=timing_to_json(self.baseline_timing))
         return point, op, original, base_args, outputs, arg_shapes, counts
 
@@ -251,7 +232,7 @@ class Worker:
         call = self.kernel.bind(args)
         self.run.current_inputs = args
         try:
-            with self.compiler_hooks.launch_window(point.id):
+            with self.run.launch_window(point):
                 call()
                 launch_error = self.kernel.last_error()
                 backend.synchronize()
@@ -275,7 +256,7 @@ class Worker:
         # Timed only now that the result was checked; checked again afterwards, so a kernel that
         # computes once and then returns early is not timed as fast.
         try:
-            timing = self.hooks.time_fn(call, point, backend, self.budgets(call, counts), op=op, inputs=tuple(args))
+            timing = self.run.time_point(call, point, op=op, inputs=tuple(args), budget=self.budget(call, counts))
             self.kernel.last_error()  # a failed graph capture leaves its error here; the timer handled it
             poison(args, [i for i in outputs if _is_tensor(args[i])])
             call()
@@ -299,16 +280,16 @@ class Worker:
     def _unbound(*_args):
         raise RuntimeError("the task judge times bound calls only")
 
-    def budgets(self, call, counts):
-        """The options a timer gets: the package's warmup/iters counts become ms budgets
-        (count × one measured call), unless --warmup-ms / --rep-ms were given."""
+    def budget(self, call, counts):
+        """The :class:`~zlf.config.TimingBudget` a timer gets: the package's warmup/iters counts
+        become ms budgets (count × one measured call), unless --warmup-ms / --rep-ms were given."""
         warmup, iters = counts
-        opts = argparse.Namespace(**vars(self.options))
+        budget = self.config.timing
         if warmup is None and iters is None:
-            return opts
+            return budget
         backend = self.backend
         # The direct timer sizes its loop with the L2 flush included: so does this estimate.
-        flush = backend.flush_l2 if flush_policy(opts, backend) else (lambda: None)
+        flush = backend.flush_l2 if budget.flush(backend) else (lambda: None)
         call()
         backend.synchronize()
         start, end = backend.event(), backend.event()
@@ -319,11 +300,12 @@ class Worker:
         end.record()
         backend.synchronize()
         one = max(start.elapsed_time(end) / ESTIMATE_CALLS, 1e-6)
-        if getattr(opts, "warmup_ms", None) is None and warmup is not None:
-            opts.warmup_ms = max(warmup, 1) * one
-        if getattr(opts, "rep_ms", None) is None and iters is not None:
-            opts.rep_ms = max(iters, 1) * one
-        return opts
+        changes = {}
+        if budget.warmup_ms is None and warmup is not None:
+            changes["warmup_ms"] = max(warmup, 1) * one
+        if budget.rep_ms is None and iters is not None:
+            changes["rep_ms"] = max(iters, 1) * one
+        return budget.with_changes(**changes)
 
     def check(self, arg_shapes, original, cand_args, base_args) -> tuple:
         """The package's check, its stdout/stderr captured: ``(passed, text)``."""

@@ -50,17 +50,19 @@ class GraphSettings:
 
     @classmethod
     def from_options(cls, options, backend) -> "GraphSettings":
-        from zlf.timing import budgets
+        """From the :class:`zlf.config.TimingBudget` a ``time_fn`` receives (a namespace is read as one)."""
+        from zlf.config import as_budget
 
-        warmup_ms, rep_ms = budgets(options, backend)
+        budget = as_budget(options)
+        warmup_ms, rep_ms = budget.budgets(backend)
         return cls(
             warmup_ms=warmup_ms,
             rep_ms=rep_ms,
-            replay_ms=getattr(options, "cudagraph_replay_ms", None) or REPLAY_MS,
-            max_calls=getattr(options, "cudagraph_max_calls", None) or MAX_CALLS,
+            replay_ms=budget.option("cudagraph_replay_ms") or REPLAY_MS,
+            max_calls=budget.option("cudagraph_max_calls") or MAX_CALLS,
             # Graph mode keeps L2 warm unless --flush-l2 was given explicitly.
-            flush_l2=getattr(options, "flush_l2", None) is True,
-            verify=not getattr(options, "cudagraph_no_verify", False),
+            flush_l2=budget.flush_l2 is True,
+            verify=not budget.option("cudagraph_no_verify", False),
         )
 
     @property

@@ -30,7 +30,7 @@ def _warn(message: str) -> None:
 
 def _kernel_timer_name(run):
     hooks = getattr(run, "hooks", None)
-    timer = hooks.kernel_timer(run.backend, run.options) if hooks is not None else None
+    timer = hooks.kernel_timer(run.backend, run.config.timing) if hooks is not None else None
     return getattr(timer, "name", None)
 
 
@@ -41,6 +41,12 @@ class CudaGraphTimer:
         #: one line saying why this process can no longer capture, once a failed capture broke it.
         self.poisoned = None
         self._skip_warned = False
+        #: the session's :class:`zlf.config.RunConfig`: what a capture probe's child process is given
+        self.config = None
+
+    @hookimpl
+    def configure(self, session):
+        self.config = session.config
 
     # ------------------------------------------------------------------ command line
     @hookimpl
@@ -60,8 +66,9 @@ class CudaGraphTimer:
     # ------------------------------------------------------------------ run lifecycle
     @hookimpl
     def before_run(self, run):
+        self.config = run.config
         why = graph_support(run.backend)
-        settings = GraphSettings.from_options(run.options, run.backend)
+        settings = GraphSettings.from_options(run.config.timing, run.backend)
         run.meta["cudagraph"] = {
             "active": why is None,
             "skipped_reason": why,
@@ -71,7 +78,7 @@ class CudaGraphTimer:
             "kernel_timer": _kernel_timer_name(run),
             "l2": settings.l2,
             "l2_method": settings.l2_method,
-            "probe": getattr(run.options, "cudagraph_probe", "inline"),
+            "probe": run.config.options.get("cudagraph_probe", "inline"),
             "replay_ms": settings.replay_ms,
             "max_calls": settings.max_calls,
             "verify": settings.verify,
@@ -95,15 +102,18 @@ class CudaGraphTimer:
                 _warn(f"extension cudagraph skipped: {why}")
                 self._skip_warned = True
             return None  # the next timer (core's direct one) decides
-        settings = GraphSettings.from_options(options, backend)
-        probe = getattr(options, "cudagraph_probe", "inline") or "inline"
+        from zlf.config import as_budget
+
+        budget = as_budget(options)
+        settings = GraphSettings.from_options(budget, backend)
+        probe = budget.option("cudagraph_probe") or "inline"
         if self.poisoned:
             return self._direct(fn, point, backend, settings, CaptureFailure("context_poisoned", self.poisoned),
                                 probe, kernel_timer)
         if probe == "subprocess":
             from .probe import probe_in_child
 
-            failure = probe_in_child(options, point)
+            failure = probe_in_child(self.config, point)
             if failure is not None:
                 return self._direct(fn, point, backend, settings, failure, probe, kernel_timer)
         dtype = getattr(point, "dtype", "")

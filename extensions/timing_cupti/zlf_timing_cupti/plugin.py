@@ -39,7 +39,9 @@ class CuptiPlugin:
     def kernel_timer(self, backend, options):
         if getattr(backend, "activity_api", "") != "cupti":
             return self._none(backend, f"backend {backend.name!r} has no CUPTI")
-        choice = getattr(options, "cupti_source", None) or "auto"
+        from zlf.config import as_budget
+
+        choice = as_budget(options).option("cupti_source") or "auto"
         source, why = make_source(choice)
         if source is None:
             return self._none(backend, why)
@@ -56,13 +58,13 @@ class CuptiPlugin:
     @hookimpl
     def before_run(self, run):
         # Ask now (the answer is kept for every point), so meta.json and run.log say which timer runs.
-        offered = run.hooks.kernel_timer(run.backend, run.options)
+        offered = run.hooks.kernel_timer(run.backend, run.config.timing)
         why = self.unavailable.get(run.backend.name)
         run.meta["cupti"] = {
             "timer": TIMER_NAME,
             "active": isinstance(offered, CuptiTimer),
             "source": offered.source.name if isinstance(offered, CuptiTimer) else None,
-            "source_choice": getattr(run.options, "cupti_source", "auto"),
+            "source_choice": run.config.options.get("cupti_source", "auto"),
             "unavailable_reason": why,
             "max_samples": MAX_SAMPLES,
             "sample": "sum of the device durations of every kernel one call launched, on any stream "

@@ -1,0 +1,409 @@
+"""A run's settings as one frozen, typed object, written to and read from JSON.
+
+:class:`RunConfig` holds what a run needs (backend, device, ops, dtypes, where it writes, which
+extensions, a :class:`TimingBudget`, and the options each extension declared); a child process
+(a capture probe, a task worker, ``zlf run --config FILE``) gets it as a file, never as
+re-spelt flags. :meth:`RunConfig.from_args` is the one place that reads a parsed command line
+for run settings.
+
+Extension options are declared by the extension that owns them, through ``add_options``: every
+argument it adds becomes an :class:`Option` (its type read from the argument), grouped in one
+:class:`OptionSet` per extension (:func:`declared_options`).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+import attrs
+
+from .errors import UsageError
+
+FORMAT = 1
+MIN_SAMPLES = 5
+MAX_SAMPLES = 10_000
+
+
+class ConfigError(UsageError):
+    """A configuration file or value that cannot be used: one line, exit code 2."""
+
+
+# ----------------------------------------------------------------------------- extension options
+@attrs.frozen
+class Option:
+    """One command-line option an extension declared: its ``dest``, flag, type and default."""
+
+    dest: str
+    flag: str
+    type: str  # bool | int | float | str | list | any
+    default: Any = None
+    choices: Optional[tuple] = None
+    help: str = ""
+
+    @classmethod
+    def from_action(cls, action: argparse.Action) -> "Option":
+        if isinstance(action, (argparse._StoreConstAction, argparse._StoreTrueAction, argparse._StoreFalseAction)):
+            kind = "bool" if isinstance(action.const, bool) else "any"
+        elif isinstance(action, argparse._AppendAction) or action.nargs in ("*", "+"):
+            kind = "list"
+        elif isinstance(action, argparse._CountAction):
+            kind = "int"
+        else:  # a converter of the extension's own: its values are whatever it returns
+            kind = {int: "int", float: "float", str: "str", None: "str"}.get(action.type, "any")
+        flag = max(action.option_strings, key=len) if action.option_strings else action.dest
+        return cls(dest=action.dest, flag=flag, type=kind, default=_frozen(action.default),
+                   choices=tuple(action.choices) if action.choices else None, help=action.help or "")
+
+    def check(self, value, owner: str):
+        """``value`` as this option holds it (lists as tuples), or :class:`ConfigError`."""
+        value = _frozen(value)
+        if value is None:
+            return value
+        ok = {"bool": lambda v: isinstance(v, bool), "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
+              "float": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+              "str": lambda v: isinstance(v, str), "list": lambda v: isinstance(v, tuple),
+              "any": lambda v: True}[self.type]
+        if not ok(value):
+            raise ConfigError(f"option {self.flag} of extension {owner!r}: expected {self.type}, got {value!r}")
+        if self.type == "float":
+            value = float(value)
+        if self.choices is not None and self.type != "list" and value not in self.choices:
+            raise ConfigError(f"option {self.flag} of extension {owner!r}: {value!r} is not one of "
+                              f"{', '.join(map(str, self.choices))}")
+        return value
+
+
+@attrs.frozen
+class OptionSet:
+    """The options one extension added to the run commands."""
+
+    owner: str
+    options: tuple = ()
+
+    def get(self, dest: str) -> Optional[Option]:
+        return next((o for o in self.options if o.dest == dest), None)
+
+
+def declared_options(pm, parser) -> tuple:
+    """Call every ``add_options`` implementation on ``parser`` (in pluggy's call order) and
+    return one :class:`OptionSet` per extension, made from the arguments it added."""
+    sets = []
+    for impl in reversed(pm.hook.add_options.get_hookimpls()):
+        before = set(map(id, parser._actions))
+        impl.function(**{name: parser for name in impl.argnames})
+        added = [a for a in parser._actions if id(a) not in before and a.dest != argparse.SUPPRESS]
+        if added:
+            sets.append(OptionSet(impl.plugin_name, tuple(Option.from_action(a) for a in added)))
+    return tuple(sets)
+
+
+def _frozen(value):
+    if isinstance(value, list):
+        return tuple(_frozen(v) for v in value)
+    return value
+
+
+def _thawed(value):
+    if isinstance(value, tuple):
+        return [_thawed(v) for v in value]
+    return value
+
+
+@attrs.frozen(eq=True, hash=False)
+class ExtensionOptions:
+    """The values of the extensions' options, by owner: ``{"cudagraph": {"cudagraph_probe": ...}}``.
+
+    Read one with attribute access (``opts.cudagraph_probe``) or :meth:`get`; option names are
+    unique across extensions (they share one command line). Owner ``""`` holds values whose
+    owner is unknown (a namespace built by hand).
+    """
+
+    values: Mapping = attrs.field(factory=dict, converter=lambda m: {o: {k: _frozen(v) for k, v in d.items()}
+                                                                     for o, d in dict(m).items()})
+
+    def get(self, name: str, default=None):
+        for owned in self.values.values():
+            if name in owned:
+                return owned[name]
+        return default
+
+    def __getattr__(self, name: str):
+        if name.startswith("_") or name == "values":
+            raise AttributeError(name)
+        marker = object()
+        value = self.get(name, marker)
+        if value is marker:
+            raise AttributeError(f"no active extension declared option {name!r}")
+        return value
+
+    def __contains__(self, name: str) -> bool:
+        return any(name in owned for owned in self.values.values())
+
+    def flat(self) -> dict:
+        return {k: v for owned in self.values.values() for k, v in owned.items()}
+
+    def to_json(self) -> dict:
+        return {o: {k: _thawed(v) for k, v in sorted(d.items())} for o, d in sorted(self.values.items())}
+
+    def bound(self, option_sets) -> "ExtensionOptions":
+        """Checked against the declarations: every value typed, missing ones at their default,
+        an option no active extension declared is a :class:`ConfigError`."""
+        declared = {s.owner: s for s in option_sets}
+        for owner, owned in self.values.items():
+            for dest in owned:
+                if owner not in declared or declared[owner].get(dest) is None:
+                    known = ", ".join(f"{s.owner}: {', '.join(o.dest for o in s.options)}" for s in option_sets)
+                    raise ConfigError(f"option {dest!r} of extension {owner!r} is not declared by an active "
+                                      f"extension (declared: {known or 'none'})")
+        return ExtensionOptions({s.owner: {o.dest: o.check(self.values.get(s.owner, {}).get(o.dest, o.default), s.owner)
+                                           for o in s.options} for s in option_sets})
+
+
+# ----------------------------------------------------------------------------- timing
+@attrs.frozen
+class TimingBudget:
+    """How every point is timed: the ``options`` a ``time_fn`` and ``kernel_timer`` receive.
+
+    ``None`` budgets and L2 policy mean the backend's defaults (:meth:`budgets`, :meth:`flush`).
+    ``warmup``/``iters`` are call counts (``zlf task``), turned into ms budgets by the caller.
+    The extensions' options ride along in ``extensions``; an attribute this class does not
+    define is looked up there, so ``options.cudagraph_replay_ms`` reads as before.
+    """
+
+    timer: Optional[str] = None
+    warmup_ms: Optional[float] = None
+    rep_ms: Optional[float] = None
+    flush_l2: Optional[bool] = None
+    warmup: Optional[int] = None
+    iters: Optional[int] = None
+    min_samples: int = MIN_SAMPLES
+    max_samples: int = MAX_SAMPLES
+    extensions: ExtensionOptions = attrs.field(factory=ExtensionOptions, eq=False, repr=False)
+
+    def budgets(self, backend) -> tuple:
+        """``(warmup_ms, rep_ms)``, each the backend's where not given."""
+        return (backend.warmup_ms if self.warmup_ms is None else self.warmup_ms,
+                backend.rep_ms if self.rep_ms is None else self.rep_ms)
+
+    def flush(self, backend) -> bool:
+        """Whether to flush L2 before each sample: ``--flush-l2`` / ``--no-flush-l2`` or the backend's default."""
+        return backend.flush_l2_default if self.flush_l2 is None else bool(self.flush_l2)
+
+    def option(self, name: str, default=None):
+        """An extension option's value (``default`` when no active extension declared it)."""
+        return self.extensions.get(name, default)
+
+    def with_changes(self, **changes) -> "TimingBudget":
+        return attrs.evolve(self, **changes)
+
+    def __getattr__(self, name: str):
+        if name.startswith("_") or name == "extensions":
+            raise AttributeError(name)
+        return getattr(object.__getattribute__(self, "extensions"), name)
+
+    def to_json(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in attrs.fields(TimingBudget) if f.name != "extensions"}
+
+    def check(self) -> None:
+        for flag, value, zero_ok in (("--warmup-ms", self.warmup_ms, True), ("--rep-ms", self.rep_ms, False)):
+            if value is not None and not (math.isfinite(value) and (value > 0 or (zero_ok and value == 0))):
+                raise UsageError(f"{flag} {value:g}: expected a {'non-negative' if zero_ok else 'positive'} "
+                                 "number of milliseconds")
+        for flag, value, low in (("--warmup", self.warmup, 0), ("--iters", self.iters, 1)):
+            if value is not None and value < low:
+                raise UsageError(f"{flag} {value}: expected {low} or more")
+
+
+def as_budget(options) -> TimingBudget:
+    """``options`` as a :class:`TimingBudget`: itself, or one read from a namespace (a caller
+    from before budgets existed) or None (the backend's defaults)."""
+    if isinstance(options, TimingBudget):
+        return options
+    return RunConfig.from_args(options).timing
+
+
+# ----------------------------------------------------------------------------- the run
+#: command-line ``dest`` -> RunConfig field (``timing.X``: a TimingBudget field).
+ARGS = {
+    "command": "command", "ops": "ops", "dtype": "dtypes", "backend": "backend", "device": "device", "out": "out", "name": "name",
+    "time_limit": "time_limit_s", "json": "json", "ext": "ext", "no_ext": "no_ext",
+    "gpus": "gpus", "executor": "executor", "ray_address": "ray_address", "retries": "retries",
+    "timer": "timing.timer", "warmup_ms": "timing.warmup_ms", "rep_ms": "timing.rep_ms",
+    "flush_l2": "timing.flush_l2", "warmup": "timing.warmup", "iters": "timing.iters",
+}
+#: parsed-namespace entries that are the command line's own, never a run setting.
+NOT_SETTINGS = frozenset({"handler", "config", "run_options"})
+
+
+def _split_dtypes(values) -> tuple:
+    return tuple(d.strip() for v in values or () for d in v.split(",") if d.strip())
+
+
+def _names(values) -> Optional[tuple]:
+    return None if values is None else tuple(values)
+
+
+@attrs.frozen
+class RunConfig:
+    """Everything one run is: read from the command line (:meth:`from_args`) or a file (:meth:`read`).
+
+    ``command`` is the command that runs it (``run``; an extension's, such as ``task``).
+    """
+
+    command: str = "run"
+    ops: tuple = attrs.field(default=(), converter=tuple)
+    dtypes: tuple = attrs.field(default=(), converter=tuple)
+    backend: Optional[str] = None
+    device: int = 0
+    out: str = "runs"
+    name: Optional[str] = None
+    time_limit_s: Optional[float] = None
+    json: bool = False
+    ext: Optional[tuple] = attrs.field(default=None, converter=_names)
+    no_ext: Optional[tuple] = attrs.field(default=None, converter=_names)
+    gpus: Optional[str] = None
+    executor: Optional[str] = None
+    ray_address: Optional[str] = None
+    retries: Optional[int] = None
+    timing: TimingBudget = attrs.field(factory=TimingBudget)
+    options: ExtensionOptions = attrs.field(factory=ExtensionOptions)
+
+    def __attrs_post_init__(self):
+        if self.timing.extensions is not self.options:  # the budget carries the same extension options
+            object.__setattr__(self, "timing", attrs.evolve(self.timing, extensions=self.options))
+
+    # ------------------------------------------------------------------ building
+    @classmethod
+    def from_args(cls, args, option_sets=None) -> "RunConfig":
+        """The run settings of a parsed command line: the only place that reads one.
+
+        :param option_sets: the extensions' :class:`OptionSet` s; their values are taken (typed)
+            from ``args``. None: every other JSON-able entry of ``args`` is kept under owner ``""``.
+        """
+        given = {} if args is None else dict(vars(args))
+        core, timing = {}, {}
+        for dest, field in ARGS.items():
+            if given.get(dest) is None:
+                continue
+            section, _, name = field.rpartition(".")
+            (timing if section else core)[name] = given[dest]
+        if "dtypes" in core:
+            dtypes = _split_dtypes(core["dtypes"])
+            if not dtypes:
+                raise UsageError(f"--dtype {','.join(core['dtypes'])!r}: names no dtype (e.g. --dtype float16,bfloat16)")
+            core["dtypes"] = dtypes
+        if option_sets is None:
+            from .records import is_jsonable
+
+            loose = {k: v for k, v in given.items() if k not in ARGS and k not in NOT_SETTINGS and is_jsonable(v)}
+            options = ExtensionOptions({"": loose} if loose else {})
+        else:
+            options = ExtensionOptions({s.owner: {o.dest: given.get(o.dest, o.default) for o in s.options}
+                                        for s in option_sets}).bound(option_sets)
+        return cls(**core, timing=TimingBudget(**timing), options=options)
+
+    def with_changes(self, **changes) -> "RunConfig":
+        """A copy with fields changed; TimingBudget field names change the budget."""
+        budget = {k: changes.pop(k) for k in list(changes) if k in attrs.fields_dict(TimingBudget)}
+        if budget:
+            changes["timing"] = self.timing.with_changes(**budget)
+        return attrs.evolve(self, **changes)
+
+    def bound(self, option_sets) -> "RunConfig":
+        """The same config with its extension options checked against ``option_sets``."""
+        return attrs.evolve(self, options=self.options.bound(option_sets))
+
+    def check(self) -> None:
+        """One-line refusals of settings that no run can use (before anything is created)."""
+        self.timing.check()
+        if self.gpus is not None:
+            parse_gpus(self.gpus)
+
+    # ------------------------------------------------------------------ the command line's view
+    def namespace(self, base=None) -> argparse.Namespace:
+        """The parsed command line this config stands for (``base``'s own entries kept): what
+        ``session.options`` / ``run.options`` are for code that reads a namespace."""
+        ns = argparse.Namespace(**vars(base)) if base is not None else argparse.Namespace()
+        for dest, field in ARGS.items():
+            section, _, name = field.rpartition(".")
+            value = getattr(self.timing if section else self, name)
+            if dest in ("ops", "dtype"):
+                value = list(value) if value or dest == "ops" else None
+            elif dest in ("ext", "no_ext") and value is not None:
+                value = list(value)
+            setattr(ns, dest, value)
+        for name, value in self.options.flat().items():
+            setattr(ns, name, _thawed(value))
+        return ns
+
+    # ------------------------------------------------------------------ JSON
+    def to_json(self) -> dict:
+        data = {"format": FORMAT}
+        for f in attrs.fields(RunConfig):
+            value = getattr(self, f.name)
+            data[f.name] = value.to_json() if hasattr(value, "to_json") else _thawed(value)
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping, source: str = "config") -> "RunConfig":
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"{source}: expected a JSON object, got {type(data).__name__}")
+        data = dict(data)
+        version = data.pop("format", FORMAT)
+        if version != FORMAT:
+            raise ConfigError(f"{source}: format {version!r} is not {FORMAT}")
+        _known(data, attrs.fields_dict(RunConfig), source)
+        timing = dict(data.pop("timing", {}) or {})
+        _known(timing, {k for k in attrs.fields_dict(TimingBudget) if k != "extensions"}, f"{source}: timing")
+        options = data.pop("options", {}) or {}
+        if not isinstance(options, Mapping) or not all(isinstance(v, Mapping) for v in options.values()):
+            raise ConfigError(f"{source}: options: expected {{extension: {{option: value}}}}")
+        try:
+            return cls(**data, timing=TimingBudget(**timing), options=ExtensionOptions(options))
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"{source}: {exc}") from exc
+
+    def write(self, path) -> Path:
+        from .rundir import write_atomic
+
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, json.dumps(self.to_json(), indent=2) + "\n")
+        return path
+
+    @classmethod
+    def read(cls, path) -> "RunConfig":
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text())
+        except OSError as exc:
+            raise ConfigError(f"config {path}: {exc.strerror or exc}") from exc
+        except ValueError as exc:
+            raise ConfigError(f"config {path}: not JSON ({exc})") from exc
+        return cls.from_json(data, source=f"config {path}")
+
+
+def _known(data: Mapping, fields, source: str) -> None:
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise ConfigError(f"{source}: unknown key{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))} "
+                          f"(known: {', '.join(sorted(fields))})")
+
+
+def parse_gpus(text: Optional[str]) -> list:
+    """``"0,1,3"`` -> ``["0", "1", "3"]`` (labels, as the visible-devices variable takes them)."""
+    if text is None:
+        return []
+    gpus = [g.strip() for g in str(text).split(",") if g.strip()]
+    if not gpus:
+        raise UsageError(f"--gpus {text!r}: expected a list such as 0,1,2,3")
+    for g in gpus:  # what a visible-devices variable takes: an index, or a GPU / MIG uuid
+        if not re.fullmatch(r"\d+|(GPU|MIG)-[0-9A-Za-z/-]+", g):
+            raise UsageError(f"--gpus {text!r}: {g!r} is not a GPU index (or GPU-/MIG- uuid); expected e.g. 0,1,2,3")
+    if len(set(gpus)) != len(gpus):
+        raise UsageError(f"--gpus {text!r}: a GPU is listed twice")
+    return gpus
