@@ -90,8 +90,9 @@ def test_a_run_directory_matches_its_schemas(zlf_cli, zlf_core_only, tmp_path):
 
 
 @pytest.mark.slow
-def test_an_ab_campaign_matches_its_schemas(zlf_cli, zlf_core_only, tmp_path):
-    proc = zlf_cli("ab", "add", "--switch", "ZLF_FORMATS_TEST", "--rounds", "2", "--backend", "cpu",
+def test_an_ab_campaign_matches_its_schemas(zlf_cli, zlf_core_only, zlf_op_file, tmp_path):
+    zlf_op_file("neg", shapes=[(64,), (128,)], path=tmp_path / "my_ops.py")
+    proc = zlf_cli("ab", "neg:my_ops.py", "--switch", "ZLF_FORMATS_TEST", "--rounds", "2", "--backend", "cpu",
                    "--warmup-ms", "1", "--rep-ms", "2", "--out", "o", timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (camp,) = (tmp_path / "o").glob("ab_*")
@@ -100,7 +101,7 @@ def test_an_ab_campaign_matches_its_schemas(zlf_cli, zlf_core_only, tmp_path):
     # campaign.json + summary.json + per run: meta.json and two points
     assert schemas.check_campaign_dir(camp) == 2 + 4 * 3
     summary = json.loads((camp / "summary.json").read_text())
-    assert [p["point"] for p in summary["points"]] == ["add/1024/float32", "add/65536/float32"]
+    assert [p["point"] for p in summary["points"]] == ["neg/64/float32", "neg/128/float32"]
 
 
 def test_a_written_run_directory_with_an_ir_index_is_checked_row_by_row(zlf_run_dir):
