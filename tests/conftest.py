@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from zlf.testing import HeldDispatch, clean_env as _env, read_records, run_dir_from, run_zlf  # noqa: F401
+from zlf.testing import HeldDispatch, clean_env as _env, gpu_available, read_records, run_dir_from, run_zlf  # noqa: F401
 
 ROOT = Path(__file__).resolve().parent.parent
 
