@@ -1,17 +1,41 @@
-"""Core's tests: the fixtures come from zlf.testing (a pytest plugin installed with zlf); the
-names below keep ``from conftest import ...`` working in core's test files."""
+"""Core's tests run with no extension active (they pass with only core installed): every test
+and the zlf processes it starts see ``ZLF_DISABLE`` naming every installed extension. A test of
+core against real extensions says which with ``@pytest.mark.extensions("seed", ...)``: it is
+skipped where one is not installed, and those stay active.
+
+The fixtures come from zlf.testing (a pytest plugin installed with zlf); the names below keep
+``from conftest import ...`` working in core's test files."""
 from __future__ import annotations
 
 from pathlib import Path
 
-from zlf.testing import HeldDispatch, clean_env as _env, gpu_available, read_records, run_dir_from, run_zlf  # noqa: F401
+import pytest
+
+from zlf.testing import (HeldDispatch, clean_env as _env, core_only_env, gpu_available,  # noqa: F401
+                         installed_extensions, read_records, run_dir_from, run_zlf)
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def zlf_seed_only(*args, cwd, env=None):
-    """``python -m zlf ARGS`` in ``cwd`` with only the seed extension active and a private cache
-    dir (ceilings); a module-level helper for module-scoped fixtures, which cannot use ``zlf_cli``."""
-    full_env = {"ZLF_EXTENSIONS": "seed", "ZLF_CACHE_DIR": str(Path(cwd) / "cache")}
+def pytest_configure(config):
+    config.addinivalue_line("markers", "extensions(*names): the installed extensions a core test needs active")
+
+
+@pytest.fixture(autouse=True)
+def _only_core_unless_marked(request, monkeypatch):
+    marker = request.node.get_closest_marker("extensions")
+    wanted = set(marker.args) if marker else set()
+    installed = installed_extensions()
+    missing = sorted(wanted - set(installed))
+    if missing:
+        pytest.skip(f"needs the extension(s) {', '.join(missing)} installed")
+    monkeypatch.setenv("ZLF_DISABLE", ",".join(n for n in installed if n not in wanted))
+    monkeypatch.delenv("ZLF_EXTENSIONS", raising=False)
+
+
+def zlf_core(*args, cwd, env=None):
+    """``python -m zlf ARGS`` in ``cwd`` with only core active and a private cache dir
+    (ceilings); a module-level helper for module-scoped fixtures, which cannot use ``zlf_cli``."""
+    full_env = {**core_only_env(), "ZLF_CACHE_DIR": str(Path(cwd) / "cache")}
     full_env.update(env or {})
     return run_zlf(*args, cwd=cwd, env=full_env, timeout=300)
