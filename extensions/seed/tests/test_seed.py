@@ -38,7 +38,7 @@ def test_meta_and_report_name_the_seed(zlf_cli, tmp_path):
 
 
 def test_bool_and_complex_inputs_are_fingerprinted(zlf_cli, tmp_path):
-    (tmp_path / "odd.py").write_text(\'\'\'
+    (tmp_path / "odd.py").write_text('''
 import torch, zlf
 
 def mk(shape, dtype, device):
@@ -49,7 +49,7 @@ def gt(x, out, c):
     torch.gt(x, 0, out=out)
 
 gt_op = zlf.Op(name="gt", fn=gt, make_inputs=mk, shapes=[(64,)], reference=lambda x, out, c: x > 0, outputs=(1,))
-\'\'\')
+''')
     proc = zlf_cli("run", "odd.py", "--ext", "seed", "--rep-ms", "2", check_rc=0)
     [record] = read_records(run_dir_from(proc.stdout, tmp_path))
     assert record["status"] == "ok" and record["extra"]["inputs_fingerprint"]
