@@ -289,7 +289,7 @@ def test_killed_task_campaign_leaves_no_worker(tmp_path, env, hang):
 # ----------------------------------------------------------------------------- 8: per-point time limit
 def test_python_level_hang_is_a_failed_point_and_the_run_goes_on(tmp_path, env, ops_file):
     done = run(["run", f"{ops_file}::a_ok", f"{ops_file}::b_hang", f"{ops_file}::c_ok", "--backend", "cpu",
-                "--no-ext", "cudagraph", "--time-limit", "1", "--out", tmp_path / "runs"], tmp_path, env)
+                "--time-limit", "1", "--out", tmp_path / "runs"], tmp_path, env)
     assert done.returncode == 1, done.stderr
     records = {r["op"]: r for r in read_records(only_dir(tmp_path / "runs"))}
     assert [records[o]["status"] for o in ("a_ok", "b_hang", "c_ok")] == ["ok", "FAILED", "ok"]
@@ -298,7 +298,7 @@ def test_python_level_hang_is_a_failed_point_and_the_run_goes_on(tmp_path, env, 
 
 def test_hard_hang_is_stopped_by_the_watchdog(tmp_path, env, ops_file):
     done = run(["run", f"{ops_file}::a_ok", f"{ops_file}::e_hard", f"{ops_file}::c_ok", "--backend", "cpu",
-                "--no-ext", "cudagraph", "--time-limit", "1", "--out", tmp_path / "runs"], tmp_path, env, timeout=30)
+                "--time-limit", "1", "--out", tmp_path / "runs"], tmp_path, env, timeout=30)
     assert done.returncode == 124, done.stderr
     assert "hung past its time limit of 1 s" in done.stderr and "Traceback" not in done.stderr
     d = only_dir(tmp_path / "runs")
@@ -318,7 +318,7 @@ def test_bad_time_limit_is_one_line(tmp_path, env):
 
 # ----------------------------------------------------------------------------- 9: SIGTERM is handled like Ctrl-C
 def test_sigterm_of_a_run_keeps_points_and_says_terminated(tmp_path, env, ops_file):
-    proc = spawn(["run", f"{ops_file}::a_ok", f"{ops_file}::b_hang", "--backend", "cpu", "--no-ext", "cudagraph",
+    proc = spawn(["run", f"{ops_file}::a_ok", f"{ops_file}::b_hang", "--backend", "cpu",
                   "--time-limit", "0", "--out", tmp_path / "runs"], tmp_path, env)
     wait_for(lambda: any(p.stat().st_size for p in (tmp_path / "runs").glob("*/results.jsonl")), 30, "the first point")
     time.sleep(0.3)
@@ -347,7 +347,7 @@ def test_sigterm_of_a_campaign_leaves_it_resumable(tmp_path, env, ops_file):
 
 # ----------------------------------------------------------------------------- 10: sys.exit inside an op
 def test_sys_exit_in_an_op_is_the_points_failure(tmp_path, env, ops_file, capsys):
-    rc = main(["run", f"{ops_file}::d_exit", f"{ops_file}::a_ok", "--backend", "cpu", "--no-ext", "cudagraph",
+    rc = main(["run", f"{ops_file}::d_exit", f"{ops_file}::a_ok", "--backend", "cpu",
                "--out", str(tmp_path / "runs")])
     assert rc == 1
     records = read_records(only_dir(tmp_path / "runs"))
@@ -372,7 +372,7 @@ def test_missing_nvcc_is_a_setup_error(tmp_path, env, monkeypatch, capsys):
 def test_complex_output_checked_on_both_parts(tmp_path, env, ops_file):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # torch's "Casting complex values to real discards the imaginary part"
-        rc = main(["run", f"{ops_file}::c_wrong", f"{ops_file}::c_right", "--backend", "cpu", "--no-ext", "cudagraph",
+        rc = main(["run", f"{ops_file}::c_wrong", f"{ops_file}::c_right", "--backend", "cpu",
                    "--out", str(tmp_path / "runs")])
     records = {r["op"]: r for r in read_records(only_dir(tmp_path / "runs"))}
     assert rc == 1

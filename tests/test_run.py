@@ -282,7 +282,7 @@ def test_the_check_runs_outside_an_ops_held_environment(zlf_cli, tmp_path):
         held = op("held", outside=env.outside)
         unguarded = op("unguarded")
         """))
-    proc = zlf_cli("run", f"{ops}::held", f"{ops}::unguarded", "--no-ext", "cudagraph", "--rep-ms", "2")
+    proc = zlf_cli("run", f"{ops}::held", f"{ops}::unguarded", "--rep-ms", "2")
     records = {r["op"]: r for r in read_records(run_dir_from(proc.stdout, tmp_path))}
     assert records["held"]["status"] == "ok", records["held"]
     assert records["held"]["max_rel_err"] == 0.0
