@@ -9,6 +9,11 @@ setup:
 run: setup
 	$(PYTHON) -m zlf run
 
+# Each distribution tests alone: core's tests with core alone installed, then every extension's
+# tests (and core's tests of real extensions, marked `extensions`) with everything installed.
 test:
+	$(PYTHON) scripts/setup.py --tests --core
+	$(PYTHON) -m pytest -q tests
 	$(PYTHON) scripts/setup.py --tests
-	$(PYTHON) -m pytest -q
+	$(PYTHON) -m pytest -q extensions
+	$(PYTHON) -m pytest -q tests -m extensions

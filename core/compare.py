@@ -37,7 +37,7 @@ NO_TIME = "no time"
 FASTER, SLOWER, UNCHANGED = "faster", "slower", "unchanged"
 
 #: no threshold below this: run-to-run drift of a whole process exceeds the in-process sample
-#: spread, and a same-timer A/A control on real hardware showed a 1.7 pp noise floor (FORMATS §5b).
+#: spread, and a same-timer A/A control on real hardware showed a 1.7 pp noise floor (docs/measurements.md, "Field figures").
 THRESHOLD_FLOOR_PCT = 1.0
 #: used only when the records carry no samples to estimate noise from.
 THRESHOLD_FALLBACK_PCT = 2.0
@@ -536,7 +536,7 @@ def to_json(cmp: Comparison, gate_pct: Optional[float] = None) -> dict:
 
 
 def _metric(record: Optional[PointRecord], value) -> str:
-    # FORMATS §7: "OOM" stands in place of the numbers of a point that did not fit.
+    # docs/formats.md, "Tables": "OOM" stands in place of the numbers of a point that did not fit.
     if record is None:
         return ""
     if record.status == STATUS_OOM:

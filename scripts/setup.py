@@ -1,13 +1,17 @@
 """Install core and every extension in editable mode (one command for development).
 
 ``--tests`` also installs what the test suite needs: pytest, and the optional Ray executor
-(zlf[ray]) so that its tests run instead of skipping.
+(zlf[ray]) so that its tests run instead of skipping. ``--core`` installs core alone and removes
+the extensions of this repository if they are installed: core's tests pass without any (``make
+test`` runs them so first).
 
 torch is installed first only when missing (vendor stacks bring their own builds; 2.13.0 is the
 CPU build a laptop wants). Builds run without isolation so an offline GPU box can install too.
 """
+import importlib.metadata
 import importlib.util
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -17,6 +21,14 @@ pip = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version
 
 def missing(module: str) -> bool:
     return importlib.util.find_spec(module) is None
+
+
+def _installed(distribution: str) -> bool:
+    try:
+        importlib.metadata.distribution(distribution)
+        return True
+    except importlib.metadata.PackageNotFoundError:
+        return False
 
 
 if missing("torch"):
@@ -30,6 +42,13 @@ except ImportError:
 if old:  # editable installs of pyproject-only packages need PEP 660 support
     subprocess.check_call(pip + ["setuptools>=64"])
 extensions = sorted(p.parent for p in (root / "extensions").glob("*/pyproject.toml") if not p.parent.name.startswith("_"))
+core_only = "--core" in sys.argv[1:]
+if core_only:
+    names = [re.search(r'^name = "([^"]+)"', (e / "pyproject.toml").read_text(), re.M).group(1) for e in extensions]
+    installed = [n for n in names if _installed(n)]
+    if installed:
+        subprocess.check_call([sys.executable, "-m", "pip", "uninstall", "--quiet", "--yes", *installed])
+    extensions = []
 args = ["--no-build-isolation", "-e", str(root)]
 for ext in extensions:
     args += ["-e", str(ext)]
@@ -38,4 +57,4 @@ if "--tests" in sys.argv[1:]:
     extra += ["pytest>=7"] if missing("pytest") else []
     extra += ["ray>=2.9"] if missing("ray") else []
 subprocess.check_call(pip + args + extra)
-print(f"installed zlf and {len(extensions)} extensions: {', '.join(e.name for e in extensions)}")
+print(f"installed zlf and {len(extensions)} extensions" + (f": {', '.join(e.name for e in extensions)}" if extensions else " (core alone)"))

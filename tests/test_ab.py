@@ -74,7 +74,7 @@ def campaign_data(tmp_path, ops=("add",), rounds_first=2, until=False, max_round
     statistics.update(stat)
     return {"label": "t", "cwd": str(tmp_path), "aa": aa, "switch": None,
             "sides": [Side("A", {"X": "0"}).to_json(), Side("B", {"X": "1"}).to_json()],
-            "ops": [OpSpec(o, o).to_json() for o in ops], "run_args": [], "extension_args": ["--ext", "seed"],
+            "ops": [OpSpec(o, o).to_json() for o in ops], "run_args": [], "extension_args": [],
             "replay": False, "backend": None, "device": 0, "require_idle": False, "idle_wait": 0,
             "fail_on_slower": True, "statistics": statistics, "guards": {"switch_source": []},
             "triton_cache": str(tmp_path / "cache")}
@@ -193,7 +193,7 @@ def test_default_switch_sources_are_triton_and_the_op_files(tmp_path):
 
 def test_null_switch_dry_run_warns_and_runs_nothing(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    rc = cli.main(["ab", "add", "--switch", "ZLF_AB_NOBODY_READS_THIS", "--dry-run", "--ext", "seed", "--out", "o"])
+    rc = cli.main(["ab", "add", "--switch", "ZLF_AB_NOBODY_READS_THIS", "--dry-run", "--out", "o"])
     out, err = capsys.readouterr()
     assert rc == 0
     assert "ZLF_AB_NOBODY_READS_THIS is not referenced" in err and "NOT FOUND" in out
@@ -253,7 +253,7 @@ def test_report_of_a_complete_campaign(tmp_path, capsys):
     fill(c)
     c.data["status"] = "complete"
     c.save()
-    rc = cli.main(["ab", "--resume", str(c.path), "--ext", "seed"])
+    rc = cli.main(["ab", "--resume", str(c.path)])
     out = capsys.readouterr().out
     assert rc == 1  # --fail-on-slower and add/1024 is 60% slower
     summary = (c.path / "summary.log").read_text()
@@ -347,7 +347,7 @@ def test_until_confident_freezes_verdicts_and_extends_only_undecided_ops(tmp_pat
 
 def test_fewer_than_three_rounds_warn_loudly_and_margin_is_an_alias(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    rc = cli.main(["ab", "--switch", "X", "--rounds", "2", "--margin", "3", "--dry-run", "--ext", "seed", "add"])
+    rc = cli.main(["ab", "--switch", "X", "--rounds", "2", "--margin", "3", "--dry-run", "add"])
     err = capsys.readouterr().err
     assert rc == 0 and "fewer than 3 rounds" in err and "--margin is deprecated" in err
     with pytest.raises(UsageError, match="--min-effect"):
@@ -404,7 +404,7 @@ def _zlf(*args, cwd, env=None, **kw):
 
 @pytest.mark.slow
 def test_resume_after_a_killed_campaign(tmp_path):
-    proc = _zlf("ab", "add", "--switch", "ZLF_AB_TEST_NULL", "--rounds", "2", "--rep-ms", "5", "--ext", "seed",
+    proc = _zlf("ab", "add", "--switch", "ZLF_AB_TEST_NULL", "--rounds", "2", "--rep-ms", "5",
                 "--out", "o", cwd=tmp_path)
     deadline = time.monotonic() + 120
     state = None
@@ -425,7 +425,7 @@ def test_resume_after_a_killed_campaign(tmp_path):
     os.kill(proc.pid, signal.SIGKILL)
     proc.communicate()
     camp = files[0].parent
-    done = _zlf("ab", "--resume", camp, "--ext", "seed", cwd=tmp_path)
+    done = _zlf("ab", "--resume", camp, cwd=tmp_path)
     out, err = done.communicate(timeout=180)
     assert done.returncode == 0, out + err
     state = json.loads((camp / "campaign.json").read_text())
@@ -465,7 +465,7 @@ neg = zlf.Op(name="neg", fn=_neg, make_inputs=make, shapes=[(256,)], reference=l
 def test_an_op_failing_on_one_side_gets_no_report(tmp_path):
     (tmp_path / "my_ops.py").write_text(OP_FILE)
     proc = _zlf("ab", "neg:my_ops.py", "--switch", "ZLF_AB_TEST_BREAK", "--rounds", "2", "--rep-ms", "5",
-                "--ext", "seed", "--out", "o", cwd=tmp_path)
+                "--out", "o", cwd=tmp_path)
     out, err = proc.communicate(timeout=180)
     assert proc.returncode == 1, out + err
     (camp,) = (tmp_path / "o").glob("ab_ZLF_AB_TEST_BREAK_*")
@@ -525,7 +525,7 @@ def test_campaign_json_is_fsynced_before_the_rename(tmp_path, monkeypatch):
 
 def test_a_refused_option_combination_leaves_no_campaign(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    rc = cli.main(["ab", "add", "--switch", "S", "--require-idle", "--gpus", "0", "--ext", "seed", "--out", "o"])
+    rc = cli.main(["ab", "add", "--switch", "S", "--require-idle", "--gpus", "0", "--out", "o"])
     assert rc == 2 and "--require-idle" in capsys.readouterr().err
     assert not list(tmp_path.glob("o/ab_*"))
     c = Campaign.create(tmp_path / "r", "t", campaign_data(tmp_path))
@@ -533,7 +533,7 @@ def test_a_refused_option_combination_leaves_no_campaign(tmp_path, capsys, monke
     c.data["require_idle"] = True
     c.save()
     before = (c.path / "campaign.json").read_text()
-    rc = cli.main(["ab", "--resume", str(c.path), "--gpus", "0", "--ext", "seed"])
+    rc = cli.main(["ab", "--resume", str(c.path), "--gpus", "0"])
     assert rc == 2 and (c.path / "campaign.json").read_text() == before
 
 
@@ -579,7 +579,7 @@ neg, boom, bad = _op("neg", _neg), _op("boom", _boom), _op("bad", _bad)
 def test_shared_processes_isolate_a_crashing_and_a_failing_op(tmp_path):
     (tmp_path / "my_ops.py").write_text(SHARED_OPS)
     proc = _zlf("ab", "neg:my_ops.py", "boom:my_ops.py", "bad:my_ops.py", "--switch", "ZLF_AB_TEST_BREAK",
-                "--rounds", "2", "--rep-ms", "2", "--warmup-ms", "1", "--ext", "seed", "--out", "o", cwd=tmp_path)
+                "--rounds", "2", "--rep-ms", "2", "--warmup-ms", "1", "--out", "o", cwd=tmp_path)
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 1, out + err  # bad failed, as it would alone
     (camp,) = (tmp_path / "o").glob("ab_*")

@@ -313,7 +313,9 @@ class Platform:
         self.cls, self.device, self.fake, self.tensors, self.vendor_fields = cls, device, fake, tensors, vendor_fields
 
 
-@pytest.fixture(params=["cpu", pytest.param("cuda", marks=pytest.mark.gpu), "musa", "maca", "foo"])
+@pytest.fixture(params=["cpu", pytest.param("cuda", marks=pytest.mark.gpu),
+                        pytest.param("musa", marks=pytest.mark.extensions("musa")),
+                        pytest.param("maca", marks=pytest.mark.extensions("maca")), "foo"])
 def platform(request, monkeypatch, _isolated):
     name = request.param
     if name == "cpu":
@@ -557,12 +559,14 @@ def test_contract_problems_name_what_is_missing():
 
 
 # ------------------------------------------------------------------------------ vendor specifics
+@pytest.mark.extensions("musa")
 def test_musa_without_torch_musa_says_why():
     cls = _musa_cls()
     assert not cls.is_available()
     assert "torch_musa is not installed" in cls.unavailable_reason()
 
 
+@pytest.mark.extensions("musa")
 def test_musa_with_no_device_says_why(monkeypatch, _isolated):
     install_fake_musa(monkeypatch, _isolated, available=False)
     cls = _musa_cls()
@@ -570,6 +574,7 @@ def test_musa_with_no_device_says_why(monkeypatch, _isolated):
     assert "sees no MUSA device" in cls.unavailable_reason()
 
 
+@pytest.mark.extensions("musa")
 def test_musa_state_maps_visible_devices_and_reports_strangers(monkeypatch, _isolated):
     install_fake_musa(monkeypatch, _isolated)
     _fake_cli(_isolated, "mthreads-gmi", gmi_output(os.getpid()), require_args="-q -i 1")
@@ -582,6 +587,7 @@ def test_musa_state_maps_visible_devices_and_reports_strangers(monkeypatch, _iso
     assert len(warnings) == 1 and str(OTHER_PID) in warnings[0] and "other_job" in warnings[0]
 
 
+@pytest.mark.extensions("musa")
 def test_musa_throttle_is_a_warning():
     from zlf_backend_musa import gmi
 
@@ -591,6 +597,7 @@ def test_musa_throttle_is_a_warning():
     assert gmi.device_state(gmi_output(1), own_pid=1).get("throttle") is None
 
 
+@pytest.mark.extensions("maca")
 def test_maca_state_per_gpu_and_visible_devices(monkeypatch, _isolated):
     install_fake_maca_torch(monkeypatch)
     _fake_cli(_isolated, "mx-smi", mxsmi_output(os.getpid()), require_args="")
@@ -609,6 +616,7 @@ def _session(*ext):
     return Session.create(argparse.Namespace(ext=list(ext), no_ext=None, timer=None))
 
 
+@pytest.mark.extensions("maca")
 @pytest.mark.parametrize("signal", ["mx-smi", "GEMS_VENDOR", "triton"])
 def test_maca_box_is_claimed_by_maca_not_cuda(monkeypatch, _isolated, signal):
     install_fake_maca_torch(monkeypatch)
@@ -627,6 +635,7 @@ def test_maca_box_is_claimed_by_maca_not_cuda(monkeypatch, _isolated, signal):
         _session("maca").choose_backend("cuda")
 
 
+@pytest.mark.extensions("maca")
 def test_nvidia_box_stays_cuda_and_maca_can_be_forced(monkeypatch, _isolated):
     install_fake_maca_torch(monkeypatch)  # torch.cuda answers; nothing says MetaX
     assert CudaBackend.is_available() and not _maca_cls().is_available()
@@ -635,6 +644,7 @@ def test_nvidia_box_stays_cuda_and_maca_can_be_forced(monkeypatch, _isolated):
     assert forced.name == "maca" and forced.fingerprint()["maca_detection"] == ["forced with --backend maca / ZLF_BACKEND=maca"]
 
 
+@pytest.mark.extensions("maca")
 def test_explicit_other_vendor_wins_over_a_stray_mx_smi(monkeypatch, _isolated):
     install_fake_maca_torch(monkeypatch)
     _fake_cli(_isolated, "mx-smi", mxsmi_output(os.getpid()))
@@ -645,6 +655,7 @@ def test_explicit_other_vendor_wins_over_a_stray_mx_smi(monkeypatch, _isolated):
     assert _session("maca").choose_backend().name == "cuda"
 
 
+@pytest.mark.extensions("maca", "musa")
 def test_no_gpu_at_all_leaves_cpu(monkeypatch, _isolated):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # also on a GPU machine
     _fake_cli(_isolated, "mx-smi", mxsmi_output(os.getpid()))
@@ -662,6 +673,7 @@ def _one_line_error(proc):
     return lines[0]
 
 
+@pytest.mark.extensions("musa", "maca")
 def test_plugins_lists_musa_and_maca(zlf_cli):
     proc = zlf_cli("plugins", "--json", "--ext", "musa", "--ext", "maca", check_rc=0)
     by_name = {e["name"]: e for e in json.loads(proc.stdout)}
@@ -672,10 +684,11 @@ def test_plugins_lists_musa_and_maca(zlf_cli):
 
 
 @pytest.mark.parametrize("name, why", [
-    ("musa", "torch_musa is not installed"),
+    pytest.param("musa", "torch_musa is not installed", marks=pytest.mark.extensions("musa")),
     # with a GPU, torch.cuda answers and --backend maca is taken at its word
     pytest.param("maca", "torch sees no device through torch.cuda",
-                 marks=pytest.mark.skipif(gpu_available(), reason="torch.cuda answers on this machine")),
+                 marks=[pytest.mark.extensions("maca"),
+                        pytest.mark.skipif(gpu_available(), reason="torch.cuda answers on this machine")]),
 ])
 def test_vendor_backend_on_the_wrong_machine_is_one_line_exit_2(zlf_cli, tmp_path, name, why):
     line = _one_line_error(zlf_cli("run", "add", "--backend", name, "--ext", name, "--out", tmp_path / "runs"))

@@ -154,7 +154,7 @@ def _run(tmp_path, monkeypatch, backend):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "ops.py").write_text(OP_FILE)
     rc = cli.main(["run", "ops.py::neg", "--backend", backend, "--rep-ms", "2", "--warmup-ms", "1",
-                   "--no-ext", "seed", "--out", "o", "--json"], extra_plugins=[("clockplug", ClockPlugin())])
+                   "--out", "o", "--json"], extra_plugins=[("clockplug", ClockPlugin())])
     assert rc == 0
     (d,) = (tmp_path / "o").iterdir()
     return RunDir(d)

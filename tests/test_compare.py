@@ -17,7 +17,7 @@ from zlf.ceilings import Ceilings, cache_dir, ceilings_path, save
 from zlf.records import PointRecord
 from zlf.rundir import RunDir
 
-from conftest import run_dir_from, zlf_seed_only as zlf
+from conftest import run_dir_from, zlf_core as zlf
 
 
 @pytest.fixture
@@ -27,7 +27,7 @@ def cli(monkeypatch, capsys, tmp_path):
 
     def run(*args, env=None):
         monkeypatch.delenv("FORCE_COLOR", raising=False)
-        for key, value in {"ZLF_EXTENSIONS": "seed", "ZLF_CACHE_DIR": str(tmp_path / "cache"), **(env or {})}.items():
+        for key, value in {"ZLF_CACHE_DIR": str(tmp_path / "cache"), **(env or {})}.items():
             monkeypatch.setenv(key, value)
         capsys.readouterr()
         try:
@@ -46,7 +46,7 @@ def real_runs(tmp_path_factory):
     work = tmp_path_factory.mktemp("real_runs")
     runs = {}
     for label, op in (("a", "add"), ("b", "add"), ("softmax", "softmax")):
-        proc = zlf("run", op, "--ext", "seed", "--warmup-ms", "1", "--rep-ms", "3", "--name", label, cwd=work)
+        proc = zlf("run", op, "--warmup-ms", "1", "--rep-ms", "3", "--name", label, cwd=work)
         assert proc.returncode == 0, proc.stderr
         runs[label] = run_dir_from(proc.stdout, cwd=work)
     return runs

@@ -9,7 +9,7 @@ pytestmark = pytest.mark.gpu
 
 
 def test_builtin_suite_on_cuda(zlf_cli, tmp_path):
-    proc = zlf_cli("run", "--ext", "seed", "--rep-ms", "10", check_rc=0)
+    proc = zlf_cli("run", "--rep-ms", "10", check_rc=0)
     run = run_dir_from(proc.stdout, tmp_path)
     records = read_records(run)
     assert len(records) >= 20 and all(r["status"] == "ok" for r in records)

@@ -88,6 +88,7 @@ def test_env_prefixes_of_an_extension_reach_the_recorded_environment(monkeypatch
     assert "MYRT_FAST_PATH" not in _run_environment(monkeypatch, capsys, tmp_path, [("myrt", MyRuntime())])
 
 
+@pytest.mark.extensions("flaggems", "maca")
 def test_the_extensions_name_their_variables():
     pytest.importorskip("zlf_flaggems")
     pytest.importorskip("zlf_backend_maca")

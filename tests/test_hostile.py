@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, read_records, run_dir_from, zlf_seed_only
+from conftest import ROOT, core_only_env, read_records, run_dir_from, zlf_core
 
 TASKPKG = ROOT / "tests" / "data" / "taskpkg_vecadd"
 ESC = "\x1b]0;pwned\x07\x1b[2J"  # set the window title, ring the bell, clear the screen
@@ -56,7 +56,7 @@ def no_control(text: str) -> None:
 def base_run(tmp_path_factory) -> Path:
     """One real run of the built-in ``add`` on the CPU backend, copied by the tests that spoil it."""
     cwd = tmp_path_factory.mktemp("base")
-    proc = zlf_seed_only("run", "add", "--out", "runs", cwd=cwd)
+    proc = zlf_core("run", "add", "--out", "runs", cwd=cwd)
     assert proc.returncode == 0, proc.stderr
     return run_dir_from(proc.stdout, cwd)
 
@@ -74,7 +74,8 @@ def rewrite_records(run_dir: Path, change) -> None:
 
 def zlf(*args, cwd, env=None, preexec_fn=None):
     full_env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "NO_COLOR")}
-    full_env.update({"ZLF_NO_PROGRESS": "1", "ZLF_EXTENSIONS": "seed", "ZLF_CACHE_DIR": str(Path(cwd) / "cache")})
+    # core alone, unless the test (autouse fixture, extensions marker) chose already
+    full_env.update({"ZLF_NO_PROGRESS": "1", **({} if "ZLF_DISABLE" in os.environ else core_only_env()), "ZLF_CACHE_DIR": str(Path(cwd) / "cache")})
     full_env.update(env or {})
     return subprocess.run([sys.executable, "-m", "zlf", *map(str, args)], cwd=cwd, env=full_env,
                           capture_output=True, text=True, timeout=300, preexec_fn=preexec_fn)
@@ -186,6 +187,7 @@ def test_campaign_run_paths_stay_inside_the_campaign(tmp_path):
     assert (victim / "keep.txt").read_text() == "mine"
 
 
+@pytest.mark.extensions("task")
 def test_task_package_named_dotdot_stays_a_plain_name(tmp_path):
     from zlf_taskpkg.package import TaskPackage
 
@@ -198,6 +200,7 @@ def test_task_package_named_dotdot_stays_a_plain_name(tmp_path):
 
 
 # ----------------------------------------------------------------------------- 4 links in IR trees
+@pytest.mark.extensions("ir_dump")
 def test_ir_diff_never_follows_links_out_of_a_tree(tmp_path):
     secret = tmp_path / "passwd"
     secret.write_text("root:SECRET:0:0\n")
@@ -248,6 +251,7 @@ def test_run_table_escapes_an_error_message(tmp_path, op_file):
     no_control((run_dir_from(proc.stdout, tmp_path) / "run.log").read_text())  # "no escape codes"
 
 
+@pytest.mark.extensions("task")
 def test_task_table_escapes_the_candidates_output(tmp_path):
     cand = tmp_path / "cand.py"
     cand.write_text("import sys\n\ndef run_kernel(a, b, out, n):\n"
@@ -300,6 +304,7 @@ def test_report_skips_a_line_that_is_not_utf8(base_run, tmp_path):
     assert "skipped 1 incomplete line(s)" in proc.stdout
 
 
+@pytest.mark.extensions("seed", "autotune_replay")
 def test_autotune_record_that_is_not_utf8_is_one_line(tmp_path):
     records = tmp_path / "rec" / "autotune_records"
     records.mkdir(parents=True)
@@ -346,6 +351,7 @@ def test_report_of_a_nan_median(base_run, tmp_path, value):
     assert "no time" in (b / f"report_vs_{a.name}.md").read_text()
 
 
+@pytest.mark.extensions("ir_dump")
 def test_ir_diff_out_that_cannot_be_written_is_one_line(tmp_path):
     for side, body in (("A", "tt.dot a\n"), ("B", "tt.dot b\n")):
         kernel = tmp_path / side / "ir" / "1024" / "kern"
@@ -435,7 +441,7 @@ def test_duplicate_point_ids_are_not_paired(base_run, tmp_path):
 @pytest.fixture(scope="module")
 def aa_campaign(tmp_path_factory) -> Path:
     cwd = tmp_path_factory.mktemp("aa")
-    proc = zlf_seed_only("ab", "add", "--aa", "--rounds", "1", "--out", "runs", cwd=cwd)
+    proc = zlf_core("ab", "add", "--aa", "--rounds", "1", "--out", "runs", cwd=cwd)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return next((cwd / "runs").iterdir())
 
@@ -485,10 +491,12 @@ BAD_ARGUMENTS = [
 ]
 
 
-@pytest.mark.parametrize("argv,needle", BAD_ARGUMENTS, ids=[" ".join(str(x) for x in a if not isinstance(x, Path) and x not in ("--candidate", "--dry-run"))
-                              for a, _ in BAD_ARGUMENTS])
+@pytest.mark.parametrize("argv,needle", [
+    pytest.param(a, needle, marks=[pytest.mark.extensions("task")] if a[0] == "task" else [],
+                 id=" ".join(str(x) for x in a if not isinstance(x, Path) and x not in ("--candidate", "--dry-run")))
+    for a, needle in BAD_ARGUMENTS])
 def test_bad_argument_refused_before_anything_runs(tmp_path, argv, needle):
-    proc = zlf(*argv, "--out", "out", cwd=tmp_path, env={"ZLF_EXTENSIONS": "seed,task"})
+    proc = zlf(*argv, "--out", "out", cwd=tmp_path, env={"ZLF_EXTENSIONS": "task"} if argv[0] == "task" else {})
     one_line_error(proc, needle)
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 

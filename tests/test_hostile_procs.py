@@ -196,7 +196,7 @@ def only_dir(parent: Path) -> Path:
 def _campaign(tmp_path, python: str = "") -> Campaign:
     data = {"label": "t", "cwd": str(tmp_path), "aa": False, "switch": "X",
             "sides": [Side("A", {"X": "0"}, python).to_json(), Side("B", {"X": "1"}, python).to_json()],
-            "ops": [OpSpec("add", "add").to_json()], "run_args": ["--backend", "cpu"], "extension_args": ["--ext", "seed"],
+            "ops": [OpSpec("add", "add").to_json()], "run_args": ["--backend", "cpu"], "extension_args": [],
             "replay": False, "backend": "cpu", "device": 0, "require_idle": False, "idle_wait": 0,
             "fail_on_slower": False, "guards": {"switch_source": []}, "triton_cache": str(tmp_path / "cache"),
             "statistics": {"alpha": 0.05, "margin_pct": 2.0, "min_effect_pct": 1.0, "noise_from": None, "floors": {},
@@ -216,12 +216,12 @@ def test_resume_refuses_an_edited_interpreter(tmp_path, env):
     doc = json.loads((c.path / "campaign.json").read_text())
     doc["sides"][0]["python"] = str(evil)
     (c.path / "campaign.json").write_text(json.dumps(doc))
-    done = run(["ab", "--resume", c.path, "--ext", "seed"], tmp_path, env)
+    done = run(["ab", "--resume", c.path], tmp_path, env)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "are not what zlf ab wrote" in one_line(done.stderr)
     assert not marker.exists()
     # naming the campaign's real interpreter does not make the edited one run either
-    done = run(["ab", "--resume", c.path, "--a-python", sys.executable, "--ext", "seed"], tmp_path, env)
+    done = run(["ab", "--resume", c.path, "--a-python", sys.executable], tmp_path, env)
     assert done.returncode == 2 and "is not side A's interpreter" in one_line(done.stderr)
     assert not marker.exists()
 
@@ -256,6 +256,7 @@ def test_resume_refuses_a_changed_interpreter_unless_named_again(tmp_path, env):
 
 
 # ----------------------------------------------------------------------------- 7: workers die with their judge
+@pytest.mark.extensions("task")
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
 def test_killed_judge_leaves_no_worker(tmp_path, env, hang, sig):
     proc = spawn(["task", PKG, "--candidate", hang, "--ext", "task", "--backend", "cpu", "--time-limit", "100",
@@ -271,6 +272,7 @@ def test_killed_judge_leaves_no_worker(tmp_path, env, hang, sig):
         assert meta["status"] == "terminated"
 
 
+@pytest.mark.extensions("task")
 def test_killed_task_campaign_leaves_no_worker(tmp_path, env, hang):
     """kill -9 of zlf ab --task: its zlf task run and that run's worker go too."""
     proc = spawn(["ab", "--task", PKG, "--a-candidate", hang, "--b-candidate", hang, "--rounds", "1",
@@ -287,7 +289,7 @@ def test_killed_task_campaign_leaves_no_worker(tmp_path, env, hang):
 # ----------------------------------------------------------------------------- 8: per-point time limit
 def test_python_level_hang_is_a_failed_point_and_the_run_goes_on(tmp_path, env, ops_file):
     done = run(["run", f"{ops_file}::a_ok", f"{ops_file}::b_hang", f"{ops_file}::c_ok", "--backend", "cpu",
-                "--no-ext", "cudagraph", "--time-limit", "1", "--out", tmp_path / "runs"], tmp_path, env)
+                "--time-limit", "1", "--out", tmp_path / "runs"], tmp_path, env)
     assert done.returncode == 1, done.stderr
     records = {r["op"]: r for r in read_records(only_dir(tmp_path / "runs"))}
     assert [records[o]["status"] for o in ("a_ok", "b_hang", "c_ok")] == ["ok", "FAILED", "ok"]
@@ -296,7 +298,7 @@ def test_python_level_hang_is_a_failed_point_and_the_run_goes_on(tmp_path, env, 
 
 def test_hard_hang_is_stopped_by_the_watchdog(tmp_path, env, ops_file):
     done = run(["run", f"{ops_file}::a_ok", f"{ops_file}::e_hard", f"{ops_file}::c_ok", "--backend", "cpu",
-                "--no-ext", "cudagraph", "--time-limit", "1", "--out", tmp_path / "runs"], tmp_path, env, timeout=30)
+                "--time-limit", "1", "--out", tmp_path / "runs"], tmp_path, env, timeout=30)
     assert done.returncode == 124, done.stderr
     assert "hung past its time limit of 1 s" in done.stderr and "Traceback" not in done.stderr
     d = only_dir(tmp_path / "runs")
@@ -316,7 +318,7 @@ def test_bad_time_limit_is_one_line(tmp_path, env):
 
 # ----------------------------------------------------------------------------- 9: SIGTERM is handled like Ctrl-C
 def test_sigterm_of_a_run_keeps_points_and_says_terminated(tmp_path, env, ops_file):
-    proc = spawn(["run", f"{ops_file}::a_ok", f"{ops_file}::b_hang", "--backend", "cpu", "--no-ext", "cudagraph",
+    proc = spawn(["run", f"{ops_file}::a_ok", f"{ops_file}::b_hang", "--backend", "cpu",
                   "--time-limit", "0", "--out", tmp_path / "runs"], tmp_path, env)
     wait_for(lambda: any(p.stat().st_size for p in (tmp_path / "runs").glob("*/results.jsonl")), 30, "the first point")
     time.sleep(0.3)
@@ -330,7 +332,7 @@ def test_sigterm_of_a_run_keeps_points_and_says_terminated(tmp_path, env, ops_fi
 
 def test_sigterm_of_a_campaign_leaves_it_resumable(tmp_path, env, ops_file):
     proc = spawn(["ab", f"{ops_file}::b_hang", "--switch", "X", "--rounds", "1", "--time-limit", "0", "--backend", "cpu",
-                  "--ext", "seed", "--out", tmp_path / "o"], tmp_path, env)
+                  "--out", tmp_path / "o"], tmp_path, env)
     camp = wait_for(lambda: next((tmp_path / "o").glob("ab_*/campaign.json"), None), 30, "campaign.json")
     run_proc = wait_for(lambda: next((p for p in descendants(proc.pid) if " run " in cmdline(p)), None), 30, "a run")
     time.sleep(2)
@@ -345,7 +347,7 @@ def test_sigterm_of_a_campaign_leaves_it_resumable(tmp_path, env, ops_file):
 
 # ----------------------------------------------------------------------------- 10: sys.exit inside an op
 def test_sys_exit_in_an_op_is_the_points_failure(tmp_path, env, ops_file, capsys):
-    rc = main(["run", f"{ops_file}::d_exit", f"{ops_file}::a_ok", "--backend", "cpu", "--no-ext", "cudagraph",
+    rc = main(["run", f"{ops_file}::d_exit", f"{ops_file}::a_ok", "--backend", "cpu",
                "--out", str(tmp_path / "runs")])
     assert rc == 1
     records = read_records(only_dir(tmp_path / "runs"))
@@ -354,6 +356,7 @@ def test_sys_exit_in_an_op_is_the_points_failure(tmp_path, env, ops_file, capsys
 
 
 # ----------------------------------------------------------------------------- 15: no nvcc is the judge's problem
+@pytest.mark.extensions("task")
 def test_missing_nvcc_is_a_setup_error(tmp_path, env, monkeypatch, capsys):
     import zlf_taskpkg.candidate as candidate
 
@@ -369,7 +372,7 @@ def test_missing_nvcc_is_a_setup_error(tmp_path, env, monkeypatch, capsys):
 def test_complex_output_checked_on_both_parts(tmp_path, env, ops_file):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # torch's "Casting complex values to real discards the imaginary part"
-        rc = main(["run", f"{ops_file}::c_wrong", f"{ops_file}::c_right", "--backend", "cpu", "--no-ext", "cudagraph",
+        rc = main(["run", f"{ops_file}::c_wrong", f"{ops_file}::c_right", "--backend", "cpu",
                    "--out", str(tmp_path / "runs")])
     records = {r["op"]: r for r in read_records(only_dir(tmp_path / "runs"))}
     assert rc == 1
@@ -377,6 +380,7 @@ def test_complex_output_checked_on_both_parts(tmp_path, env, ops_file):
     assert records["c_right"]["status"] == "ok"  # negative control
 
 
+@pytest.mark.extensions("cudagraph")
 def test_cudagraph_replay_comparison_is_complex():
     torch = pytest.importorskip("torch")
     graph_timer = pytest.importorskip("zlf_timing_cudagraph.graph_timer")

@@ -193,13 +193,13 @@ def _layout(run_dir: Path) -> list:
 
 @pytest.mark.slow
 def test_run_gpus_0_is_the_plain_layout_and_gpus_0_1_merges(zlf_cli, tmp_path):
-    plain = run_dir_from(zlf_cli("run", "add", "--rep-ms", "5", "--ext", "seed", "--out", "p", check_rc=0).stdout, tmp_path)
-    one = run_dir_from(zlf_cli("run", "add", "--rep-ms", "5", "--ext", "seed", "--out", "g", "--gpus", "0",
+    plain = run_dir_from(zlf_cli("run", "add", "--rep-ms", "5", "--out", "p", check_rc=0).stdout, tmp_path)
+    one = run_dir_from(zlf_cli("run", "add", "--rep-ms", "5", "--out", "g", "--gpus", "0",
                                check_rc=0).stdout, tmp_path)
     assert _layout(one) == _layout(plain) and one.name.startswith("add_")
     assert [r["point"] for r in read_records(one)] == [r["point"] for r in read_records(plain)]
     assert json.loads((one / "meta.json").read_text())["scale"]["shards"][0]["gpu"] == "0"
-    two = run_dir_from(zlf_cli("run", "add", "softmax", "--rep-ms", "5", "--ext", "seed", "--out", "m", "--gpus", "0,1",
+    two = run_dir_from(zlf_cli("run", "add", "softmax", "--rep-ms", "5", "--out", "m", "--gpus", "0,1",
                                check_rc=0).stdout, tmp_path)
     assert _layout(two) == _layout(plain) and two.name.startswith("suite_")
     assert [r["op"] for r in read_records(two)] == ["add", "add", "softmax", "softmax"]
@@ -216,7 +216,7 @@ def _campaign(tmp_path, out) -> tuple:
 
 @pytest.mark.slow
 def test_ab_on_two_gpus_keeps_pairs_on_one_gpu(zlf_cli, tmp_path):
-    proc = zlf_cli("ab", "add", "--switch", "ZLF_SCALE_NULL", "--rounds", "2", "--rep-ms", "5", "--ext", "seed",
+    proc = zlf_cli("ab", "add", "--switch", "ZLF_SCALE_NULL", "--rounds", "2", "--rep-ms", "5",
                    "--out", "o", "--gpus", "0,1", check_rc=0)
     camp, state = _campaign(tmp_path, "o")
     assert [r["dir"] for r in state["runs"]] == ["add/r1_A", "add/r1_B", "add/r2_B", "add/r2_A"]
@@ -231,7 +231,7 @@ def test_ab_on_two_gpus_keeps_pairs_on_one_gpu(zlf_cli, tmp_path):
 @pytest.mark.slow
 def test_ray_local_cluster_with_fake_gpus_runs_a_campaign(zlf_cli, tmp_path):
     pytest.importorskip("ray")
-    zlf_cli("ab", "add", "--switch", "ZLF_SCALE_NULL", "--rounds", "2", "--rep-ms", "5", "--ext", "seed",
+    zlf_cli("ab", "add", "--switch", "ZLF_SCALE_NULL", "--rounds", "2", "--rep-ms", "5",
             "--out", "o", "--executor", "ray", "--gpus", "0,1", check_rc=0, timeout=300)
     camp, state = _campaign(tmp_path, "o")
     assert all(r["status"] == OK and ":gpu" in r["gpu"] for r in state["runs"])
@@ -244,12 +244,13 @@ def test_ray_local_cluster_with_fake_gpus_runs_a_campaign(zlf_cli, tmp_path):
 
 
 # ----------------------------------------------------------------------------- review fixes
+@pytest.mark.extensions("autotune_replay")
 @pytest.mark.slow
 @pytest.mark.parametrize("process", ["per-op", "shared"])
 def test_ab_on_two_gpus_replays_round_1_a(zlf_cli, tmp_path, process):
     per_op = ["--process-per-op"] if process == "per-op" else []
     zlf_cli("ab", "matmul", "--switch", "ZLF_SCALE_NULL", "--rounds", "2", "--rep-ms", "5", "--warmup-ms", "1",
-            "--ext", "seed", "--ext", "autotune_replay", "--out", "o", "--gpus", "0,1", *per_op, check_rc=0)
+            "--ext", "autotune_replay", "--out", "o", "--gpus", "0,1", *per_op, check_rc=0)
     camp, state = _campaign(tmp_path, "o")
     assert state["replay"] and all(r["status"] == OK for r in state["runs"]) and state["process"] == process
     assert (camp / "matmul" / "r1_A" / "autotune_records").is_dir()
@@ -313,11 +314,11 @@ dies_op = zlf.Op(name="dies", fn=dies, make_inputs=lambda s, d, dev: (torch.ones
 @pytest.mark.slow
 def test_run_gpus_names_a_crashed_shard_and_passes_bad_input_on(zlf_cli, tmp_path):
     (tmp_path / "dies.py").write_text(DIES)
-    proc = zlf_cli("run", "add", "dies.py", "--rep-ms", "5", "--ext", "seed", "--out", "c", "--gpus", "0,1", check_rc=1)
+    proc = zlf_cli("run", "add", "dies.py", "--rep-ms", "5", "--out", "c", "--gpus", "0,1", check_rc=1)
     assert "shard dies.py failed" in proc.stderr and "1 shard(s) failed" in proc.stdout
     assert "add/1024/float32" in proc.stdout  # the good shard's points are kept
     assert not list((tmp_path / "c").glob(".zlf-shards-*"))
-    zlf_cli("run", "no_such_op", "--ext", "seed", "--out", "u", "--gpus", "0", check_rc=2)
+    zlf_cli("run", "no_such_op", "--out", "u", "--gpus", "0", check_rc=2)
     assert not list((tmp_path / "u").glob(".zlf-shards-*"))
 
 
@@ -327,7 +328,7 @@ def test_ab_on_two_gpus_shares_processes_and_isolates_a_crashing_op(zlf_cli, tmp
 
     (tmp_path / "my_ops.py").write_text(SHARED_OPS)
     zlf_cli("ab", "neg:my_ops.py", "boom:my_ops.py", "--switch", "ZLF_SCALE_NULL", "--rounds", "2", "--rep-ms", "2",
-            "--warmup-ms", "1", "--ext", "seed", "--out", "o", "--gpus", "0,1", check_rc=0)
+            "--warmup-ms", "1", "--out", "o", "--gpus", "0,1", check_rc=0)
     camp, state = _campaign(tmp_path, "o")
     runs = {r["dir"]: r for r in state["runs"]}
     assert all(r["status"] == OK for r in state["runs"])

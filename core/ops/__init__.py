@@ -245,7 +245,7 @@ def ops_from_file(path: str, name: Optional[str] = None) -> list:
         value = getattr(module, name, None)
         if isinstance(value, (Op, list, tuple)):
             return _as_ops(value, f"{path}::{name}")
-        # FORMATS' `op:op_file` names the op, not the Python attribute that holds it.
+        # `op:op_file` (docs/ab.md) names the op, not the Python attribute that holds it.
         named = [v for v in vars(module).values() if isinstance(v, Op) and v.name == name]
         if named:
             return named

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, read_records, run_dir_from
+from zlf.testing import read_records, run_dir_from
+
+REPO = Path(__file__).resolve().parents[3]
 
 zlf_taskpkg = pytest.importorskip("zlf_taskpkg")
 
@@ -18,9 +20,9 @@ from zlf.cli import main  # noqa: E402
 from zlf_taskpkg.candidate import Candidate, compile_cuda, find_nvcc  # noqa: E402
 from zlf_taskpkg.package import TaskPackage, parse_cases  # noqa: E402
 
-PKG = ROOT / "tests" / "data" / "taskpkg_vecadd"
+PKG = REPO / "tests" / "data" / "taskpkg_vecadd"
 CANDIDATES = PKG / "candidates"
-PAGED_KV = ROOT / "examples" / "tasks" / "paged_kv_decode"
+PAGED_KV = REPO / "examples" / "tasks" / "paged_kv_decode"
 needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="nvcc not installed")
 
 

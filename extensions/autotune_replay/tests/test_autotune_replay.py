@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import read_records, run_dir_from
+from zlf.testing import read_records, run_dir_from
 
 EXT = ("--ext", "autotune_replay")
 FAST = ("--warmup-ms", "1", "--rep-ms", "3")
@@ -411,7 +411,7 @@ def test_replay_options_are_refused_where_they_would_be_ignored(tmp_path):
     import subprocess
     import sys
 
-    pkg = Path(__file__).parent / "data" / "taskpkg_vecadd"
+    pkg = Path(__file__).resolve().parents[3] / "tests" / "data" / "taskpkg_vecadd"
     proc = subprocess.run([sys.executable, "-m", "zlf", "task", str(pkg), "--candidate", str(pkg / "candidates" / "correct.py"),
                            "--ext", "task", "--ext", "autotune_replay", "--replay-from", str(tmp_path)],
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)

@@ -1,7 +1,7 @@
-"""The seed extension (byte-identical inputs across processes) and the shapes extension."""
-import json
+"""The shapes extension: FlagGems shape files (docs/formats.md, "Shape files")."""
+import yaml
 
-from conftest import read_records, run_dir_from
+from zlf.testing import read_records, run_dir_from
 
 SHAPES_WITH_ANCHORS = """
 common: &common_shapes
@@ -17,29 +17,6 @@ add:
 """
 
 
-def fingerprints(proc, cwd):
-    return {r["point"]: r["extra"]["inputs_fingerprint"] for r in read_records(run_dir_from(proc.stdout, cwd))}
-
-
-def test_inputs_are_byte_identical_across_processes(zlf_cli, tmp_path):
-    args = ("run", "add", "softmax", "--ext", "seed", "--rep-ms", "2")
-    first = fingerprints(zlf_cli(*args, check_rc=0), tmp_path)
-    second = fingerprints(zlf_cli(*args, check_rc=0), tmp_path)
-    assert first == second and len(first) == 4
-    # A point's inputs do not depend on which points ran before it.
-    alone = fingerprints(zlf_cli("run", "softmax", "--ext", "seed", "--rep-ms", "2", check_rc=0), tmp_path)
-    assert all(first[k] == v for k, v in alone.items())
-    other = fingerprints(zlf_cli(*args, "--seed", "7", check_rc=0), tmp_path)
-    assert all(other[k] != first[k] for k in first)
-
-
-def test_no_ext_seed_runs_without_it(zlf_cli, tmp_path):
-    proc = zlf_cli("run", "add", "--no-ext", "seed", "--rep-ms", "2", check_rc=0)
-    run = run_dir_from(proc.stdout, tmp_path)
-    meta = json.loads((run / "meta.json").read_text())
-    assert "seed" not in meta and "seed" not in [e["name"] for e in meta["extensions"]]
-    assert all("inputs_fingerprint" not in r["extra"] for r in read_records(run))
-
 
 def test_shape_file_with_anchors_overrides_and_is_copied(zlf_cli, tmp_path):
     (tmp_path / "s.yaml").write_text(SHAPES_WITH_ANCHORS)
@@ -47,8 +24,6 @@ def test_shape_file_with_anchors_overrides_and_is_copied(zlf_cli, tmp_path):
     run = run_dir_from(proc.stdout, tmp_path)
     points = [r["point"] for r in read_records(run)]
     assert points == ["softmax/32x64/float32", "softmax/2x16x48/float32", "add/300/float32", "add/700/float32"]
-    import yaml
-
     used = yaml.safe_load((run / "shapes.yaml").read_text())
     assert used == {"softmax": {"shapes": [[32, 64], [2, 16, 48]]}, "add": {"shapes": [[300], [700]]}}
 

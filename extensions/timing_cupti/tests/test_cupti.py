@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -19,15 +20,21 @@ from zlf.backends import CpuBackend
 from zlf.errors import UsageError
 from zlf.plugins import Hooks, Selection, build_plugin_manager
 from zlf.records import Point
-from zlf_timing_cudagraph.plugin import CudaGraphTimer
 from zlf_timing_cupti import sources
 from zlf_timing_cupti.activity import KERNEL, MEMCPY, MEMSET, SLACK_NS, ActivityRecord, CallActivity, Window, group
 from zlf_timing_cupti.plugin import CuptiPlugin
 from zlf_timing_cupti.sources import records_from_trace
 from zlf_timing_cupti.timer import CuptiTimer
 
-from conftest import read_records, run_dir_from
-from test_cudagraph import FakeBackend, _item, add_op, time_point
+from zlf.testing import read_records, run_dir_from
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def graph_timer():
+    """The cudagraph extension's timer, for the tests of the two timers together (skipped
+    where that extension is not installed)."""
+    return pytest.importorskip("zlf_timing_cudagraph.plugin").CudaGraphTimer()
 
 
 # ----------------------------------------------------------------------------- the fake tracer
@@ -269,14 +276,14 @@ def _hooks(plugins, timer=None):
 
 def test_graph_timer_and_kernel_timer_are_not_a_conflict():
     source = FakeSource()
-    hooks = _hooks([("graphtimer", CudaGraphTimer()), ("ktimer", OfferingPlugin(source))])
+    hooks = _hooks([("graphtimer", graph_timer()), ("ktimer", OfferingPlugin(source))])
     hooks.check_exclusive()  # no "two active extensions implement time_fn"
 
 
 def test_timer_cupti_times_every_point_with_the_kernel_timer_even_next_to_the_graph_timer():
     source = FakeSource()
     backend = TracedBackend(source)
-    hooks = _hooks([("graphtimer", CudaGraphTimer()), ("ktimer", OfferingPlugin(source))], timer="ktimer")
+    hooks = _hooks([("graphtimer", graph_timer()), ("ktimer", OfferingPlugin(source))], timer="ktimer")
     timing = hooks.time_fn(two_kernels_and_a_copy(source), Point("x", (1,), "float32"), backend, _opts())
     assert timing.timer == "cupti" and set(timing.samples_ms) == {0.005}
 
@@ -302,49 +309,6 @@ def test_two_kernel_timers_are_an_error_unless_one_is_chosen():
     with pytest.raises(ExtensionError, match="--timer"):
         _hooks(plugins).check_exclusive()
     _hooks(plugins, timer="two").check_exclusive()
-
-
-# ----------------------------------------------------------------------------- graph timer fallback
-class FakeKernelTimer:
-    name = "cupti"
-
-    def __init__(self):
-        self.calls = 0
-
-    def time(self, fn, backend, *, warmup_ms, rep_ms, flush_l2):
-        from zlf.records import Timing
-
-        self.calls += 1
-        fn()
-        return Timing.from_samples([0.002] * 5, timer=self.name, l2="flush" if flush_l2 else "warm", wall_ms=0.03)
-
-
-@pytest.mark.parametrize("unjoined", [False, True])
-def test_a_point_the_graph_cannot_capture_is_timed_by_the_kernel_timer_and_marked(unjoined):
-    backend = FakeBackend()
-    kernel = FakeKernelTimer()
-    if unjoined:
-        def side(backend, x, y, out):
-            torch.add(x, y, out=out)  # eager: a stream the capture never joined
-
-        op = add_op(backend, name="side")
-        op = zlf.Op(name="side", fn=lambda x, y, out: side(backend, x, y, out), make_inputs=op.make_inputs,
-                    shapes=[(256,)], reference=op.reference, outputs=(2,))
-        reason = "unjoined_stream_work"
-    else:
-        op, reason = add_op(backend, _item, name="bad"), "host_sync"
-    timing, point = time_point(CudaGraphTimer(), backend, op, kernel_timer=kernel)
-    assert kernel.calls == 1
-    assert timing.timer == "cupti" and timing.fallback_reason == reason  # never host_wall_sync with CUPTI
-    assert timing.markers == (f"BENCHMARK_DIRECT_NO_CUDAGRAPH op={op.name} point={point.id} reason={reason} timer=cupti",)
-    assert timing.extra["cudagraph"]["fallback_timer"] == "cupti" and timing.wall_ms == 0.03
-
-
-def test_a_capturable_point_stays_on_the_graph_timer_with_a_kernel_timer_offered():
-    backend = FakeBackend()
-    kernel = FakeKernelTimer()
-    timing, _ = time_point(CudaGraphTimer(), backend, add_op(backend), kernel_timer=kernel)
-    assert timing.timer == "cudagraph" and kernel.calls == 0
 
 
 # ----------------------------------------------------------------------------- end to end on cpu
@@ -439,7 +403,7 @@ def test_gpu_log10_of_negative_inputs_is_graph_timed():
     op = zlf.Op(name="log10", fn=torch.log10, make_inputs=make, shapes=[(1 << 20,)], reference=torch.log10)
     point = Point("log10", (1 << 20,), "float32")
     inputs = op.make_inputs(point.shape, point.dtype, backend.device)
-    timing = CudaGraphTimer().time_fn(fn=lambda: op.fn(*inputs), point=point, backend=backend,
+    timing = graph_timer().time_fn(fn=lambda: op.fn(*inputs), point=point, backend=backend,
                                       options=_opts(warmup_ms=5.0, rep_ms=20.0, cudagraph_max_calls=10_000),
                                       op=op, inputs=inputs, kernel_timer=None)
     assert timing.timer == "cudagraph" and timing.fallback_reason is None, timing.extra
@@ -447,9 +411,8 @@ def test_gpu_log10_of_negative_inputs_is_graph_timed():
 
 @pytest.mark.gpu
 def test_gpu_zlf_run_graph_timer_falls_back_to_cupti_marked(zlf_cli, tmp_path):
-    from conftest import ROOT
-
-    ops_file = ROOT / "benchmarks" / "cudagraph_ops.py"
+    pytest.importorskip("zlf_timing_cudagraph")
+    ops_file = REPO / "benchmarks" / "cudagraph_ops.py"
     proc = zlf_cli("run", "--ext", "cudagraph,cupti", str(ops_file), "--rep-ms", "30")
     if "no kernel-activity timer" in proc.stderr:
         pytest.skip("no CUPTI source on this machine: " + proc.stderr.strip().splitlines()[-1])

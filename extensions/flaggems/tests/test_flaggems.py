@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import read_records, run_dir_from
+from zlf.testing import read_records, run_dir_from
 
 DATA = Path(__file__).resolve().parent / "data"
 V5 = DATA / "flaggems_fixture_v5"

@@ -13,6 +13,8 @@ import contextlib
 import json
 
 import attrs
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -22,7 +24,9 @@ from zlf.records import Point
 from zlf_timing_cudagraph.capture_errors import MARKER, CaptureFailure, classify, marker_line
 from zlf_timing_cudagraph.plugin import CudaGraphTimer
 
-from conftest import ROOT, HeldDispatch, read_records, run_dir_from
+from zlf.testing import HeldDispatch, read_records, run_dir_from
+
+REPO = Path(__file__).resolve().parents[3]
 
 INVALIDATED = "CUDA error: operation failed due to a previous error during capture"
 STUCK = 'captures_underway.empty() INTERNAL ASSERT FAILED at "c10/cuda/CUDACachingAllocator.cpp":3089'
@@ -600,7 +604,7 @@ def test_gpu_flush_mode_reports_flush_and_a_slower_time_than_warm():
 @pytest.mark.gpu
 @pytest.mark.parametrize("probe", ["inline", "subprocess"])
 def test_gpu_zlf_run_marks_the_item_point_next_to_normal_points(zlf_cli, tmp_path, probe):
-    ops_file = ROOT / "benchmarks" / "cudagraph_ops.py"
+    ops_file = REPO / "benchmarks" / "cudagraph_ops.py"
     proc = zlf_cli("run", "--ext", "cudagraph", "--cudagraph-probe", probe, str(ops_file), "--rep-ms", "30")
     run_dir = run_dir_from(proc.stdout, tmp_path)
     records = {r["op"]: r for r in read_records(run_dir)}
@@ -611,3 +615,46 @@ def test_gpu_zlf_run_marks_the_item_point_next_to_normal_points(zlf_cli, tmp_pat
     line = f"BENCHMARK_DIRECT_NO_CUDAGRAPH op=add_then_item point={item['point']} reason=host_sync timer=cuda_event"
     assert item["markers"] == [line] and line in log.splitlines()
     assert records["add_on_side_stream"]["fallback_reason"] == "unjoined_stream_work"
+
+
+# ----------------------------------------------------------------------------- graph timer fallback
+class FakeKernelTimer:
+    name = "cupti"
+
+    def __init__(self):
+        self.calls = 0
+
+    def time(self, fn, backend, *, warmup_ms, rep_ms, flush_l2):
+        from zlf.records import Timing
+
+        self.calls += 1
+        fn()
+        return Timing.from_samples([0.002] * 5, timer=self.name, l2="flush" if flush_l2 else "warm", wall_ms=0.03)
+
+
+@pytest.mark.parametrize("unjoined", [False, True])
+def test_a_point_the_graph_cannot_capture_is_timed_by_the_kernel_timer_and_marked(unjoined):
+    backend = FakeBackend()
+    kernel = FakeKernelTimer()
+    if unjoined:
+        def side(backend, x, y, out):
+            torch.add(x, y, out=out)  # eager: a stream the capture never joined
+
+        op = add_op(backend, name="side")
+        op = zlf.Op(name="side", fn=lambda x, y, out: side(backend, x, y, out), make_inputs=op.make_inputs,
+                    shapes=[(256,)], reference=op.reference, outputs=(2,))
+        reason = "unjoined_stream_work"
+    else:
+        op, reason = add_op(backend, _item, name="bad"), "host_sync"
+    timing, point = time_point(CudaGraphTimer(), backend, op, kernel_timer=kernel)
+    assert kernel.calls == 1
+    assert timing.timer == "cupti" and timing.fallback_reason == reason  # never host_wall_sync with CUPTI
+    assert timing.markers == (f"BENCHMARK_DIRECT_NO_CUDAGRAPH op={op.name} point={point.id} reason={reason} timer=cupti",)
+    assert timing.extra["cudagraph"]["fallback_timer"] == "cupti" and timing.wall_ms == 0.03
+
+
+def test_a_capturable_point_stays_on_the_graph_timer_with_a_kernel_timer_offered():
+    backend = FakeBackend()
+    kernel = FakeKernelTimer()
+    timing, _ = time_point(CudaGraphTimer(), backend, add_op(backend), kernel_timer=kernel)
+    assert timing.timer == "cudagraph" and kernel.calls == 0

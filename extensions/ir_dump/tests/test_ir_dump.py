@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import _env, run_dir_from
+from zlf.testing import clean_env as _env, run_dir_from
 from zlf_ir_dump import irtree
 from zlf_ir_dump.naming import Variant, abbreviate, abbreviations, name_group
 

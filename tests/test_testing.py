@@ -1,0 +1,65 @@
+"""zlf.testing, the pytest plugin for zlf's tests and extension authors: its fixtures do what
+docs/extensions.md ("Testing your extension") says."""
+from __future__ import annotations
+
+import argparse
+import json
+
+from zlf import schemas
+from zlf.rundir import RunDir
+from zlf.session import Session
+from zlf.testing import FakeBackend, fake_backend_class, installed_extensions, read_records, run_dir_from
+
+
+def test_the_plugin_is_installed_as_a_pytest_entry_point(pytestconfig):
+    assert pytestconfig.pluginmanager.get_plugin("zlf") is not None
+    assert "gpu" in "\n".join(pytestconfig.getini("markers"))
+
+
+def test_zlf_cli_in_process_returns_code_and_output(zlf_cli):
+    proc = zlf_cli.inprocess("plugins", "--json")
+    assert proc.returncode == 0 and isinstance(json.loads(proc.stdout), (list, dict))
+    bad = zlf_cli.inprocess("run", "--no-such-flag")
+    assert bad.returncode == 2 and "--no-such-flag" in bad.stderr
+
+
+def test_zlf_core_only_leaves_no_extension_active(zlf_core_only, zlf_cli):
+    proc = zlf_cli("plugins", "--json", check_rc=0)
+    doc = json.loads(proc.stdout)
+    rows = doc if isinstance(doc, list) else doc.get("extensions", [])
+    assert all(r["status"] != "active" for r in rows)
+    assert {r["name"] for r in rows} == set(installed_extensions())
+
+
+def test_zlf_run_dir_writes_what_readers_and_schemas_accept(zlf_run_dir):
+    run = zlf_run_dir({"add/1024/float32": 1.5, "add/4096/float32": None}, name="a", timer="cuda_event")
+    records, skipped = RunDir.open(run).records()
+    assert [(r.point, r.status, r.median_ms, r.timer) for r in records] == [
+        ("add/1024/float32", "ok", 1.5, "cuda_event"), ("add/4096/float32", "FAILED", None, None)]
+    assert skipped == 0 and schemas.check_run_dir(run) == 3
+    assert RunDir(run).meta()["counts"] == {"ok": 1, "FAILED": 1}
+
+
+def test_zlf_op_file_runs_on_the_cpu_backend(zlf_op_file, zlf_cli, zlf_core_only, tmp_path):
+    path = zlf_op_file("flip", shapes=[(32,)])
+    proc = zlf_cli("run", f"{path}::flip", "--backend", "cpu", "--rep-ms", "1", "--warmup-ms", "1", "--out", "r",
+                   check_rc=0)
+    [record] = read_records(run_dir_from(proc.stdout, tmp_path))
+    assert record["point"] == "flip/32/float32" and record["status"] == "ok"
+
+
+def test_zlf_fake_op_checks_against_its_reference(zlf_fake_op):
+    import torch
+
+    op = zlf_fake_op("neg", shapes=[(8,)])
+    x, out = op.make_inputs((8,), "float32", "cpu")
+    op.fn(x, out)
+    assert op.name == "neg" and torch.equal(out, op.reference(x, out))
+
+
+def test_zlf_fake_backend_is_chosen_by_name(zlf_fake_backend, zlf_core_only):
+    session = Session.create(argparse.Namespace(), extra_plugins=[("fakebackend", zlf_fake_backend)])
+    backend = session.choose_backend("fake")
+    assert isinstance(backend, FakeBackend) and backend.device == "cpu" and backend.host_timing
+    assert not FakeBackend.contract_problems()
+    assert fake_backend_class("other").name == "other" and FakeBackend.name == "fake"
