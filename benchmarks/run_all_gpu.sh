@@ -26,7 +26,7 @@ for stage in "$@"; do
       nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,clocks_throttle_reasons.active --format=csv
       zlf plugins | tee "$d/plugins.txt" ;;
     tests)
-      (cd "$ROOT" && python3 -m pytest -q -m gpu -p no:cacheprovider tests 2>&1) | tee "$d/gpu_tests.txt" | tail -25 ;;
+      (cd "$ROOT" && python3 -m pytest -q -m gpu -p no:cacheprovider 2>&1) | tee "$d/gpu_tests.txt" | tail -25 ;;
     core)
       python3 "$ROOT/benchmarks/core_timer_bench.py" --out "$d" 2>&1 | tee "$d/log.txt" | tail -30 ;;
     cudagraph)

@@ -113,6 +113,7 @@ def _records(zlf_cli, *argv):
     return [(r["point"], r["status"], r["timer"]) for r in out["records"]], out["run_dir"]
 
 
+@pytest.mark.extensions("seed")
 def test_zlf_run_config_runs_the_points_the_flags_run(zlf_cli, tmp_path):
     flags = ["add", "softmax", "--backend", "cpu", "--dtype", "float32", "--warmup-ms", "0", "--rep-ms", "1",
              "--ext", "seed", "--seed", "3", "--json", "--out", "a"]

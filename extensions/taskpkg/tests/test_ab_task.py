@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from zlf import ab
-from zlf.ab import OK, Campaign, CampaignPlan, Side
+from zlf.ab import OK, Campaign, CampaignPlan, OpSpec, Side
 from zlf.errors import UsageError
 
 pytest.importorskip("zlf_taskpkg")
