@@ -161,10 +161,3 @@ def cmd_run(args, session) -> int:
         print(paint(f"{failed} of {len(records)} points FAILED", "red"))
     print(f"run dir: {rundir.path}")
     return 1 if failed else 0
-    print(results_table(records))
-    if backend.host_timing:
-        print(paint("note: cpu backend: times are host wall-clock of interpreted kernels, not GPU kernel times", "dim"))
-    if failed:
-        print(paint(f"{failed} of {len(records)} points FAILED", "red"))
-    print(f"run dir: {rundir.path}")
-    return 1 if failed else 0
