@@ -59,7 +59,7 @@ def test_a_third_party_extension_joins_a_campaign(stamp_installed, tmp_path):
     # two ops in one process per round and side: round 1 A's process is kept for the later
     # runs to read from, and each op's run directory gets its copy of the stamp
     proc = _zlf("ab", "add", "softmax", "--switch", "ZLF_STAMP_NULL",
-                "--rounds", "2", "--rep-ms", "5", "--ext", "seed", "--ext", "stamp",
+                "--rounds", "2", "--rep-ms", "5", "--ext", "stamp",
                 "--out", "o", cwd=tmp_path, env=stamp_installed)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (camp,) = (tmp_path / "o").glob("ab_*")
@@ -81,13 +81,13 @@ def test_a_third_party_extension_joins_a_campaign(stamp_installed, tmp_path):
 
 
 def test_the_campaign_refuses_the_option_it_sets(stamp_installed, tmp_path):
-    proc = _zlf("ab", "add", "--switch", "X", "--stamp-from", "x", "--ext", "seed", "--ext", "stamp", "--dry-run",
+    proc = _zlf("ab", "add", "--switch", "X", "--stamp-from", "x", "--ext", "stamp", "--dry-run",
                 cwd=tmp_path, env=stamp_installed)
     assert proc.returncode == 2 and "--stamp-from is set by the campaign" in proc.stderr
 
 
 def test_dry_run_shows_the_extensions_context(stamp_installed, tmp_path):
-    proc = _zlf("ab", "add", "--switch", "X", "--ext", "seed", "--ext", "stamp", "--dry-run",
+    proc = _zlf("ab", "add", "--switch", "X", "--ext", "stamp", "--dry-run",
                 cwd=tmp_path, env=stamp_installed)
     assert proc.returncode == 0, proc.stderr
     assert stamp.CONTEXT in proc.stdout
