@@ -142,7 +142,7 @@ def shard_config(session, ops):
     extensions active here (install order never decides), on its worker's only device."""
     active = tuple(i.name for i in session.hooks.infos if i.status == "active")
     select = dict(ext=active, no_ext=None) if active else dict(ext=None, no_ext=tuple(i.name for i in session.hooks.infos))
-    return session.config.with_changes(ops=tuple(ops), device=0, out="runs", name=None, json=False, gpus=None,
+    return session.config.with_changes(ops=tuple(ops), device=0, out="runs", name=None, summary_format="table", gpus=None,
                                        executor=None, ray_address=None, retries=None, **select)
 
 
