@@ -18,16 +18,76 @@ from .options import check_run_options  # noqa: F401  (zlf ab imports it from he
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse that says where an unknown option may have gone: a disabled extension."""
+    """argparse that says where an unknown option may have gone: another command, or a disabled
+    extension."""
 
     #: names of installed extensions that are not active in this invocation.
     not_active: tuple = ()
+    #: ``{flag: [commands that offer it]}``, filled once every command's parser is built.
+    offered: dict = {}
+    #: the command line being parsed (which command refused an option).
+    argv: tuple = ()
 
     def error(self, message):
+        elsewhere = self._elsewhere(message)
+        if elsewhere:  # an option this command does not take: one line that says where it belongs
+            self.exit(2, f"zlf: error: {elsewhere}\n")
         if "unrecognized arguments" in message and self.not_active:
             message += (f" (options of extensions that are not active here are unavailable: "
                         f"{', '.join(self.not_active)})")
         super().error(message)
+
+    def _elsewhere(self, message: str) -> str:
+        if not message.startswith("unrecognized arguments: "):
+            return ""
+        command = next((a for a in self.argv if a in self.offered.get("", ())), None)
+        flags = [a.split("=")[0] for a in message.split(": ", 1)[1].split() if a.startswith("--")]
+        parts = [f"{f}: an option of {', '.join(f'zlf {c}' for c in self.offered[f])}"
+                 for f in flags if command and self.offered.get(f) and command not in self.offered[f]]
+        return f"{'; '.join(parts)}, not with zlf {command}" if parts else ""
+
+
+def _offered(sub) -> dict:
+    """``{flag: [commands]}`` over every command's parser; ``""`` lists the commands."""
+    offered = {"": list(sub.choices)}
+    for name, p in sub.choices.items():
+        for a in p._actions:
+            for flag in a.option_strings:
+                offered.setdefault(flag, []).append(name)
+    return offered
+
+
+def _dist_version(name: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return "not installed"
+
+
+def version_text(hooks=None) -> str:
+    """What ``zlf --version`` prints: what a measurement was made with, one item a line."""
+    import platform
+
+    lines = [f"zlf {__version__}", f"Python {platform.python_version()}",
+             f"torch {_dist_version('torch')}", f"triton {_dist_version('triton')}"]
+    active = [i for i in (hooks.infos if hooks is not None else ()) if i.status == "active"]
+    if active:
+        width = max(len(i.name) for i in active)
+        lines.append("extensions (active):")
+        lines += [f"  {i.name:<{width}}  {i.distribution} {i.version}" for i in active]
+    return "\n".join(lines)
+
+
+class _Version(argparse.Action):
+    def __init__(self, option_strings, hooks=None, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings=option_strings, dest=dest, default=default, nargs=0, help=help)
+        self.hooks = hooks
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(version_text(self.hooks))
+        parser.exit()
 
 
 def build_parser(hooks) -> argparse.ArgumentParser:
@@ -41,15 +101,37 @@ def build_parser(hooks) -> argparse.ArgumentParser:
         description="Did my compiler change make these GPU kernels faster or slower? "
         "Benchmark, compare and A/B Triton kernels across compiler builds.",
     )
-    parser.add_argument("--version", action="version", version=f"zlf {__version__}")
+    parser.add_argument("--version", action=_Version, hooks=hooks,
+                        help="show zlf's, Python's, torch's, triton's and each active extension's version, and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     hooks.add_commands(subparsers=sub)
     for p in dict.fromkeys(sub.choices.values()):  # an alias maps to the same parser
-        if p.get_default("run_options"):
-            hooks.add_options(parser=p)  # a command that starts runs takes every run option
+        name = p.prog.split()[-1]
+        if p.get_default("run_options") and p.get_default("campaign_options"):
+            _folded_options(p, hooks, name)  # a campaign passes every run option on to its runs
+        elif p.get_default("run_options"):
+            hooks.add_options(parser=p, command=name)  # a command that starts runs: the options that apply
         if p.get_default("campaign_options"):
             hooks.add_campaign_options(parser=p)
+    parser_class.offered = _offered(sub)
     return parser
+
+
+def _folded_options(parser, hooks, command: str) -> None:
+    """The extensions' run options on ``zlf ab``: accepted and passed on to every run, named in
+    one paragraph of the help (``zlf run --help`` explains each) instead of a group apiece."""
+    import textwrap
+
+    before = set(map(id, parser._actions))
+    hooks.add_options(parser=parser, command=command)
+    added = [a for a in parser._actions if id(a) not in before and a.option_strings]
+    for a in added:
+        a.help = argparse.SUPPRESS
+    if added:
+        flags = ", ".join(max(a.option_strings, key=len) for a in added)
+        text = (f"run options of the active extensions, passed on to every run (zlf run --help explains them): "
+                f"{flags}")
+        parser.epilog = (parser.epilog or "").rstrip("\n") + "\n" + textwrap.fill(text, 100, break_on_hyphens=False) + "\n"
 
 
 def _preparse(argv) -> argparse.Namespace:
@@ -74,7 +156,7 @@ def run_config(args, parser, hooks):
     if not getattr(args, "config", None):
         return RunConfig.from_args(args, hooks.option_sets)
     sub = parser._subparsers._group_actions[0].choices[args.command]
-    beside = {"out": args.out, "name": args.name, "json": args.json}  # where it goes, how it prints
+    beside = {"out": args.out, "name": args.name, "format": args.format}  # where it goes, how it prints
     dests = (set(ARGS) | {o.dest for s in hooks.option_sets for o in s.options}) - set(beside)
     defaults = {}
     for a in sub._actions:  # as argparse fills them in: the first action of a dest gives its default
@@ -89,7 +171,7 @@ def run_config(args, parser, hooks):
     config = RunConfig.read(args.config).bound(hooks.option_sets)
     if config.command != args.command:
         raise UsageError(f"--config {args.config}: a configuration of zlf {config.command}, not of zlf {args.command}")
-    given = {k: v for k, v in beside.items() if v != defaults[k]}
+    given = {ARGS[k]: v for k, v in beside.items() if v != defaults[k]}
     return config.with_changes(**given) if given else config
 
 
@@ -108,6 +190,16 @@ def main(argv=None, extra_plugins=()) -> int:
             signal.signal(signal.SIGTERM, previous)
 
 
+def _complete(parser) -> None:
+    """Shell completion (argcomplete): answers and exits when the shell asks, else does nothing.
+    Activate once per shell: ``eval "$(register-python-argcomplete zlf)"``."""
+    try:
+        import argcomplete
+    except ImportError:  # an install without it has no completion, nothing else is missing
+        return
+    argcomplete.autocomplete(parser)
+
+
 def _main(argv, extra_plugins) -> int:
     from .procs import stop_code, stop_word
     from .session import Session
@@ -117,6 +209,8 @@ def _main(argv, extra_plugins) -> int:
         pre = _preparse(argv)
         session = Session.create(pre, extra_plugins=extra_plugins, tolerant=tolerant)
         parser = build_parser(session.hooks)
+        type(parser).argv = tuple(argv)
+        _complete(parser)
         args = parser.parse_args(argv)
         if not getattr(args, "handler", None):
             parser.print_help()

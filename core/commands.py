@@ -14,7 +14,8 @@ import json
 import sys
 
 from . import hookimpl
-from .options import add_run_arguments, add_selection_arguments
+from .options import add_dtype_argument, add_run_arguments, add_selection_arguments, split_dtypes
+from .output import add_format_argument
 
 EPILOG_RUN = """\
 examples:
@@ -27,6 +28,13 @@ examples:
 environment: ZLF_EXTENSIONS=a,b  ZLF_DISABLE=a,b  ZLF_BACKEND=cpu|cuda|...  NO_COLOR=1
 exit codes: 0 all points ok, 1 a point FAILED, 2 bad input, 124 a point hung past --time-limit
             where it could not be interrupted (run stopped), 130 interrupted, 143 terminated (SIGTERM)
+"""
+
+EPILOG_OPS = """\
+examples:
+  zlf ops                                  the built-in suite on this machine's backend
+  zlf ops my_ops.py --dtype float16        the ops of a file, in float16
+  zlf ops OP --ext NAME                    the ops an extension resolves (a benchmark suite's)
 """
 
 #: commands implemented in a module of their own: name -> (module, one-line help, parser
@@ -50,7 +58,7 @@ def add_commands(subparsers):
     add_run_arguments(run)
     run.add_argument("--config", metavar="FILE",
                      help="run the settings of a RunConfig JSON file (zlf.config; written by RunConfig.write); "
-                          "no other run option may be given with it but --out, --name and --json, which "
+                          "no other run option may be given with it but --out, --name and --format, which "
                           "override the file's (where the run goes and how it prints)")
     from .executors import add_scale_arguments
 
@@ -62,6 +70,18 @@ def add_commands(subparsers):
     plugins.add_argument("--json", action="store_true", help="machine-readable list")
     add_selection_arguments(plugins)
     plugins.set_defaults(handler=cmd_plugins)
+
+    ops = subparsers.add_parser("ops", help="list what a run would take (op, shapes, dtypes, source); runs nothing",
+                                description="List the points a zlf run of the same OPs would take: op, shapes, "
+                                            "dtypes and where each op comes from. No kernel runs.",
+                                epilog=EPILOG_OPS, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ops.add_argument("ops", nargs="*", metavar="OP", help="as for zlf run (default: the built-in suite)")
+    add_dtype_argument(ops, "dtype(s) instead of each op's defaults, as for zlf run")
+    ops.add_argument("--backend", metavar="NAME", help="whose default shapes and dtypes (default: detected)")
+    ops.add_argument("--device", type=int, default=0, metavar="N", help="device index (default 0)")
+    add_format_argument(ops)
+    add_selection_arguments(ops)
+    ops.set_defaults(handler=cmd_ops, run_options=True)  # the extensions' options that choose ops and shapes
 
     for name, (module, help_text, defaults) in MODULE_COMMANDS.items():
         try:
@@ -94,15 +114,17 @@ def cmd_plugins(args, session) -> int:
     for i in infos:
         status = paint(i.status, {"active": "green", "broken": "red"}.get(i.status, "dim"))
         detail = i.error if i.error else (", ".join(i.hooks) if i.hooks else "")
-        rows.append([i.name, f"{i.distribution} {i.version}", status, detail])
-    print(tabulate(rows, headers=["extension", "distribution", "status", "hooks / error"]))
+        rows.append([i.name, i.value, f"{i.distribution} {i.version}", status, detail])
+    print(tabulate(rows, headers=["extension (--ext NAME)", "entry point", "distribution (pip)", "status",
+                                  "hooks / error"]))
     return 0
 
 
 # ----------------------------------------------------------------------------- zlf run
 def cmd_run(args, session) -> int:
-    from .console import Progress, paint, results_table
+    from .console import Progress
     from .errors import UsageError
+    from .output import print_run_summary
     from .procs import stop_code, stop_word
     from .records import STATUS_FAILED
     from .run import Run, execute
@@ -124,7 +146,7 @@ def cmd_run(args, session) -> int:
     if not plan:
         raise UsageError("nothing to run: no shapes or dtypes left for the selected ops")
     implicit = not config.ops or list(config.ops) in (["builtin"], ["all"])
-    label = config.name or (ops[0].name if len(ops) == 1 else ("builtin" if implicit else "suite"))
+    label = config.name or run_label(ops, session.op_args, implicit)
     rundir = RunDir.create(config.out, label)
     rundir.reserve()
     run = None
@@ -137,7 +159,7 @@ def cmd_run(args, session) -> int:
                                for spec, names in session.op_args]
         if backend.host_timing:
             run.log.info(f"backend {backend.name}: times are host wall-clock of interpreted kernels, not GPU kernel times")
-        progress = Progress(len(plan)) if not config.json else None
+        progress = Progress(len(plan)) if args.format != "json" else None
         records = execute(run, progress)
     except KeyboardInterrupt as exc:
         print(f"\n{stop_word(exc)}; {len(run.records) if run else 0} finished points kept\nrun dir: {rundir.path}",
@@ -150,14 +172,58 @@ def cmd_run(args, session) -> int:
                          f"{len(run.records) if run else 0} finished point(s) kept in {rundir.path}") from exc
     finally:
         rundir.release()
-    failed = sum(1 for r in records if r.status == STATUS_FAILED)
-    if config.json:
-        print(json.dumps({"run_dir": str(rundir.path), "records": [r.to_json() for r in records]}, indent=2))
-        return 1 if failed else 0
-    print(results_table(records))
-    if backend.host_timing:
-        print(paint("note: cpu backend: times are host wall-clock of interpreted kernels, not GPU kernel times", "dim"))
-    if failed:
-        print(paint(f"{failed} of {len(records)} points FAILED", "red"))
-    print(f"run dir: {rundir.path}")
-    return 1 if failed else 0
+    print_run_summary(records, args.format, rundir.path, host_timing=backend.host_timing)
+    return 1 if any(r.status == STATUS_FAILED for r in records) else 0
+
+
+def run_label(ops, op_args, implicit: bool) -> str:
+    """The run directory's default label: the op when there is one, the op file's name when every
+    op came from one file (``my_ops.py`` -> ``my_ops``), ``builtin`` for the built-in suite, else
+    ``suite``."""
+    from pathlib import Path
+
+    if len(ops) == 1:
+        return ops[0].name
+    if implicit:
+        return "builtin"
+    if len(op_args) == 1:
+        spec = op_args[0][0].split("::")[0]
+        return Path(spec).stem if spec.endswith(".py") else spec
+    return "suite"
+
+
+# ----------------------------------------------------------------------------- zlf ops
+OPS_FIELDS = ("op", "shapes", "dtypes", "points", "source")
+
+
+def _op_source(op, spec: str) -> str:
+    """Where an op comes from: ``built-in``, the OP argument that named it (a file), or what the
+    extension that resolved it says (its description: FlagGems' test node id)."""
+    if (getattr(op.fn, "__module__", "") or "").startswith("zlf.ops"):
+        return "built-in"
+    if spec.split("::")[0].endswith(".py"):
+        return spec
+    return f"{spec}: {op.description}" if op.description else spec
+
+
+def cmd_ops(args, session) -> int:
+    """What ``zlf run`` with the same arguments would take, without running a kernel."""
+    from .output import render
+
+    session.hooks.check_exclusive()
+    session.choose_backend(args.backend, args.device)
+    ops = session.resolve_ops(args.ops)
+    plan = session.plan(ops, split_dtypes(args.dtype))
+    spec_of = {name: spec for spec, names in session.op_args for name in names}
+    rows = []
+    for op in ops:
+        points = [p.point for p in plan if p.op is op]
+        shapes = list(dict.fromkeys("x".join(map(str, p.shape)) for p in points))
+        dtypes = list(dict.fromkeys(p.dtype for p in points))
+        rows.append([op.name, shapes, dtypes, len(points), _op_source(op, spec_of.get(op.name, ""))])
+    if args.format == "csv":
+        rows = [[r[0], " ".join(r[1]), " ".join(r[2]), *r[3:]] for r in rows]
+    print(render(OPS_FIELDS, rows, args.format))
+    if args.format in ("table", "markdown"):
+        print(f"{len(plan)} point(s) on backend {session.backend.name}; nothing was run")
+    return 0

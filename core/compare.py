@@ -19,7 +19,7 @@ import attrs
 from tabulate import tabulate
 
 from . import ceilings as ceilings_mod
-from . import metrics, stats
+from . import metrics, output, stats
 from .console import clean, number, paint, percent, use_colour, warn
 from .errors import UsageError
 from .records import STATUS_OK, STATUS_OOM, PointRecord, duplicate_points, shape_str
@@ -34,7 +34,9 @@ ONLY_B = "only B"
 DUPLICATE = "duplicate id"
 NO_TIME = "no time"
 
-FASTER, SLOWER, UNCHANGED = "faster", "slower", "unchanged"
+# one vocabulary with zlf ab (zlf.output): FASTER, SLOWER, SAME; "unchanged" was SAME's old word
+FASTER, SLOWER, SAME = output.FASTER, output.SLOWER, output.SAME
+UNCHANGED = SAME  # the old name, kept for a release
 
 #: no threshold below this: run-to-run drift of a whole process exceeds the in-process sample
 #: spread, and a same-timer A/A control on real hardware showed a 1.7 pp noise floor (docs/measurements.md, "Field figures").
@@ -72,14 +74,14 @@ class Row:
         return None if self.delta_pct is None else 1.0 + self.delta_pct / 100.0
 
     def verdict(self, threshold_pct: float) -> str:
-        """faster / slower / unchanged beyond ``threshold_pct``; the pairing status otherwise."""
+        """FASTER / SLOWER beyond ``threshold_pct``, SAME within it; the pairing status otherwise."""
         if not self.comparable:
             return self.status
         if self.delta_pct > threshold_pct:
             return SLOWER
         if self.delta_pct < -threshold_pct:
             return FASTER
-        return UNCHANGED
+        return SAME
 
 
 @attrs.frozen
@@ -93,7 +95,7 @@ class Summary:
     compared: int
     faster: int
     slower: int
-    unchanged: int
+    same: int
     geomean_ratio: Optional[float]
     threshold: Threshold
     regressions: tuple  # slower rows, largest delta first
@@ -106,8 +108,8 @@ class Summary:
         if not self.compared:
             head = "no point could be compared"
         else:
-            head = (f"{self.compared} points compared: {self.slower} slower, {self.faster} faster, "
-                    f"{self.unchanged} unchanged beyond ±{t.pct:.1f}%")
+            head = (f"{self.compared} points compared: {self.slower} SLOWER, {self.faster} FASTER, "
+                    f"{self.same} SAME (within ±{t.pct:.1f}%)")
             g = self.geomean_ratio
             overall = "no overall change" if abs(g - 1) < 5e-4 else f"B {abs(g - 1) * 100:.1f}% {'slower' if g > 1 else 'faster'}"
             head += f"; geomean time B/A {g:.3f} ({overall})"
@@ -127,7 +129,8 @@ class Summary:
     def to_json(self) -> dict:
         return {
             "compared": self.compared, "faster": self.faster, "slower": self.slower,
-            "unchanged": self.unchanged, "geomean_ratio": self.geomean_ratio,
+            "same": self.same, "unchanged": self.same,  # "unchanged": SAME's old name, kept for a release
+            "geomean_ratio": self.geomean_ratio,
             "threshold_pct": self.threshold.pct, "threshold_how": self.threshold.how,
             "regressions": [r.point for r in self.regressions],
             "not_compared": dict(self.not_compared), "mixed_timers": self.mixed_timers,
@@ -242,7 +245,7 @@ def summarize(rows, threshold: Threshold) -> Summary:
             not_compared[r.status] = not_compared.get(r.status, 0) + 1
     return Summary(
         compared=len(compared), faster=verdicts.count(FASTER), slower=verdicts.count(SLOWER),
-        unchanged=verdicts.count(UNCHANGED), geomean_ratio=geomean, threshold=threshold,
+        same=verdicts.count(SAME), geomean_ratio=geomean, threshold=threshold,
         regressions=regressions, not_compared=not_compared,
         mixed_timers=sum(1 for r in compared if r.status == MIXED_TIMERS),
     )
@@ -459,29 +462,30 @@ def verdict_cell(row: Row, threshold_pct: float, colour: bool) -> str:
 
 
 def table_rows(cmp: Comparison, colour: bool = False) -> tuple:
-    """``(headers, rows)`` of the human table; metric columns appear only where some row has a value."""
+    """``(headers, rows)`` of the human table; metric columns appear only where some row has a value.
+    The headers are the field names of the csv and json outputs (``median_ms_A``, ``gbps_B`` ...)."""
     t = cmp.threshold.pct
-    unit = metrics.unit(cmp.metric)
-    col_a, col_b = f"A {unit}", f"B {unit}"
+    name = "median_ms" if cmp.metric == metrics.DEFAULT else cmp.metric
+    col_a, col_b = f"{name}_A", f"{name}_B"
     columns = {
-        "point": [], "verdict": [], col_a: [], col_b: [], "Δ": [], "timer": [],
-        "B GB/s": [], "B TFLOP/s": [], "B % ceiling": [], "clock": [], "markers": [], "IR": [],
+        "point": [], "verdict": [], col_a: [], col_b: [], "delta_pct": [], "timer": [],
+        "gbps_B": [], "tflops_B": [], "pct_ceiling_B": [], "clock_differs": [], "markers": [], "ir": [],
     }
     for r in cmp.rows:
         columns["point"].append(clean(r.point))
         columns["verdict"].append(verdict_cell(r, t, colour))
         columns[col_a].append(number(metrics.value(r.a, cmp.metric)) if r.a else "")
         columns[col_b].append(number(metrics.value(r.b, cmp.metric)) if r.b else "")
-        columns["clock"].append(f"differs: {r.clock}" if r.clock else "")
-        columns["Δ"].append(percent(r.delta_pct, sign=True) if r.comparable else "")
+        columns["clock_differs"].append(f"differs: {r.clock}" if r.clock else "")
+        columns["delta_pct"].append(percent(r.delta_pct, sign=True) if r.comparable else "")
         columns["timer"].append(clean(timer_cell(r)))
-        columns["B GB/s"].append(number(r.b.gbps) if r.b else "")
-        columns["B TFLOP/s"].append(number(r.b.tflops) if r.b else "")
-        columns["B % ceiling"].append(ceiling_cell(r.b, cmp.b.ceilings))
+        columns["gbps_B"].append(number(r.b.gbps) if r.b else "")
+        columns["tflops_B"].append(number(r.b.tflops) if r.b else "")
+        columns["pct_ceiling_B"].append(ceiling_cell(r.b, cmp.b.ceilings))
         columns["markers"].append(clean(markers_cell(r)))
-        columns["IR"].append(clean(r.ir or ""))
-    always = ("point", "verdict", col_a, col_b, "Δ", "timer")
-    keep = [h for h, vals in columns.items() if h in always or (h == "IR" and cmp.ir_column) or any(vals)]
+        columns["ir"].append(clean(r.ir or ""))
+    always = ("point", "verdict", col_a, col_b, "delta_pct", "timer")
+    keep = [h for h, vals in columns.items() if h in always or (h == "ir" and cmp.ir_column) or any(vals)]
     return keep, [list(vals) for vals in zip(*(columns[h] for h in keep))]
 
 
@@ -545,12 +549,13 @@ def _metric(record: Optional[PointRecord], value) -> str:
 
 
 def to_csv(cmp: Comparison) -> str:
-    """One row per point: shape columns, then ``time_ms``, ``bandwidth_GB_s``, ``tflops`` per side;
+    """One row per point: shape columns, then ``median_ms``, ``gbps``, ``tflops`` per side (the
+    names of results.jsonl and of the JSON output);
     the metric's values per side when it is not time, and ``clock_differs`` when some point has it."""
     rank = max((len(r.shape) for r in cmp.rows), default=0)
     headers = ["point", "op", "dtype", "variant", "shape", *(f"dim{i}" for i in range(rank)), "status", "verdict",
-               "time_ms_A", "time_ms_B", "delta_pct", "timer_A", "timer_B",
-               "bandwidth_GB_s_A", "bandwidth_GB_s_B", "tflops_A", "tflops_B",
+               "median_ms_A", "median_ms_B", "delta_pct", "timer_A", "timer_B",
+               "gbps_A", "gbps_B", "tflops_A", "tflops_B",
                "pct_bandwidth_A", "pct_bandwidth_B", "pct_tflops_A", "pct_tflops_B", "markers_A", "markers_B"]
     if cmp.ir_column:
         headers.append("ir")
@@ -590,16 +595,16 @@ def to_csv(cmp: Comparison) -> str:
 def configure_parser(parser) -> None:
     parser.add_argument("a_dir", metavar="A_DIR", help="baseline run directory")
     parser.add_argument("b_dir", metavar="B_DIR", help="candidate run directory; Δ = (B − A) / A")
-    parser.add_argument("--format", choices=FORMATS, default="table", help="output format (default: table)")
+    output.add_format_argument(parser)
     parser.add_argument("--threshold", type=float, metavar="PCT",
-                        help="|Δ| below this counts as unchanged (default: the measured noise of the points, floor 1%%)")
+                        help="|Δ| below this counts as SAME (default: the measured noise of the points, floor 1%%)")
     parser.add_argument("--metric", choices=metrics.NAMES, default=metrics.DEFAULT,
                         help="compare on time (default), cycles (time x measured SM clock) or wall (host wall-clock)")
     parser.add_argument("--allow-mixed-timers", action="store_true",
                         help="compare rows whose sides used different timers (refused by default)")
-    parser.add_argument("--fail-if-slower", type=float, metavar="PCT",
-                        help="exit 1 when a point is slower beyond the noise threshold and by more than PCT percent, "
-                             "or B lost a time A had (CI gate)")
+    parser.add_argument("--fail-if-slower", type=float, nargs="?", const=0.0, metavar="PCT",
+                        help="exit 1 when a point is SLOWER (beyond the noise threshold) and by more than PCT "
+                             "percent (default 0), or B lost a time A had (CI gate)")
     parser.epilog = (
         "examples:\n"
         "  zlf compare runs/base runs/patched\n"

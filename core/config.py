@@ -88,17 +88,30 @@ class OptionSet:
         return next((o for o in self.options if o.dest == dest), None)
 
 
-def declared_options(pm, parser) -> tuple:
-    """Call every ``add_options`` implementation on ``parser`` (in pluggy's call order) and
-    return one :class:`OptionSet` per extension, made from the arguments it added."""
+def declared_options(pm, parser, command: str = "run") -> tuple:
+    """Call every ``add_options`` implementation on ``parser`` of ``command`` (in pluggy's call
+    order) and return one :class:`OptionSet` per extension, made from the arguments it added."""
     sets = []
+    given = {"parser": parser, "command": command}
     for impl in reversed(pm.hook.add_options.get_hookimpls()):
         before = set(map(id, parser._actions))
-        impl.function(**{name: parser for name in impl.argnames})
+        impl.function(**{name: given[name] for name in impl.argnames})
         added = [a for a in parser._actions if id(a) not in before and a.dest != argparse.SUPPRESS]
         if added:
             sets.append(OptionSet(impl.plugin_name, tuple(Option.from_action(a) for a in added)))
     return tuple(sets)
+
+
+def merged_option_sets(*groups) -> tuple:
+    """One :class:`OptionSet` per owner over several commands' declarations (an extension
+    offers a subset of its options on some commands: the union is what it owns)."""
+    owners: dict = {}
+    for sets in groups:
+        for s in sets:
+            owned = owners.setdefault(s.owner, {})
+            for o in s.options:
+                owned.setdefault(o.dest, o)
+    return tuple(OptionSet(owner, tuple(opts.values())) for owner, opts in owners.items())
 
 
 def _frozen(value):
@@ -230,7 +243,7 @@ def as_budget(options) -> TimingBudget:
 #: command-line ``dest`` -> RunConfig field (``timing.X``: a TimingBudget field).
 ARGS = {
     "command": "command", "ops": "ops", "dtype": "dtypes", "backend": "backend", "device": "device", "out": "out", "name": "name",
-    "time_limit": "time_limit_s", "json": "json", "ext": "ext", "no_ext": "no_ext",
+    "time_limit": "time_limit_s", "format": "summary_format", "ext": "ext", "no_ext": "no_ext",
     "gpus": "gpus", "executor": "executor", "ray_address": "ray_address", "retries": "retries",
     "timer": "timing.timer", "warmup_ms": "timing.warmup_ms", "rep_ms": "timing.rep_ms",
     "flush_l2": "timing.flush_l2", "warmup": "timing.warmup", "iters": "timing.iters",
@@ -262,7 +275,7 @@ class RunConfig:
     out: str = "runs"
     name: Optional[str] = None
     time_limit_s: Optional[float] = None
-    json: bool = False
+    summary_format: str = "table"  # --format: how the summary prints (table, markdown, csv, json)
     ext: Optional[tuple] = attrs.field(default=None, converter=_names)
     no_ext: Optional[tuple] = attrs.field(default=None, converter=_names)
     gpus: Optional[str] = None

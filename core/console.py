@@ -51,18 +51,60 @@ def percent(value, digits: int = 1, sign: bool = False, missing: str = "", limit
     return f"{value:{plus}.{digits}f}%"
 
 
-def results_table(records, colour: bool = True) -> str:
-    """The table ``zlf run`` prints: one row per point record."""
+#: the fields of ``zlf run``'s summary, in every format (the names of results.jsonl)
+RUN_FIELDS = ("point", "status", "timer", "median_ms", "gbps", "tflops", "note")
+#: a failure shared by more points than this is one row of the table, with its count
+COLLAPSE_AT = 3
+
+
+def _record_row(r, colour: bool) -> list:
+    status = paint(r.status, status_colour(r.status)) if colour else r.status
+    note = r.error or ("; ".join(m.split(" ")[0] for m in r.markers) if r.markers else "")
+    # a point that did not fit reads OOM where its numbers would be
+    numbers = ["OOM"] * 3 if r.status == "OOM" else [number(r.median_ms), number(r.gbps), number(r.tflops)]
+    return [clean(r.point), status, clean(r.timer or ""), *numbers, clean(note[:80])]
+
+
+def results_table(records, colour: bool = True, fmt: str = "table") -> str:
+    """The summary ``zlf run`` prints, in ``fmt`` (table, markdown, csv; json is the records
+    themselves). In a table or markdown, points that FAILED with one and the same error are one
+    row (``POINT and N more``); csv lists every point."""
+    import csv
+    import io
+
     from tabulate import tabulate
 
-    rows = []
+    if fmt == "csv":
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(RUN_FIELDS)
+        for r in records:
+            note = r.error or " ".join(m.split(" ")[0] for m in r.markers)
+            w.writerow([clean("" if v is None else v) for v in (r.point, r.status, r.timer, r.median_ms, r.gbps,
+                                                                 r.tflops, note)])
+        return buf.getvalue().rstrip("\n")
+    groups = {}
     for r in records:
-        status = paint(r.status, status_colour(r.status)) if colour else r.status
-        note = r.error or ("; ".join(m.split(" ")[0] for m in r.markers) if r.markers else "")
-        # a point that did not fit reads OOM where its numbers would be
-        numbers = ["OOM"] * 3 if r.status == "OOM" else [number(r.median_ms), number(r.gbps), number(r.tflops)]
-        rows.append([clean(r.point), status, clean(r.timer or ""), *numbers, clean(note[:80])])
-    return tabulate(rows, headers=["point", "status", "timer", "median ms", "GB/s", "TFLOP/s", "note"])
+        if r.status == "FAILED":
+            groups.setdefault(failure_key(r.error or ""), []).append(r.point)
+    collapsed = {p: (key, len(pts)) for key, pts in groups.items() if len(pts) > COLLAPSE_AT for p in pts}
+    rows, shown = [], set()
+    for r in records:
+        group = collapsed.get(r.point)
+        if group is None or group[0] not in shown:
+            row = _record_row(r, colour)
+            if group is not None:
+                shown.add(group[0])
+                row[0] = f"{row[0]} and {group[1] - 1} more"
+            rows.append(row)
+    return tabulate(rows, headers=list(RUN_FIELDS), tablefmt="github" if fmt == "markdown" else "simple",
+                    disable_numparse=True)
+
+
+def failure_key(error: str) -> str:
+    """What makes two FAILED points' errors the same failure: the first line, addresses masked."""
+    first = error.strip().splitlines()[0] if error.strip() else ""
+    return re.sub(r"0x[0-9a-f]+", "0x…", first)
 
 
 def use_colour(stream=None) -> bool:
@@ -86,6 +128,38 @@ def status_colour(status: str) -> str:
 
 def warn(message: str) -> None:
     print(paint(f"zlf: warning: {message}", "yellow", sys.stderr), file=sys.stderr)
+
+
+class StatusLine:
+    """One line on a terminal that says what is happening now, rewritten in place (a carriage
+    return and spaces: no escape codes); silent where stderr is not a terminal (logs, pipes) or
+    with ZLF_NO_PROGRESS. Phase words are coloured only where :func:`use_colour` allows."""
+
+    def __init__(self, stream=None):
+        self.stream = stream or sys.stderr
+        self.on = hasattr(self.stream, "isatty") and self.stream.isatty() and os.environ.get("ZLF_NO_PROGRESS") is None
+        self._width = 0
+
+    def show(self, text: str) -> None:
+        """Replace the line with ``text`` (cleaned by the caller: it is written as given)."""
+        if not self.on:
+            return
+        text = text[:max(20, _columns() - 1)]
+        self.stream.write("\r" + text + " " * max(0, self._width - len(text)))
+        self.stream.flush()
+        self._width = len(text)
+
+    def clear(self) -> None:
+        if self.on and self._width:
+            self.stream.write("\r" + " " * self._width + "\r")
+            self.stream.flush()
+            self._width = 0
+
+
+def _columns() -> int:
+    import shutil
+
+    return shutil.get_terminal_size((100, 24)).columns
 
 
 class Progress:

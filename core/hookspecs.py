@@ -34,14 +34,19 @@ def _exclusive(chosen_by: str = ""):
 
 # --------------------------------------------------------------------------- command line
 @_spec
-def add_options(parser):
+def add_options(parser, command):
     """Add command-line options to ``zlf run`` (and to every command that starts runs).
 
-    Called once per invocation, after extension selection and before the final parse, so an
-    option exists only while its extension is active.
+    Called once per invocation and command, after extension selection and before the final
+    parse, so an option exists only while its extension is active.
 
-    :param parser: the :class:`argparse.ArgumentParser` of the ``run`` command; add an
-        argument group named after the extension.
+    :param parser: the :class:`argparse.ArgumentParser` of the command; add an argument group
+        named after the extension.
+    :param command: the command's name: ``run``, ``ab`` (passes the options on to its runs),
+        ``ops`` (lists what a run would take), ``task`` or an extension's command that sets
+        ``run_options``. Return without adding anything on a command the options do not affect,
+        so that its ``--help`` lists only what applies (an implementation without this argument
+        is called for every command).
     :return: nothing.
     """
 

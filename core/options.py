@@ -19,10 +19,10 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``zlf run`` that core owns (``zlf ab`` passes them through)."""
     parser.add_argument("ops", nargs="*", metavar="OP",
                         help="built-in op (add, softmax, matmul), FILE.py[::NAME], or a name an extension knows; default: the built-in suite")
-    parser.add_argument("--dtype", action="append", metavar="D",
-                        help="dtype(s) to run instead of each op's defaults (repeatable or comma-separated)")
+    add_dtype_argument(parser)
     parser.add_argument("--out", default="runs", metavar="PARENT", help="parent of the run directory (default: runs/)")
-    parser.add_argument("--name", metavar="LABEL", help="run directory label (default: the op, or 'suite')")
+    parser.add_argument("--name", metavar="LABEL",
+                        help="run directory label (default: the op, the op file's name, or 'suite')")
     parser.add_argument("--backend", metavar="NAME", help="cpu, cuda, or an extension's backend (default: detected)")
     parser.add_argument("--device", type=int, default=0, metavar="N", help="device index (default 0)")
     t = parser.add_argument_group("timing (core's direct timer)")
@@ -37,7 +37,16 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--time-limit", type=float, metavar="SEC",
                         help="per-point limit (inputs, check and timing); past it the point is FAILED (time limit) "
                              "and the run goes on; 0: none (default: 600 on GPU backends, 1800 on cpu)")
-    parser.add_argument("--json", action="store_true", help="print the records as JSON instead of the table")
+    from .output import add_format_argument
+
+    add_format_argument(parser)
+
+
+def add_dtype_argument(parser, help_text: str = "dtype(s) to run instead of each op's defaults "
+                                                "(repeatable or comma-separated)") -> None:
+    """``--dtype D`` (``--dtypes``, FlagGems' spelling, is a hidden alias kept for a release)."""
+    parser.add_argument("--dtype", action="append", metavar="D", help=help_text)
+    parser.add_argument("--dtypes", dest="dtype", action="append", help=argparse.SUPPRESS)
 
 
 def split_dtypes(values) -> list:

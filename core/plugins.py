@@ -250,11 +250,12 @@ class Hooks:
         """Whether any plugin other than core's own implements ``hook``."""
         return bool(self._providers(hook))
 
-    def add_options(self, parser):
-        """Every extension's options on ``parser``; remembers them as typed option sets."""
-        from .config import declared_options
+    def add_options(self, parser, command: str = "run"):
+        """Every extension's options that apply to ``command`` on ``parser``; remembers them as
+        typed option sets (over every command built so far)."""
+        from .config import declared_options, merged_option_sets
 
-        self.option_sets = declared_options(self.pm, parser)
+        self.option_sets = merged_option_sets(self.option_sets, declared_options(self.pm, parser, command))
 
     # hooks whose results core combines or completes
     def register_backends(self) -> list:

@@ -28,10 +28,11 @@ MAX_PLOTTED_POINTS = 120
 
 def configure_parser(parser) -> None:
     parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
-                        help="one run directory (latency report) or two, A then B (comparison report)")
-    parser.add_argument("--out", metavar="FILE.md",
-                        help="where to write the page; the PNG goes next to it "
-                             "(default: RUN_DIR/report.md, or B_DIR/report_vs_<A name>.md)")
+                        help="one run directory (latency report) or two, A then B (comparison report); "
+                             "a zlf ab campaign directory shows the campaign's own report")
+    parser.add_argument("--out", metavar="PATH",
+                        help="where the page goes: a folder (the page is named as by default) or FILE.md; "
+                             "the PNG goes next to it (default: RUN_DIR/report.md, or B_DIR/report_vs_<A name>.md)")
     parser.add_argument("--threshold", type=float, metavar="PCT", help="as in zlf compare")
     parser.add_argument("--allow-mixed-timers", action="store_true", help="as in zlf compare")
     parser.epilog = (
@@ -47,7 +48,7 @@ def _cell(value) -> str:
         return ""
     if isinstance(value, (dict, list, tuple)):
         value = json.dumps(value, sort_keys=True, default=str)
-        value = value if len(value) <= 200 else value[:197] + "..."
+        value = value if len(value) <= 120 else value[:117] + "..."
     # A pipe would end the markdown cell early.
     return str(value).replace("|", "\\|").replace("\n", " ")
 
@@ -70,8 +71,51 @@ def environment(meta: dict) -> dict:
         env[f"${key}"] = value
     for key, value in sorted(meta.items()):
         if key not in env and key not in ENV_KEYS and key not in ENV_SKIP:
-            env[key] = value
+            env.update(_flat(key, value))
     return {k: _cell(v) for k, v in env.items()}
+
+
+def _flat(key: str, value, depth: int = 2) -> dict:
+    """A nested meta.json value as dotted rows (``gpu_clock.sm_mhz``) instead of one JSON cell;
+    a list of plain values reads as a comma-separated list."""
+    if isinstance(value, dict) and value and depth:
+        out = {}
+        for k, v in value.items():
+            out.update(_flat(f"{key}.{k}", v, depth - 1))
+        return out
+    if isinstance(value, (list, tuple)) and all(not isinstance(v, (dict, list, tuple)) for v in value):
+        return {key: ", ".join(map(str, value))}
+    return {key: value}
+
+
+#: rows that differ between any two runs (when each started, its own folder): not a difference
+#: of the environment, so the short table leaves them to the full one.
+ALWAYS_DIFFERENT = ("started", "finished", "command", "run_dir", "pid")
+
+
+def environment_section(metas: dict) -> str:
+    """The environment for a page: with two sides, a short table of what differs (what a
+    reviewer reads) and the full table folded in ``<details>``; with one side, the first rows
+    (device, backend, timer ...) and the rest folded."""
+    envs = {label: environment(meta) for label, meta in metas.items()}
+    full = environment_table(metas)
+    n = len({k for env in envs.values() for k in env})
+    if len(envs) == 2:
+        a, b = envs.values()
+        differ = [k for k in dict.fromkeys([*a, *b]) if a.get(k, "") != b.get(k, "") and k not in ALWAYS_DIFFERENT]
+        if differ:
+            rows = [[k, a.get(k, ""), b.get(k, "")] for k in differ]
+            head = [f"What differs between {' and '.join(envs)} ({len(differ)} of {n} items; when each run "
+                    "started and its command are in the full list):", "",
+                    tabulate(rows, headers=["", *envs], tablefmt="github", disable_numparse=True)]
+        else:
+            head = [f"The two environments are the same in all {n} items but when each run started."]
+    else:
+        env = next(iter(envs.values()))
+        rows = [[k, v] for k, v in env.items() if k in ENV_KEYS or k in ("zlf", "extensions")]
+        head = [tabulate(rows, headers=["", "value"], tablefmt="github", disable_numparse=True)]
+    return "\n".join([*head, "", f"<details><summary>Full environment ({n} items)</summary>", "", full, "",
+                      "</details>"])
 
 
 def environment_table(metas: dict) -> str:
@@ -179,7 +223,7 @@ def single_page(side: compare.Side, png_name: Optional[str]) -> tuple:
     page = [
         f"# zlf report: {side.path.name}", "", f"**{head}**", "", *(f"- {n}" for n in notes), "",
         _image("median time per point", png_name), "", "## Points", "", table, "",
-        "## Environment", "", f"Run directory: `{side.path}`", "", environment_table({"run": side.meta}), "",
+        "## Environment", "", f"Run directory: `{side.path}`", "", environment_section({"run": side.meta}), "",
     ]
     return "\n".join(page), [head, *notes]
 
@@ -195,7 +239,7 @@ def pair_page(cmp: compare.Comparison, png_name: Optional[str]) -> tuple:
         _image("Δ per point", png_name), "",
         "## Points", "", "Δ = (B − A) / A of the median time; largest regressions first.", "", table, "",
         "## Environment", "", f"- A: `{cmp.a.path}`", f"- B: `{cmp.b.path}`", "",
-        environment_table({"A": cmp.a.meta, "B": cmp.b.meta}), "",
+        environment_section({"A": cmp.a.meta, "B": cmp.b.meta}), "",
     ]
     return "\n".join(page), lines + list(cmp.notes)
 
@@ -215,6 +259,8 @@ def write_report(dirs, out: Optional[str] = None, threshold_pct=None, allow_mixe
     else:
         side = compare.load_side(dirs[0], "run")
     md_path = Path(out) if out else default_out(dirs)
+    if out and (md_path.is_dir() or md_path.suffix != ".md"):  # --out names a folder: the page goes in it
+        md_path = md_path / default_out(dirs).name
     png_path = md_path.with_suffix(".png")
     try:
         md_path.parent.mkdir(parents=True, exist_ok=True)
@@ -235,7 +281,30 @@ def write_report(dirs, out: Optional[str] = None, threshold_pct=None, allow_mixe
     return md_path, png_path, summary
 
 
+#: what a ``zlf ab`` campaign directory holds (its own report.md is written by zlf ab)
+CAMPAIGN_FILE, CAMPAIGN_REPORT, CAMPAIGN_SUMMARY = "campaign.json", "report.md", "summary.log"
+
+
+def campaign_report(path: Path) -> int:
+    """``zlf report CAMPAIGN_DIR``: a campaign writes its own report when it finishes; say what
+    it found and where the page is (or how to finish it)."""
+    page, summary = path / CAMPAIGN_REPORT, path / CAMPAIGN_SUMMARY
+    if not page.is_file():
+        raise UsageError(f"{str(path)!r} is a zlf ab campaign without a report yet (not finished): "
+                         f"zlf ab --resume {path} completes it and writes {CAMPAIGN_REPORT}")
+    if summary.is_file():
+        print(clean_lines(summary.read_text().rstrip("\n")))
+    print(f"report: {page}")
+    return 0
+
+
 def main(args, session) -> int:
+    campaigns = [Path(d) for d in args.run_dirs if (Path(d) / CAMPAIGN_FILE).is_file()]
+    if campaigns:
+        if len(args.run_dirs) != 1:
+            raise UsageError(f"{str(campaigns[0])!r} is a zlf ab campaign directory: give it alone "
+                             "(zlf report CAMPAIGN_DIR shows its report)")
+        return campaign_report(campaigns[0])
     md_path, png_path, summary = write_report(args.run_dirs, args.out, args.threshold, args.allow_mixed_timers,
                                               hooks=getattr(session, "hooks", None))
     for line in summary:

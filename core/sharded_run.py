@@ -18,7 +18,6 @@ from pathlib import Path
 
 import yaml
 
-from .console import results_table
 from .errors import UsageError
 from .procs import stop_code, stop_word
 from .executors import ROOT, LocalPool, device_identity, make_executor, parse_gpus, pin_variable
@@ -143,7 +142,7 @@ def shard_config(session, ops):
     extensions active here (install order never decides), on its worker's only device."""
     active = tuple(i.name for i in session.hooks.infos if i.status == "active")
     select = dict(ext=active, no_ext=None) if active else dict(ext=None, no_ext=tuple(i.name for i in session.hooks.infos))
-    return session.config.with_changes(ops=tuple(ops), device=0, out="runs", name=None, json=False, gpus=None,
+    return session.config.with_changes(ops=tuple(ops), device=0, out="runs", name=None, summary_format="table", gpus=None,
                                        executor=None, ray_address=None, retries=None, **select)
 
 
@@ -226,14 +225,14 @@ def main(args, session) -> int:
     records, _ = RunDir(dest).records()
     failed = sum(1 for r in records if r.status == "FAILED") + len(missing) + len(crashed)
     rc = bad_rc if crashed else (1 if failed else 0)
-    if args.json:
-        print(json.dumps({"run_dir": str(dest), "records": [r.to_json() for r in records]}, indent=2))
-        return rc
-    print(results_table(records))
-    print("per worker (GPU):\n" + scheduler.summary_table(), file=sys.stderr)
+    from .output import print_run_summary
+
+    lines = []
     if missing:
-        print(f"{len(missing)} unit(s) not run: {', '.join(missing)}")
+        lines.append(f"{len(missing)} unit(s) not run: {', '.join(missing)}")
     if crashed:
-        print(f"{len(crashed)} shard(s) failed: " + ", ".join(f"{k} (exit code {v})" for k, v in crashed.items()))
-    print(f"run dir: {dest}")
+        lines.append(f"{len(crashed)} shard(s) failed: " + ", ".join(f"{k} (exit code {v})" for k, v in crashed.items()))
+    if args.format != "json":
+        print("per worker (GPU):\n" + scheduler.summary_table(), file=sys.stderr)
+    print_run_summary(records, args.format, dest, lines=lines)
     return rc

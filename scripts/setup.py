@@ -53,6 +53,9 @@ args = ["--no-build-isolation", "-e", str(root)]
 for ext in extensions:
     args += ["-e", str(ext)]
 extra = []
+# zlf's own dependencies (argcomplete for shell completion included) come with -e root; named again
+# so that an environment that installed zlf with --no-deps before gets completion too.
+extra += ["argcomplete>=2.0"] if missing("argcomplete") else []
 if "--tests" in sys.argv[1:]:
     extra += ["pytest>=7"] if missing("pytest") else []
     extra += ["ray>=2.9"] if missing("ray") else []

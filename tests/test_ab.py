@@ -35,7 +35,7 @@ class FakeHooks:
     def __init__(self, infos=()):
         self.infos = list(infos)
 
-    def add_options(self, parser):
+    def add_options(self, parser, command="run"):
         g = parser.add_argument_group("seed")
         g.add_argument("--seed", type=int, default=0)
         g.add_argument("--shapes", metavar="FILE")

@@ -280,7 +280,7 @@ def test_compare_on_cycles_labels_its_columns_and_flags_the_clock(tmp_path):
     assert rows["mm/64/float16"].delta_pct == pytest.approx(0.0, abs=1e-9)  # 0.23 x 1500 = 0.2 x 1725
     assert "only B throttled" in rows["mm/64/float16"].clock and rows["add/64/float16"].clock is None
     headers, _ = compare.table_rows(cyc)
-    assert "A kcycles" in headers and "clock" in headers
+    assert "cycles_A" in headers and "clock_differs" in headers
     assert any("different clock states" in n for n in cyc.notes)
     doc = compare.to_json(cyc)
     assert doc["metric"] == "cycles" and doc["rows"][0]["clock_differs"] is not None
@@ -293,4 +293,4 @@ def test_compare_without_a_clock_says_no_cycles(tmp_path):
     cmp = compare.compare_dirs(a, b, metric="cycles")
     assert [r.status for r in cmp.rows] == ["no cycles"]
     headers, _ = compare.table_rows(compare.compare_dirs(a, b))
-    assert "clock" not in headers and "A ms" in headers
+    assert "clock_differs" not in headers and "median_ms_A" in headers

@@ -83,7 +83,7 @@ def test_compare_two_real_runs_prints_table_summary_and_threshold_origin(real_ru
     assert "threshold ±" in out and "IQR/median" in out  # says how the default was chosen
     assert "host_wall" in out and "not GPU kernel times" in out
     assert "\x1b[" not in out  # not a TTY: no colour
-    assert "IR" not in out.split("\n\n")[1].splitlines()[0]  # no ir/ on either side: no IR column
+    assert "ir" not in out.split("\n\n")[1].splitlines()[0].split()  # no ir/ on either side: no IR column
 
 
 def test_json_format_has_every_point_with_both_sides(real_runs, tmp_path, cli):
@@ -97,7 +97,7 @@ def test_json_format_has_every_point_with_both_sides(real_runs, tmp_path, cli):
         assert row["delta_pct"] == pytest.approx(expected)
         assert row["a"]["timer"] == row["b"]["timer"] == "host_wall"
     s = doc["summary"]
-    assert s["faster"] + s["slower"] + s["unchanged"] == s["compared"] == 2
+    assert s["faster"] + s["slower"] + s["same"] == s["compared"] == 2 and s["unchanged"] == s["same"]
     assert s["threshold_pct"] >= compare.THRESHOLD_FLOOR_PCT and s["threshold_how"]
 
 
@@ -106,13 +106,13 @@ def test_csv_follows_formats_section_7(real_runs, tmp_path, cli):
     assert proc.returncode == 0, proc.stderr
     rows = list(csv.DictReader(io.StringIO(proc.stdout)))
     assert len(rows) == 2
-    for col in ("shape", "dim0", "time_ms_A", "time_ms_B", "bandwidth_GB_s_A", "bandwidth_GB_s_B",
+    for col in ("shape", "dim0", "median_ms_A", "median_ms_B", "gbps_A", "gbps_B",
                 "tflops_A", "tflops_B", "delta_pct"):
         assert col in rows[0]
     by_point = {r["point"]: r for r in rows}
     assert by_point["add/65536/float32"]["dim0"] == "65536"
-    assert float(by_point["add/1024/float32"]["time_ms_A"]) > 0
-    assert float(by_point["add/1024/float32"]["bandwidth_GB_s_B"]) > 0
+    assert float(by_point["add/1024/float32"]["median_ms_A"]) > 0
+    assert float(by_point["add/1024/float32"]["gbps_B"]) > 0
 
 
 def test_markdown_format_is_a_github_table(real_runs, tmp_path, cli):
@@ -190,8 +190,8 @@ def test_one_side_only_and_failed_points_are_listed_not_dropped(tmp_path, cli):
         assert status in line
     assert "not compared:" in out
     rows = {r["point"]: r for r in csv.DictReader(io.StringIO(cli("compare", a, b, "--format", "csv").stdout))}
-    assert rows["k/3/float32"]["time_ms_B"] == "OOM" and rows["k/3/float32"]["bandwidth_GB_s_B"] == "OOM"
-    assert float(rows["k/3/float32"]["time_ms_A"]) == 1.0
+    assert rows["k/3/float32"]["median_ms_B"] == "OOM" and rows["k/3/float32"]["gbps_B"] == "OOM"
+    assert float(rows["k/3/float32"]["median_ms_A"]) == 1.0
 
 
 def test_fail_if_slower_gates_and_names_the_points(tmp_path, cli):
@@ -208,8 +208,8 @@ def test_fail_if_slower_gates_and_names_the_points(tmp_path, cli):
     assert "FAIL" in proc.stderr
 
 
-def test_fail_if_slower_spares_what_compare_calls_unchanged(tmp_path, cli):
-    # +4% is inside compare's own noise threshold (5%): the table says unchanged, so the gate passes
+def test_fail_if_slower_spares_what_compare_calls_same(tmp_path, cli):
+    # +4% is inside compare's own noise threshold (5%): the table says SAME, so the gate passes
     a = write_run(tmp_path / "A", {"k/1/float32": (1.0, "t"), "k/2/float32": (1.0, "t")})
     b = write_run(tmp_path / "B", {"k/1/float32": (1.04, "t"), "k/2/float32": (1.08, "t")})
     proc = cli("compare", a, b, "--threshold", "5", "--fail-if-slower", "3")
@@ -248,9 +248,9 @@ def test_threshold_verdicts_and_largest_regressions_first(tmp_path, cli):
                                    "k/3/float32": (1.10, "t"), "k/4/float32": (0.8, "t")})
     doc = json.loads(cli("compare", a, b, "--threshold", "5", "--format", "json").stdout)
     assert [r["point"] for r in doc["rows"]] == ["k/2/float32", "k/3/float32", "k/1/float32", "k/4/float32"]
-    assert [r["verdict"] for r in doc["rows"]] == ["slower", "slower", "unchanged", "faster"]
+    assert [r["verdict"] for r in doc["rows"]] == ["SLOWER", "SLOWER", "SAME", "FASTER"]
     s = doc["summary"]
-    assert (s["slower"], s["faster"], s["unchanged"]) == (2, 1, 1)
+    assert (s["slower"], s["faster"], s["same"]) == (2, 1, 1)
     assert s["threshold_how"] == "set with --threshold"
     assert s["geomean_ratio"] == pytest.approx((1.02 * 1.3 * 1.1 * 0.8) ** 0.25)
     text = cli("compare", a, b, "--threshold", "5").stdout
@@ -282,7 +282,7 @@ def test_pair_api_is_pure_and_reusable():
 
     rows = compare.pair([rec("a", 1.0), rec("b", 2.0), rec("c", 1.0)], [rec("a", 0.5), rec("b", 2.0, "x"), rec("d", 1.0)])
     by = {r.point: r for r in rows}
-    assert by["a"].ratio == pytest.approx(0.5) and by["a"].verdict(1.0) == "faster"
+    assert by["a"].ratio == pytest.approx(0.5) and by["a"].verdict(1.0) == "FASTER"
     assert by["b"].status == compare.TIMER_MISMATCH and not by["b"].comparable
     assert by["c"].status == compare.ONLY_A and by["d"].status == compare.ONLY_B
     summary = compare.summarize(rows, compare.Threshold(1.0, "test"))
@@ -300,7 +300,7 @@ def test_ceilings_are_used_and_named_when_present(tmp_path, cli):
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps(Ceilings("Test GPU", "cuda", 2000.0, {"float32": 50.0}, "2026-01-01").to_json()))
     out = cli("compare", a, b, env=env).stdout
-    assert "measured ceilings of Test GPU" in out and "B % ceiling" in out
+    assert "measured ceilings of Test GPU" in out and "pct_ceiling_B" in out
     gbps = 3 * 4 * 1048576 / (0.01e-3) / 1e9
     assert f"{100 * gbps / 2000:.3g}% bw" in out
     doc = json.loads(cli("compare", a, b, "--format", "json", env=env).stdout)
@@ -311,7 +311,7 @@ def test_ir_column_only_when_both_runs_have_ir(tmp_path, cli):
     a = write_run(tmp_path / "A", {"k/1024/float32": (1.0, "t"), "k/2048/float32": (1.0, "t")})
     b = write_run(tmp_path / "B", {"k/1024/float32": (1.0, "t"), "k/2048/float32": (1.0, "t")})
     (a / "ir").mkdir()
-    assert "IR" not in cli("compare", a, b).stdout.splitlines()[3]
+    assert "ir" not in cli("compare", a, b).stdout.splitlines()[3].split()
     if importlib.util.find_spec("zlf_ir_dump") is None:
         pytest.skip("the IR column comes from ir_dump (ir_status), not installed")
     for side, text in ((a, "tt.load\n"), (b, "tt.load\ntt.store\n")):
@@ -325,7 +325,7 @@ def test_ir_column_only_when_both_runs_have_ir(tmp_path, cli):
     ir_dump = {"ZLF_EXTENSIONS": "ir_dump", "ZLF_DISABLE": ""}
     doc = json.loads(cli("compare", a, b, "--format", "json", env=ir_dump).stdout)
     assert {r["point"]: r["ir"] for r in doc["rows"]} == {"k/1024/float32": "changed", "k/2048/float32": "identical"}
-    assert "IR" in cli("compare", a, b, env=ir_dump).stdout
+    assert "ir" in cli("compare", a, b, env=ir_dump).stdout.splitlines()[3].split()
 
 
 # ----------------------------------------------------------------------------- calibrate

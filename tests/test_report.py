@@ -74,7 +74,7 @@ def test_pair_report_default_location_and_ceilings_named(real_runs, tmp_path):
     md = real_runs["b"] / f"report_vs_{real_runs['a'].name}.md"
     assert md.is_file() and md.with_suffix(".png").is_file()
     page = md.read_text()
-    assert "measured ceilings of" in page and "B % ceiling" in page
+    assert "measured ceilings of" in page and "pct_ceiling_B" in page
 
 
 def test_report_bad_input_is_exit_2(real_runs, tmp_path):

@@ -12,7 +12,7 @@ import os
 import shutil
 import sys
 
-from .. import metrics, stats
+from .. import metrics, output, stats
 from ..console import warn
 from ..errors import UsageError
 from ..executors import add_scale_arguments, make_executor, parse_gpus, pin_variable
@@ -41,7 +41,7 @@ examples:
   zlf ab --switch X --process-per-op a b c       a zlf run process per op (default: one per round and side)
   zlf ab --switch X --executor ray --ray-address HEAD:6379   Ray tasks of one GPU each
 verdicts (B against A): FASTER, SLOWER, SAME, UNSURE -- the rule is in docs/ab.md
-exit codes: 0 done, 1 an op failed (or --fail-on-slower and a point is SLOWER), 2 bad input, 130 interrupted,
+exit codes: 0 done, 1 an op failed (or --fail-if-slower and a point is SLOWER), 2 bad input, 130 interrupted,
             143 terminated (SIGTERM; --resume continues either)
 """
 
@@ -105,14 +105,20 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                    help="with --require-idle: how long to wait for an idle device before stopping (default 60)")
     o = parser.add_argument_group("output")
     o.add_argument("--out", default="runs", metavar="PARENT", help="parent of the campaign directory (default: runs/)")
-    o.add_argument("--label", metavar="LABEL", help="campaign directory label (default: the switch, 'aa' or 'ab')")
+    o.add_argument("--name", dest="label", metavar="LABEL",
+                   help="campaign directory label (default: the switch, 'aa' or 'ab')")
+    o.add_argument("--label", dest="label", help=argparse.SUPPRESS)  # the old spelling of --name
     o.add_argument("--resume", metavar="DIR", help="complete an interrupted campaign (its own options are used)")
     o.add_argument("--triton-cache", metavar="DIR",
                    help="parent of the per-side Triton caches, to reuse them across campaigns (default: inside the campaign)")
     o.add_argument("--process-per-op", action="store_true",
                    help="one zlf run process per op, round and side (default: one per round and side for all ops; "
                         "an op that fails there is re-run alone)")
-    o.add_argument("--fail-on-slower", action="store_true", help="exit 1 when any point is SLOWER")
+    o.add_argument("--fail-if-slower", type=float, nargs="?", const=0.0, metavar="PCT",
+                   help="exit 1 when a point is SLOWER and its delta is more than PCT percent (default 0)")
+    o.add_argument("--fail-on-slower", dest="fail_if_slower", action="store_const", const=0.0,
+                   help=argparse.SUPPRESS)  # the old spelling of --fail-if-slower
+    output.add_format_argument(o)
     o.add_argument("--dry-run", action="store_true", help="print the sides, the runs and the guards; run nothing")
     run_pass_through(parser)
     parser.add_argument("--time-limit", type=float, metavar="SEC",
@@ -210,7 +216,8 @@ def _campaign_data(args, session, plan, a, b, statistics) -> dict:
         "device": args.device,
         "require_idle": bool(args.require_idle),
         "idle_wait": args.idle_wait,
-        "fail_on_slower": bool(args.fail_on_slower),
+        "fail_on_slower": args.fail_if_slower is not None,
+        "fail_if_slower_pct": args.fail_if_slower,
         "metric": args.metric or metrics.DEFAULT,
         # startup (imports, plugins, device queries) once per round and side for all ops
         "process": PER_OP if (args.process_per_op or plan.per_op or args.unit == "op") else SHARED_PROCESS,
@@ -338,19 +345,26 @@ def _finish(campaign, scaled, args, session) -> int:
     unreported = {**campaign.failed_ops(), **campaign.incomplete_ops()}
     reported = [o.name for o in campaign.ops if o.name not in unreported]
     text = report.write(campaign, results, remarks, excluded, alpha, campaign_guards(campaign, reported))
-    print(text)
+    fmt = getattr(args, "format", "table")
+    out = sys.stderr if fmt in ("csv", "json") else sys.stdout
+    print(output.campaign_summary(campaign, results, text, fmt))
     if scaled is not None and scaled.stats:
         table = "per worker (GPU):\n" + scaled.table()
-        print(table)
+        print(table, file=out)
         with open(campaign.path / SUMMARY_LOG, "a") as f:
             f.write("\n" + table + "\n")
-    print(f"campaign dir: {campaign.path}")
+    print(f"campaign dir: {campaign.path}", file=out)
     _after_campaign(campaign, results, args, session)
     if unreported:
         return 1
-    if campaign.data.get("fail_on_slower") and any(r.verdict == stats.SLOWER for r in results):
+    pct = campaign.data.get("fail_if_slower_pct") or 0.0
+    if campaign.data.get("fail_on_slower") and any(r.verdict == stats.SLOWER and _delta(r) > pct for r in results):
         return 1
     return 0
+
+
+def _delta(r) -> float:
+    return r.delta_pct if r.delta_pct is not None else r.delta_median_pct
 
 
 def _after_campaign(campaign, results, args, session) -> None:

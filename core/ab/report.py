@@ -15,8 +15,10 @@ from ..rundir import write_atomic
 from .guards import switch_guard_messages
 from .layout import FAILED, OK, PLOT, REPORT, SKIPPED, SUMMARY_JSON, SUMMARY_LOG, now
 
-HEADERS = ["point", "A median ms", "B median ms", "delta", "delta interval", "noise A/B",
-           "flips", "MDE", "rounds for delta", "verdict"]
+#: the field names of zlf compare and of zlf ab --format csv/json (zlf.output.CAMPAIGN_FIELDS);
+#: a column that joins two fields names both (``delta_lo_pct..delta_hi_pct``)
+HEADERS = ["point", "median_ms_A", "median_ms_B", "delta_pct", "delta_lo_pct..delta_hi_pct", "noise_pct_A/B",
+           "flips/rounds", "mde_pct", "rounds_needed", "verdict"]
 #: the rule in one place, printed under every table (docs/ab.md explains it).
 RULE = ("verdict rule (B against A), one threshold delta (--min-effect): interval = t-interval of the "
         "log delta (paired per round or unpaired Yuen-Welch, trimmed 0 or 10%, chosen from the variances; an "
@@ -56,8 +58,8 @@ def rows(results, aa=False) -> list:
 
 
 def headers(aa=False, metric="time") -> list:
-    unit = metrics.unit(metric)
-    h = [c.replace(" ms", f" {unit}") for c in HEADERS]
+    name = "median_ms" if metric == metrics.DEFAULT else metric
+    h = [c.replace("median_ms", name) for c in HEADERS]
     if aa:
         h.insert(-1, "run-to-run noise")
     return h

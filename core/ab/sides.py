@@ -16,6 +16,7 @@ def run_pass_through(parser: argparse.ArgumentParser) -> None:
     """Core run options every run of the campaign gets (the same names as ``zlf run``)."""
     g = parser.add_argument_group("passed to every zlf run")
     g.add_argument("--dtype", action="append", metavar="D", help="dtype(s) instead of each op's defaults")
+    g.add_argument("--dtypes", dest="dtype", action="append", help=argparse.SUPPRESS)  # FlagGems' spelling
     g.add_argument("--backend", metavar="NAME", help="cpu, cuda, or an extension's backend")
     g.add_argument("--device", type=int, default=0, metavar="N", help="device index (default 0)")
     g.add_argument("--timer", metavar="EXT", help="which extension's time_fn to use")
@@ -81,7 +82,7 @@ def pass_through_args(args, hooks, add_core=run_pass_through, own=(), skip=()) -
     """
     scratch = argparse.ArgumentParser(add_help=False)
     add_core(scratch)
-    hooks.add_options(scratch)
+    hooks.add_options(scratch, "ab")
     out, done = [], set()
     for action in scratch._actions:
         dest = action.dest

@@ -54,7 +54,9 @@ class AutotuneReplay:
 
     # ------------------------------------------------------------------ command line
     @hookimpl
-    def add_options(self, parser):
+    def add_options(self, parser, command):
+        if command not in ("run", "ab"):  # record/replay works with zlf run (and zlf ab's runs)
+            return
         g = parser.add_argument_group("autotune_replay (extension)")
         g.add_argument("--replay-from", metavar="RUN_DIR",
                        help=f"pin every autotuned kernel to the configs recorded in RUN_DIR (also {ENV_REPLAY}); "

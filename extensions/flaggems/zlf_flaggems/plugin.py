@@ -29,6 +29,8 @@ from .table import render
 ENV_FLAGTUNE = "USE_FLAGTUNE"
 LEVELS = ("core", "comprehensive")
 MODES = ("kernel", "operator", "wrapper", "cudagraph")
+#: the commands whose ops FlagGems can provide (zlf ab passes them on to its runs)
+COMMANDS = ("run", "ab", "ops")
 RESULTS_FILE = "flaggems_results.txt"
 
 
@@ -63,7 +65,9 @@ class FlagGems:
 
     # ------------------------------------------------------------------ command line
     @hookimpl
-    def add_options(self, parser):
+    def add_options(self, parser, command):
+        if command not in COMMANDS:
+            return
         g = parser.add_argument_group("flaggems (extension)")
         g.add_argument("--flaggems-dir", metavar="DIR",
                        help=f"FlagGems source checkout whose benchmark/ is run (also {_checkout.ENV_DIR}); "
@@ -73,9 +77,6 @@ class FlagGems:
         g.add_argument("--flaggems-mode", choices=MODES, default="kernel",
                        help="FlagGems --mode: kernel (zlf's timer) or cudagraph (needs --ext cudagraph); "
                             "operator/wrapper are FlagGems' host timers and are refused: zlf's time_fn times every point")
-        g.add_argument("--dtypes", action="append", metavar="D",
-                       help="FlagGems --dtypes: dtypes by torch name (repeatable or comma-separated); "
-                            "checked against each op's supported dtypes")
         g.add_argument("--flaggems-tolerance", action="append", metavar="DTYPE=REL",
                        help="relative L2 error allowed against the torch reference, e.g. float32=1e-3 for TF32 "
                             "kernels (repeatable; defaults: " +
@@ -91,7 +92,7 @@ class FlagGems:
     @hookimpl
     def configure(self, session):
         opts = session.config.options
-        if session.config.command != "run":
+        if session.config.command not in ("run", "ops"):
             return
         self.checkout = _checkout.checkout_from_options(opts)
         if self.checkout is None:
@@ -102,10 +103,8 @@ class FlagGems:
                              "time_fn (use kernel, or cudagraph with --ext cudagraph)")
         if mode == "cudagraph" and not any(i.name == "cudagraph" and i.status == "active" for i in session.hooks.infos):
             raise UsageError("--flaggems-mode cudagraph: add --ext cudagraph (zlf's graph timer, with per-point fallback markers)")
-        dtypes = tuple(d.strip() for v in opts.dtypes or () for d in v.split(",") if d.strip())
-        if dtypes and not session.config.dtypes:  # zlf's points follow FlagGems' --dtypes
-            session.options.dtype = [",".join(dtypes)]
-            session.config = session.config.with_changes(dtypes=dtypes)
+        # FlagGems' --dtypes is zlf's --dtype (which also answers to --dtypes)
+        dtypes = tuple(session.config.dtypes or ())
         if opts.flaggems_flagtune is not None:
             os.environ[ENV_FLAGTUNE] = opts.flaggems_flagtune  # flag_gems reads it at import
         self.flagtune = os.environ.get(ENV_FLAGTUNE)

@@ -262,3 +262,14 @@ def test_zlf_ir_compiles_for_cuda90_and_ir_diff_compares(work, tmp_path, capsys)
     assert "ttg.convert_layout 0→1" in out and "1 changed" in out
     assert (tmp_path / "d/1024/scale_kernel/w4s3__fp32.ttgir.diff").read_text().startswith("--- A/1024")
     assert irtree.shape_status(a, changed) == {"512": "identical", "1024": "changed"}
+
+
+def test_ir_guard_counts_like_ir_diff():
+    from zlf_ir_dump.campaign import guard_line as ir_guard_line
+
+    line = ir_guard_line("mm", {"a": "identical", "b": "identical", "c": "changed", "d": "changed"})
+    assert "on 2 of 4 shapes" in line and "2 identical, 2 changed, 0 only A, 0 only B" in line
+    assert "one side only" not in line
+    line = ir_guard_line("mm", {"a": "changed", "b": "only B"})
+    assert "0 identical, 1 changed, 0 only A, 1 only B" in line
+    assert ir_guard_line("add", {"a": "identical"}).startswith("!!! add: the switch changed NO compiled code")

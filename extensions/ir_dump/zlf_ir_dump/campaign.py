@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from .irtree import CHANGED, IDENTICAL, IR_DIR, shape_status
+from .irtree import CHANGED, IDENTICAL, IR_DIR, ONLY_A, ONLY_B, shape_status
 
 
 def ir_status(a_dir, b_dir):
@@ -26,16 +26,21 @@ def guard_lines(campaign, ops) -> list:
             status = shape_status(campaign.run_dir(ra), campaign.run_dir(rb))
             if not status:
                 break  # no IR dumped
-            changed = [s for s, v in status.items() if v != IDENTICAL]
-            if not changed:
-                lines.append(f"!!! {op}: the switch changed NO compiled code -- IR identical on all {len(status)} shapes "
-                             f"(r{k}_A vs r{k}_B): any delta is noise, not the compiler change")
-            else:
-                n_changed = sum(1 for v in status.values() if v == CHANGED)
-                lines.append(f"{op}: IR differs between A and B on {len(changed)} of {len(status)} shapes "
-                             f"({n_changed} changed, the rest on one side only)")
+            lines.append(guard_line(op, status, k))
             break
     return lines
+
+
+def guard_line(op: str, status: dict, round_no: int = 1) -> str:
+    """The IR guard's line for one op from ``{shape: identical | changed | only A | only B}``, in
+    the words and order of ``zlf ir-diff``'s summary."""
+    n = {word: sum(1 for v in status.values() if v == word) for word in (IDENTICAL, CHANGED, ONLY_A, ONLY_B)}
+    if n[IDENTICAL] == len(status):
+        return (f"!!! {op}: the switch changed NO compiled code -- IR identical on all {len(status)} shapes "
+                f"(r{round_no}_A vs r{round_no}_B): any delta is noise, not the compiler change")
+    counts = ", ".join(f"{count} {word}" for word, count in n.items())
+    return (f"{op}: IR differs between A and B on {len(status) - n[IDENTICAL]} of {len(status)} shapes "
+            f"({counts}; r{round_no}_A vs r{round_no}_B)")
 
 
 def split_ir(item: Path, dest: Path, shapes, link):

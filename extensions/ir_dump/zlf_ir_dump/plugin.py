@@ -19,7 +19,9 @@ class IrDumpPlugin:
         self.dump = None
 
     @hookimpl
-    def add_options(self, parser):
+    def add_options(self, parser, command):
+        if command not in ("run", "ab", "task"):  # the commands that compile and launch kernels
+            return
         g = parser.add_argument_group("ir_dump (extension)")
         g.add_argument("--ir", metavar="KINDS", default=None,
                        help="IR kinds to dump per launched variant, comma-separated: ttir,ttgir,llir,ptx "

@@ -45,8 +45,14 @@ def fingerprint(tensors) -> str:
     return h.hexdigest()[:16]
 
 
+#: the commands that create inputs (zlf ops lists points and creates none)
+COMMANDS = ("run", "ab", "task")
+
+
 @hookimpl
-def add_options(parser):
+def add_options(parser, command):
+    if command not in COMMANDS:
+        return
     g = parser.add_argument_group("seed (extension)")
     g.add_argument("--seed", type=int, default=DEFAULT_SEED, metavar="N",
                    help=f"base seed; each point's seed is derived from it and the point id (default {DEFAULT_SEED})")

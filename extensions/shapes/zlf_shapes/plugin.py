@@ -51,8 +51,14 @@ def parse_shapes(entry, path: str, key: str) -> list:
     return shapes
 
 
+#: the commands that plan points from ops' shapes (zlf task takes its shapes from the package)
+COMMANDS = ("run", "ab", "ops")
+
+
 @hookimpl
-def add_options(parser):
+def add_options(parser, command):
+    if command not in COMMANDS:
+        return
     g = parser.add_argument_group("shapes (extension)")
     g.add_argument("--shapes", metavar="FILE",
                    help="FlagGems-format yaml whose entries override the ops' built-in shapes")

@@ -25,7 +25,7 @@ from typing import Optional
 from tabulate import tabulate
 
 from zlf import UsageError
-from zlf.console import clean, number, paint
+from zlf.console import StatusLine, clean, number, paint
 from zlf.procs import die_with_parent, kill_group, stop_code, stop_word
 from zlf.records import STATUS_FAILED, STATUS_OK, is_jsonable
 from zlf.options import check_run_options
@@ -39,6 +39,8 @@ from .package import TaskPackage, parse_cases
 
 #: limit for everything before the candidate runs (worker start, genTestCase, baseline timing).
 PACKAGE_TIME_LIMIT_S = 600.0
+#: how often the terminal's status line says how much of the time limit is left
+TICK_S = 1.0
 #: how long a worker gets to run after_run hooks and exit once its cases are done.
 EXIT_GRACE_S = 30.0
 #: lines of a worker's log quoted when it died.
@@ -66,6 +68,27 @@ def _tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     except OSError:
         return ""
     return "\n".join(text[-lines:])
+
+
+class _Silent:
+    def isatty(self) -> bool:
+        return False
+
+
+class Phase:
+    """The status line of one case: ``[2/5] case 2: timing (41 s of 60 s left)``."""
+
+    def __init__(self, status: StatusLine, head: str, limit: float):
+        self.status, self.head, self.limit = status, head, limit
+        self.name, self.deadline = "", time.monotonic() + limit
+
+    def set(self, name: str, deadline: float) -> None:
+        self.name, self.deadline = name, deadline
+        self.tick()
+
+    def tick(self) -> None:
+        left = max(0.0, self.deadline - time.monotonic())
+        self.status.show(f"{clean(self.head)}: {self.name} ({left:.0f} s of {self.limit:g} s left)")
 
 
 class WorkerProcess:
@@ -185,6 +208,9 @@ class Judge:
         self.session = session
         self.worker: Optional[WorkerProcess] = None
         self.load_failure: Optional[str] = None
+        #: what the case being judged is doing, on a terminal only (never in logs or pipes)
+        self.status = StatusLine() if getattr(args, "format", "table") == "table" else StatusLine(_Silent())
+        self.done = 0
 
     # ------------------------------------------------------------------ setup
     def prepare(self):
@@ -294,8 +320,14 @@ class Judge:
             worker.close_input()
         baseline, started = None, False
         deadline = time.monotonic() + PACKAGE_TIME_LIMIT_S
+        phase = Phase(self.status, f"[{self.done + 1}/{len(self.cases)}] case {case}", PACKAGE_TIME_LIMIT_S)
+        phase.set("preparing inputs", deadline)
         while True:
-            event = worker.next_event(max(0.0, deadline - time.monotonic()))
+            wait = max(0.0, deadline - time.monotonic())
+            event = worker.next_event(min(wait, TICK_S) if self.status.on else wait)
+            if event is _TIMEOUT and time.monotonic() < deadline:
+                phase.tick()
+                continue
             if event is _TIMEOUT:
                 worker.kill()
                 self.worker = None
@@ -321,11 +353,16 @@ class Judge:
             kind = event.get("event")
             if kind == "case":
                 point = {**event["point"]}
+                phase.set("timing the baseline", deadline)
             elif kind == "baseline":
                 baseline = timing_from_json(event["timing"])
             elif kind == "candidate_start":
                 started = True
                 deadline = time.monotonic() + self.time_limit
+                phase.limit = self.time_limit
+                phase.set("compiling (first call)", deadline)
+            elif kind == "phase":
+                phase.set(str(event.get("name", "")), deadline)
             elif kind == "result":
                 if event.get("load_failed"):
                     self.load_failure = event.get("text", "")
@@ -338,7 +375,9 @@ class Judge:
         records = []
         try:
             for case in self.cases:
+                self.done = len(records)
                 record, reusable = self.judge_case(case)
+                self.status.clear()
                 if not (reusable and self.args.reuse_worker):
                     self._retire_worker()
                 self.rundir.append(record)
@@ -346,7 +385,7 @@ class Judge:
                 verdict = record.extra.get("verdict")
                 self.run.log.info(f"case {case}: {verdict}" + (f" {record.median_ms:.4g} ms" if record.median_ms else "")
                                   + (f" ({record.error})" if record.error else ""))
-                if not self.args.json:
+                if self.args.format != "json":
                     print(f"[{len(records)}/{len(self.cases)}] case {case}: {verdict}", file=sys.stderr, flush=True)
             self._retire_worker()
             self.run.status = "complete"
@@ -395,19 +434,36 @@ def summary(records) -> dict:
     return {"passed": len(passed), "total": len(records), "geomean_speedup": geo, "speedup_cases": len(speedups)}
 
 
-def verdict_table(records) -> str:
+#: the fields of ``zlf task``'s summary, in every format
+CASE_FIELDS = ("case", "largest_arg", "verdict", "timer", "candidate_ms", "baseline_ms", "speedup", "note")
+
+
+def _note(r) -> str:
+    note = (r.error or "").split(": ", 1)[1] if r.error and ": " in r.error else ""
+    if r.markers:
+        note = (note + " " if note else "") + " ".join(m.split(" ")[0] for m in r.markers)
+    return note
+
+
+def case_values(r) -> list:
+    """One case's values in :data:`CASE_FIELDS` order."""
+    return [r.extra.get("case"), "x".join(map(str, r.shape)), r.extra.get("verdict", ""), r.timer or "",
+            r.median_ms, r.extra.get("baseline_ms"), r.extra.get("speedup"), _note(r)]
+
+
+def verdict_table(records, fmt: str = "table") -> str:
+    from zlf.output import render
+
+    if fmt == "csv":
+        return render(CASE_FIELDS, [case_values(r) for r in records], fmt)
     rows = []
     for r in records:
-        verdict = r.extra.get("verdict", "")
+        case, shape, verdict, timer, ms, base, speed, note = case_values(r)
         colour = "green" if verdict == V.ACCEPTED else ("yellow" if verdict == V.JUDGE_ERROR else "red")
-        note = (r.error or "").split(": ", 1)[1] if r.error and ": " in r.error else ""
-        if r.markers:
-            note = (note + " " if note else "") + " ".join(m.split(" ")[0] for m in r.markers)
-        speed = r.extra.get("speedup")
-        rows.append([r.extra.get("case"), "x".join(map(str, r.shape)), paint(verdict, colour), r.timer or "",
-                     number(r.median_ms), number(r.extra.get("baseline_ms")), f"{speed:.3f}x" if speed else "", clean(note[:70])])
-    return tabulate(rows, headers=["case", "largest arg", "verdict", "timer", "candidate ms", "baseline ms",
-                                   "speedup", "note"])
+        rows.append([case, shape, paint(verdict, colour) if fmt == "table" else verdict, timer, number(ms), number(base),
+                     f"{speed:.3f}x" if speed else "", clean(note[:70])])
+    return tabulate(rows, headers=list(CASE_FIELDS), tablefmt="github" if fmt == "markdown" else "simple",
+                    disable_numparse=True)
 
 
 def print_details(records) -> None:
@@ -445,19 +501,20 @@ def judge(args, session) -> int:
         raise UsageError(f"{exc.strerror or exc} writing {exc.filename or j.rundir.path}: "
                          f"{kept} finished case(s) kept in {j.rundir.path}") from exc
     s = summary(records)
-    if args.json:
+    if args.format == "json":
         print(json.dumps({"run_dir": str(j.rundir.path), "package": j.package.name, "candidate": str(j.candidate.path),
-                          **s, "cases": [{"case": r.extra.get("case"), "verdict": r.extra.get("verdict"),
-                                          "candidate_ms": r.median_ms, "baseline_ms": r.extra.get("baseline_ms"),
-                                          "speedup": r.extra.get("speedup"), "timer": r.timer,
+                          **s, "cases": [{**dict(zip(CASE_FIELDS, case_values(r))),
                                           "output": r.extra.get("judge_output")} for r in records]}, indent=2))
         return 0 if s["passed"] == s["total"] else 1
-    print(verdict_table(records))
-    print_details(records)
+    print(verdict_table(records, args.format))
+    out = sys.stderr if args.format == "csv" else sys.stdout  # csv: stdout is the table alone
+    if args.format != "csv":
+        print_details(records)
     geo = f"{s['geomean_speedup']:.3f}x" if s["geomean_speedup"] else "n/a"
     print(f"\n{j.package.name}: {s['passed']}/{s['total']} cases Accepted; "
-          f"geometric-mean speedup {geo} over {s['speedup_cases']} accepted case(s) (baseline ms / candidate ms)")
+          f"geometric-mean speedup {geo} over {s['speedup_cases']} accepted case(s) (baseline ms / candidate ms)",
+          file=out)
     if j.backend.host_timing:
-        print(paint("note: cpu backend: times are host wall-clock, not GPU kernel times", "dim"))
-    print(f"run dir: {j.rundir.path}")
+        print(paint("note: cpu backend: times are host wall-clock, not GPU kernel times", "dim", out), file=out)
+    print(f"run dir: {j.rundir.path}", file=out)
     return 0 if s["passed"] == s["total"] else 1

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 
 from zlf import hookimpl
+from zlf.output import add_format_argument
 
 EPILOG = """\
 examples:
@@ -46,7 +47,7 @@ def add_commands(subparsers):
     p.add_argument("--name", metavar="LABEL", help="run directory label (default: the package name)")
     p.add_argument("--backend", metavar="NAME", help="cpu, cuda, or an extension's backend (default: detected)")
     p.add_argument("--device", type=int, default=0, metavar="N", help="device index (default 0)")
-    p.add_argument("--json", action="store_true", help="print the verdicts as JSON instead of the table")
+    add_format_argument(p)
     t = p.add_argument_group("timing")
     t.add_argument("--warmup", type=int, metavar="N", help="warm-up calls, overriding the package's")
     t.add_argument("--iters", type=int, metavar="N", help="timed calls, overriding the package's")

@@ -242,6 +242,7 @@ class Worker:
         if launch_error:
             return V.RUNTIME_ERROR, f"run_kernel left a launch error: {launch_error}", None, None, True, False
 
+        self.emit("phase", name="checking")
         damage = self.memory_damage(original, args, outputs, guards)
         # An out-of-bounds write may have hit memory no guard covers: this process is not reused.
         if damage and damage[0] == V.RUNTIME_ERROR:
@@ -255,6 +256,7 @@ class Worker:
 
         # Timed only now that the result was checked; checked again afterwards, so a kernel that
         # computes once and then returns early is not timed as fast.
+        self.emit("phase", name="timing")
         try:
             timing = self.run.time_point(call, point, op=op, inputs=tuple(args), budget=self.budget(call, counts))
             self.kernel.last_error()  # a failed graph capture leaves its error here; the timer handled it

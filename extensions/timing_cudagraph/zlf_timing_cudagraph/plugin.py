@@ -50,7 +50,9 @@ class CudaGraphTimer:
 
     # ------------------------------------------------------------------ command line
     @hookimpl
-    def add_options(self, parser):
+    def add_options(self, parser, command):
+        if command not in ("run", "ab", "task"):  # the commands that time
+            return
         g = parser.add_argument_group("cudagraph (extension)")
         g.add_argument("--cudagraph-probe", choices=PROBES, default="inline",
                        help="where a point's first capture is tried: in this process (default; a failed "

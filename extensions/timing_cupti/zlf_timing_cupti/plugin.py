@@ -29,7 +29,9 @@ class CuptiPlugin:
         self.source = None
 
     @hookimpl
-    def add_options(self, parser):
+    def add_options(self, parser, command):
+        if command not in ("run", "ab", "task"):  # the commands that time
+            return
         g = parser.add_argument_group("cupti (extension)")
         g.add_argument("--cupti-source", choices=SOURCES, default="auto",
                        help="where CUPTI's activity records are read: cupti-python, torch's profiler, or "
