@@ -43,20 +43,24 @@ class Rotation:
     """The timed callable: call ``i`` runs the candidate on slot ``i % len(calls)``. Every slot
     holds its own input set and output buffers (the checker's shared memory), so a captured graph
     replays the calls in the order they were made; :attr:`last` is the slot of the last call
-    made, :attr:`last_captured` that of the last call made while a graph was being captured."""
+    made, :attr:`last_captured` that of the last call made while a graph was being captured,
+    :attr:`captured` the slots a capture has seen."""
 
-    def __init__(self, calls, slots):
+    def __init__(self, calls, slots, capturing=None):
         self.calls, self.slots = calls, slots
+        self.capturing = capturing or _capturing
         self.count = 0
         self.last = self.last_captured = None
+        self.captured: set = set()
         self.view = LastArgs(self)
 
     def __call__(self):
         j = self.count % len(self.calls)
         self.count += 1
         self.last = j
-        if _capturing():
+        if self.capturing():
             self.last_captured = j
+            self.captured.add(j)
         return self.calls[j]()
 
 

@@ -1,0 +1,76 @@
+"""zlf task: a candidate that forges its verdict from inside its own process is not Accepted.
+
+Each attack is run twice: as the attack (Wrong Answer or Runtime Error) and as its honest twin
+(``FORGE_HONEST=1``: the same kind of thing, then the answer computed) -- Accepted.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from zlf.testing import read_records, run_dir_from
+
+zlf_taskpkg = pytest.importorskip("zlf_taskpkg")
+
+from zlf.cli import main  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[3]
+PKG = REPO / "tests" / "data" / "taskpkg_vecadd"
+FORGING = Path(__file__).resolve().parent / "data" / "forging"
+
+
+@pytest.fixture(autouse=True)
+def _quiet(monkeypatch):
+    monkeypatch.setenv("ZLF_NO_PROGRESS", "1")
+    monkeypatch.setenv("NO_COLOR", "1")
+
+
+def judge(tmp_path, capsys, candidate, *extra):
+    rc = main(["task", str(PKG), "--candidate", str(FORGING / candidate), "--ext", "task",
+               "--out", str(tmp_path / "runs"), *map(str, extra)])
+    out = capsys.readouterr().out
+    return rc, read_records(run_dir_from(out))
+
+
+ATTACKS = [
+    # file, what the attack's case must say
+    ("patch_check.py", "elements differ"),          # check patched in the candidate's process: not the checker's
+    ("frame_read.py", "was not written"),           # no baseline answer in any frame of the candidate's process
+    ("copy_baseline.py", "was not written"),        # nor among its objects
+    ("memo_pointer.py", "stale result"),            # the pointers it remembered hold another input set now
+    ("early_return.py", "was not written"),         # the later calls leave the poison
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("candidate, message", ATTACKS)
+def test_forging_attempt_is_not_accepted(tmp_path, capsys, monkeypatch, candidate, message):
+    monkeypatch.delenv("FORGE_HONEST", raising=False)
+    rc, records = judge(tmp_path, capsys, candidate, "--cases", "2")
+    verdict = records[0]["extra"]["verdict"]
+    assert rc == 1 and verdict in ("Wrong Answer", "Runtime Error"), records[0]
+    assert message in records[0]["extra"]["judge_output"]
+    assert records[0]["median_ms"] is None and records[0]["extra"]["speedup"] is None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("candidate", [a[0] for a in ATTACKS])
+def test_honest_twin_is_accepted(tmp_path, capsys, monkeypatch, candidate):
+    monkeypatch.setenv("FORGE_HONEST", "1")
+    rc, records = judge(tmp_path, capsys, candidate, "--cases", "2")
+    assert rc == 0 and records[0]["extra"]["verdict"] == "Accepted", records[0]["extra"]["judge_output"]
+    assert records[0]["max_rel_err"] == 0.0 and records[0]["median_ms"] > 0
+    assert records[0]["extra"]["input_sets"] == 3 and records[0]["extra"]["distinct_input_sets"] == 4
+
+
+@pytest.mark.slow
+def test_stale_result_survives_worker_reuse(tmp_path, capsys, monkeypatch):
+    """A reused worker keeps its memo across cases: still stale on the second case, and the
+    honest twin stays Accepted on both."""
+    monkeypatch.delenv("FORGE_HONEST", raising=False)
+    rc, records = judge(tmp_path, capsys, "memo_pointer.py", "--cases", "1-2", "--reuse-worker")
+    assert [r["extra"]["verdict"] for r in records] == ["Wrong Answer", "Wrong Answer"]
+    monkeypatch.setenv("FORGE_HONEST", "1")
+    rc, records = judge(tmp_path, capsys, "memo_pointer.py", "--cases", "1-2", "--reuse-worker")
+    assert rc == 0 and [r["extra"]["verdict"] for r in records] == ["Accepted", "Accepted"]
