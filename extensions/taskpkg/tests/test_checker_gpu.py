@@ -82,13 +82,14 @@ def test_paged_kv_candidates_are_accepted_through_the_checker(zlf_cli, tmp_path,
     assert meta["task"]["verdicts"]["Accepted"] == 12
 
 
-@pytest.mark.parametrize("candidate, message", [
-    ("paged_memo.py", "stale result"),
-    ("paged_copy_baseline.py", "was not written"),
+@pytest.mark.parametrize("candidate, messages", [
+    ("paged_memo.py", ("stale result",)),
+    # what it finds is another slot's input or nothing: never the checker's expected output
+    ("paged_copy_baseline.py", ("elements differ", "was not written")),
 ])
-def test_paged_kv_forging_candidate_is_rejected(zlf_cli, tmp_path, candidate, message):
+def test_paged_kv_forging_candidate_is_rejected(zlf_cli, tmp_path, candidate, messages):
     proc = _zlf(zlf_cli, PAGED_KV, "--candidate", FORGING / candidate, "--ext", "task", "--ext", "cudagraph",
                 "--cases", "1,12", "--reuse-worker", "--backend", "cuda", "--out", tmp_path / "runs", rc=1)
     records = read_records(run_dir_from(proc.stdout, tmp_path))
     assert [r["extra"]["verdict"] for r in records] == ["Wrong Answer", "Wrong Answer"], proc.stdout
-    assert all(message in r["extra"]["judge_output"] for r in records)
+    assert all(any(m in r["extra"]["judge_output"] for m in messages) for r in records)
