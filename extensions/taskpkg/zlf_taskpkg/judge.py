@@ -11,6 +11,7 @@ checker's (or this process's): the worker can only report a failure.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import math
@@ -39,8 +40,10 @@ from zlf.rundir import RunDir, disk_full
 
 from . import outcome as V
 from .candidate import KIND_CUDA, Candidate, compile_cuda, default_arch, default_cache_dir
+from .checker import INPUT_SETS
 from .outcome import timing_from_json
 from .package import TaskPackage, parse_cases
+from .shared import shm_root
 
 #: limit for everything before the candidate runs (worker start, genTestCase, baseline timing).
 PACKAGE_TIME_LIMIT_S = 600.0
@@ -97,7 +100,7 @@ class Phase:
 
 
 class WorkerProcess:
-    """One child running :mod:`zlf_taskpkg.worker`: a control pipe in, an event pipe out."""
+    """One child running :mod:`zlf_taskpkg.worker` (or the checker): a control pipe in, an event pipe out."""
 
     def __init__(self, spec_path: Path, log_path: Path, first_case: int, module: str = "zlf_taskpkg.worker"):
         r_ctrl, w_ctrl = os.pipe()
@@ -271,6 +274,9 @@ class Judge:
             "seed_scheme": "base_seed + case number, set before genTestCase", "tolerances": tolerances,
             "time_limit_s": self.time_limit, "compile_time_limit_s": self.compile_time_limit, "isolation": "one worker per case" if not args.reuse_worker
             else "one worker reused until a case fails",
+            "checker": "the package, inputs, baseline and check in a process that never runs the candidate; "
+                       "buffers shared with the worker (CUDA IPC / shared memory)",
+            "input_sets": INPUT_SETS,
             "warmup_iters_override": [args.warmup, args.iters],
         }
         self.run.save_meta()
@@ -304,6 +310,9 @@ class Judge:
             if proc is None:
                 continue
             proc.kill() if kill else proc.finish()
+            for leftover in shm_root().glob(f"zlf-task-{proc.proc.pid}-*"):  # a checker killed mid-case
+                with contextlib.suppress(OSError):
+                    leftover.unlink()
             for k, v in proc.meta.items():
                 self.run.meta.setdefault(k, v)  # what lifecycle hooks added (seed, autotune ...)
 
