@@ -74,3 +74,44 @@ def test_stale_result_survives_worker_reuse(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("FORGE_HONEST", "1")
     rc, records = judge(tmp_path, capsys, "memo_pointer.py", "--cases", "1-2", "--reuse-worker")
     assert rc == 0 and [r["extra"]["verdict"] for r in records] == ["Accepted", "Accepted"]
+
+
+def test_graph_replay_keeps_the_rotation_in_call_order():
+    """On the cudagraph tests' fake device (capture records Python kernels): each slot ends with
+    its own result, and the last kernel executed is the last call captured."""
+    import importlib.util
+
+    import torch
+
+    pytest.importorskip("zlf_timing_cudagraph")
+    from zlf.ops import Op
+    from zlf_taskpkg.worker import Rotation
+    from zlf_timing_cudagraph.graph_timer import GraphSettings, time_graph
+
+    spec = importlib.util.spec_from_file_location(
+        "cudagraph_fakes", REPO / "extensions" / "timing_cudagraph" / "tests" / "test_cudagraph.py")
+    fakes = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fakes)
+    backend = fakes.FakeBackend()
+    k = 3
+    xs = [torch.full((8,), float(j + 1)) for j in range(k)]
+    outs = [torch.full((8,), float("nan")) for _ in range(k)]
+    last = torch.full((1,), -1.0)
+
+    def make(j):
+        def kernel():
+            torch.mul(xs[j], 2.0, out=outs[j])
+            last.fill_(float(j))
+        return lambda: backend.launch(kernel)
+
+    rotation = Rotation([make(j) for j in range(k)], [(xs[j], outs[j]) for j in range(k)],
+                        capturing=lambda: backend.capturing is not None)
+    op = Op(name="rotation", fn=lambda *a: None, make_inputs=lambda *a: None, shapes=[(8,)], outputs=(1,))
+    settings = GraphSettings(warmup_ms=1.0, rep_ms=5.0, replay_ms=0.5, max_calls=50)
+    timing = time_graph(rotation, backend, settings, op=op, inputs=rotation.view, dtype="float32")
+    assert timing.extra["cudagraph"]["verified"] == "outputs"
+    assert timing.extra["cudagraph"]["calls_per_graph"] >= k and rotation.captured == set(range(k))
+    assert rotation.count > timing.extra["cudagraph"]["calls_per_graph"]  # eager calls too, before and after
+    assert int(last.item()) == rotation.last_captured  # the timed replays ran last, in capture order
+    for j in range(k):
+        assert torch.equal(outs[j], xs[j] * 2), j

@@ -485,8 +485,9 @@ class CaseState:
     def worker_failed(self, event: dict) -> CaseOver:
         """The candidate's process reports its own failure: never more than that."""
         verdict = event.get("verdict")
-        if verdict not in (V.RUNTIME_ERROR, V.COMPILE_ERROR):
-            verdict = V.RUNTIME_ERROR
+        allowed = (V.RUNTIME_ERROR, V.COMPILE_ERROR) if self.started else (V.JUDGE_ERROR,)  # the worker did not start
+        if verdict not in allowed:
+            verdict = allowed[0]
         if event.get("load_failed"):
             self.j.load_failure = event.get("text", "")
         extra, markers = self.done()
