@@ -43,6 +43,21 @@ def _span(t) -> int:
     return 1 + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
 
 
+_POOLS: list = []
+
+
+def _pool():
+    """The process's one pool for shared CUDA buffers (never destroyed: the worker may still map
+    its blocks when a case ends)."""
+    import torch
+
+    if not hasattr(torch.cuda, "MemPool"):
+        return None
+    if not _POOLS:
+        _POOLS.append(torch.cuda.MemPool())
+    return _POOLS[0]
+
+
 class SharedArena:
     """The shared buffers of one case, on the checker's side."""
 
@@ -56,9 +71,7 @@ class SharedArena:
                                "cpu (shared memory) and cuda (CUDA IPC) only")
         self.files: list = []
         self.tensors: list = []  # every shared base tensor, alive until close()
-        self.pool = None
-        if self.kind == "cuda":
-            self.pool = torch.cuda.MemPool() if hasattr(torch.cuda, "MemPool") else None
+        self.pool = _pool() if self.kind == "cuda" else None
         self.prefix = f"zlf-task-{os.getpid()}-{label}-{secrets.token_hex(4)}"
 
     @contextlib.contextmanager
