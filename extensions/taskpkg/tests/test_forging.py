@@ -30,7 +30,8 @@ def judge(tmp_path, capsys, candidate, *extra):
     rc = main(["task", str(PKG), "--candidate", str(FORGING / candidate), "--ext", "task",
                "--out", str(tmp_path / "runs"), *map(str, extra)])
     out = capsys.readouterr().out
-    return rc, read_records(run_dir_from(out))
+    run_dir = run_dir_from(out)
+    return rc, read_records(run_dir), run_dir
 
 
 ATTACKS = [
@@ -47,7 +48,7 @@ ATTACKS = [
 @pytest.mark.parametrize("candidate, message", ATTACKS)
 def test_forging_attempt_is_not_accepted(tmp_path, capsys, monkeypatch, candidate, message):
     monkeypatch.delenv("FORGE_HONEST", raising=False)
-    rc, records = judge(tmp_path, capsys, candidate, "--cases", "2")
+    rc, records, run_dir = judge(tmp_path, capsys, candidate, "--cases", "2")
     verdict = records[0]["extra"]["verdict"]
     assert rc == 1 and verdict in ("Wrong Answer", "Runtime Error"), records[0]
     assert message in records[0]["extra"]["judge_output"]
@@ -58,7 +59,7 @@ def test_forging_attempt_is_not_accepted(tmp_path, capsys, monkeypatch, candidat
 @pytest.mark.parametrize("candidate", [a[0] for a in ATTACKS])
 def test_honest_twin_is_accepted(tmp_path, capsys, monkeypatch, candidate):
     monkeypatch.setenv("FORGE_HONEST", "1")
-    rc, records = judge(tmp_path, capsys, candidate, "--cases", "2")
+    rc, records, run_dir = judge(tmp_path, capsys, candidate, "--cases", "2")
     assert rc == 0 and records[0]["extra"]["verdict"] == "Accepted", records[0]["extra"]["judge_output"]
     assert records[0]["max_rel_err"] == 0.0 and records[0]["median_ms"] > 0
     assert records[0]["extra"]["input_sets"] == 3 and records[0]["extra"]["distinct_input_sets"] == 4
@@ -69,10 +70,12 @@ def test_stale_result_survives_worker_reuse(tmp_path, capsys, monkeypatch):
     """A reused worker keeps its memo across cases: still stale on the second case, and the
     honest twin stays Accepted on both."""
     monkeypatch.delenv("FORGE_HONEST", raising=False)
-    rc, records = judge(tmp_path, capsys, "memo_pointer.py", "--cases", "1-2", "--reuse-worker")
-    assert [r["extra"]["verdict"] for r in records] == ["Wrong Answer", "Wrong Answer"]
+    rc, records, run_dir = judge(tmp_path, capsys, "memo_pointer.py", "--cases", "1-2", "--reuse-worker")
+    assert [r["extra"]["verdict"] for r in records] == ["Wrong Answer", "Wrong Answer"], records
+    assert all("stale result" in r["extra"]["judge_output"] for r in records)
+    assert len(list((run_dir / "task").glob("worker-case*.log"))) == 1  # Wrong Answer keeps the worker
     monkeypatch.setenv("FORGE_HONEST", "1")
-    rc, records = judge(tmp_path, capsys, "memo_pointer.py", "--cases", "1-2", "--reuse-worker")
+    rc, records, run_dir = judge(tmp_path, capsys, "memo_pointer.py", "--cases", "1-2", "--reuse-worker")
     assert rc == 0 and [r["extra"]["verdict"] for r in records] == ["Accepted", "Accepted"]
 
 

@@ -424,6 +424,7 @@ class CaseState:
         self.shared: dict = {}
         self.timing = None
         self.max_err = None
+        self.lost = False
         self.deadline = time.monotonic() + PACKAGE_TIME_LIMIT_S
         head = f"[{judge.done + 1}/{len(judge.cases)}] case {case}"
         self.phase = Phase(judge.status, head, PACKAGE_TIME_LIMIT_S)
@@ -501,8 +502,10 @@ class CaseState:
         try:
             event = self.wait(self.j.worker, False)
         except CaseOver:
+            self.lost = True  # the worker did not end the point: it is not reused
             return {}, []
         if event.get("event") != "done":
+            self.lost = True
             return {}, []
         extra = {k: v for k, v in (event.get("extra") or {}).items() if k not in JUDGE_FIELDS}
         return extra, [str(m) for m in event.get("markers") or ()]
@@ -559,7 +562,7 @@ class CaseState:
             extra.update(self.timing.extra)
         record = V.case_record(self.point, verdict, text, self.timing if accepted else None, self.baseline,
                                self.max_err, extra=extra, markers=self.base_markers + markers)
-        reusable = verdict in (V.ACCEPTED, V.WRONG_ANSWER) and not fatal and not (
+        reusable = verdict in (V.ACCEPTED, V.WRONG_ANSWER) and not fatal and not self.lost and not (
             accepted and self.timing is not None and self.timing.fallback_reason is not None)
         return record, reusable
 

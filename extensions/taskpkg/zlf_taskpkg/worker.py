@@ -143,12 +143,11 @@ class Worker:
                 reference=None, outputs=tuple(outputs))
         self.run.begin_point(point, op, slots[0])
         self.emit("candidate_start")
-        failure = self.candidate(point, op, slots, tuple(request["counts"]))
+        failure, end = self.candidate(point, op, slots, tuple(request["counts"]))
         if failure is not None:
             verdict, text = failure
             timing = None
         else:
-            end = self.order()
             verdict, text, timing = end.get("verdict", V.JUDGE_ERROR), end.get("text", ""), self.timing
             if end.get("closed"):
                 return False
@@ -162,11 +161,12 @@ class Worker:
 
     def fail(self, verdict: str, text: str, **fields):
         self.emit("result", verdict=verdict, text=text, **fields)
-        return verdict, text
+        return (verdict, text), None
 
     def candidate(self, point, op, slots, counts):
-        """Call, then time, as the judge orders; None when the checker has the last word,
-        ``(verdict, text)`` when the candidate failed here (a failure is all it can report)."""
+        """Call, then time, as the judge orders: ``(None, end order)`` when the judge ended the
+        case (the checker has the last word), ``((verdict, text), None)`` when the candidate
+        failed here (a failure is all it can report)."""
         backend, spec = self.backend, self.spec
         cand = spec["candidate"]
         self.timing = None
@@ -191,7 +191,7 @@ class Worker:
         self.emit("called")
         order = self.order()
         if order.get("go") != "time":
-            return None  # the checker's verdict ends the case
+            return None, order  # the checker's verdict ends the case
         # Timed only now that the result was checked (by the checker); the timed calls rotate over
         # the slots, whose inputs the checker refreshed.
         rotation = Rotation(calls, slots)
@@ -210,7 +210,7 @@ class Worker:
                   last_captured=rotation.last_captured, calls=rotation.count)
         order = self.order()
         if order.get("go") != "call":
-            return None
+            return None, order
         try:
             calls[int(order["slot"])]()
             launch_error = self.kernel.last_error()
@@ -220,7 +220,7 @@ class Worker:
         if launch_error:
             return self.fail(V.RUNTIME_ERROR, f"while timing: run_kernel left a launch error: {launch_error}")
         self.emit("called")
-        return None
+        return None, self.order()
 
 
 def _unbound(*_args):
