@@ -41,6 +41,7 @@ ATTACKS = [
     ("copy_baseline.py", "was not written"),        # nor among its objects
     ("memo_pointer.py", "stale result"),            # the pointers it remembered hold another input set now
     ("early_return.py", "was not written"),         # the later calls leave the poison
+    ("nonce_forge.py", "forged verdict rejected"),  # a well-formed "Accepted" from its process is no verdict
 ]
 
 

@@ -487,12 +487,15 @@ class CaseState:
         """The candidate's process reports its own failure: never more than that."""
         verdict = event.get("verdict")
         allowed = (V.RUNTIME_ERROR, V.COMPILE_ERROR) if self.started else (V.JUDGE_ERROR,)  # the worker did not start
+        text = event.get("text", "")
         if verdict not in allowed:
+            text = (f"the candidate's process reported {str(verdict)[:40]!r}: a verdict only the checker gives "
+                    f"(forged verdict rejected)\n{text}")
             verdict = allowed[0]
         if event.get("load_failed"):
             self.j.load_failure = event.get("text", "")
         extra, markers = self.done()
-        over = self.over(verdict, event.get("text", ""), kill=False)
+        over = self.over(verdict, text, kill=False)
         over.record = attrs.evolve(over.record, markers=tuple(self.base_markers + markers),
                                    extra={**extra, **over.record.extra})
         return over
