@@ -119,3 +119,14 @@ def test_graph_replay_keeps_the_rotation_in_call_order():
     assert int(last.item()) == rotation.last_captured  # the timed replays ran last, in capture order
     for j in range(k):
         assert torch.equal(outs[j], xs[j] * 2), j
+
+
+def test_the_checker_never_loads_candidate_code():
+    """The checker's module imports neither the candidate loader nor the worker."""
+    import subprocess
+    import sys
+
+    code = ("import sys, zlf_taskpkg.checker; "
+            "print('zlf_taskpkg.candidate' in sys.modules, 'zlf_taskpkg.worker' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "False"]
