@@ -33,6 +33,7 @@ from zlf.run import Run
 from zlf.rundir import RunDir, disk_full
 
 from . import outcome as V
+from . import timers
 from .candidate import KIND_CUDA, Candidate, compile_cuda, default_arch, default_cache_dir
 from .outcome import timing_from_json
 from .package import TaskPackage, parse_cases
@@ -223,6 +224,7 @@ class Judge:
         self.candidate = Candidate.open(candidate_path)
         session.hooks.check_exclusive()  # before anything is written
         self.backend = session.choose_backend(args.backend, args.device)
+        self.timer = timers.apply(session, self.backend)  # one timer family for every language
         self.package.load()
         self.cases = parse_cases(args.cases, self.package.num_cases())
         self.time_limit = self.package.limit("time_limit_s", args.time_limit, 60)
@@ -265,6 +267,7 @@ class Judge:
             "time_limit_s": self.time_limit, "compile_time_limit_s": self.compile_time_limit, "isolation": "one worker per case" if not args.reuse_worker
             else "one worker reused until a case fails",
             "warmup_iters_override": [args.warmup, args.iters],
+            "timer": self.timer.to_json(),
         }
         self.run.save_meta()
         if self.candidate.compile_output:
@@ -278,6 +281,7 @@ class Judge:
         }
         self.spec_path = self.rundir.path / TASK_DIR / "worker.json"
         self.spec_path.write_text(json.dumps(spec, indent=2))
+        self.run.log.info(self.timer.why)
         self.run.log.info(f"task {self.package.name}: candidate {self.candidate.path} ({self.candidate.kind}), "
                           f"cases {self.cases}, time limit {self.time_limit:g} s per case")
 
