@@ -85,8 +85,8 @@ def test_kernel_timer_times_every_call_in_the_workers(tmp_path, capsys):
     session, backend, plugins = session_for(DeviceBackend, KernelTimerPlugin(True), graph)
     choice = timers.apply(session, backend)
     assert (choice.timer, choice.provider, choice.kernel_timer) == ("kt_timer", "kt", True)
-    err = capsys.readouterr().err
-    assert err == choice.why + "\n" and err.count("\n") == 1 and "every candidate and the baseline" in err
+    assert capsys.readouterr().err == "" and "\n" not in choice.why  # said by the judge, once
+    assert "every candidate and the baseline" in choice.why
     # what a worker opens from the written configuration times with the kernel timer, not the graph
     config = RunConfig.read(session.config.write(tmp_path / "config.json"))
     assert config.timing.timer == "kt"
@@ -101,24 +101,25 @@ def test_unusable_kernel_timer_keeps_the_graph_timer_and_says_why(capsys):
     choice = timers.apply(session, backend)
     assert (choice.timer, choice.provider, choice.kernel_timer) == ("gt", None, False)
     assert session.config.timing.timer is None
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("timer: gt where it can time a call, else its marked fallback")
-    assert "no tracer library on this machine" in err and "zlf: warning" not in err
+    err, why = capsys.readouterr().err, choice.why
+    assert err == "" and "\n" not in why  # the extension's own warning went into the one line
+    assert why.startswith("timer: gt where it can time a call, else its marked fallback")
+    assert "no tracer library on this machine" in why
 
 
 def test_no_kernel_timer_installed_names_the_event_timer(capsys):
     session, backend, _ = session_for(DeviceBackend)
     choice = timers.apply(session, backend)
     assert (choice.timer, choice.provider) == ("fake_event", None)
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "core's event timer" in err and "no kernel-activity timer installed" in err
+    assert "\n" not in choice.why and "core's event timer" in choice.why
+    assert "no kernel-activity timer installed" in choice.why
 
 
 def test_host_backend_says_it_times_on_the_host(capsys):
     session, backend, _ = session_for(HostBackend, KernelTimerPlugin(False))
     choice = timers.apply(session, backend)
-    assert choice.timer == "host_wall" and "times on the host" in choice.why
-    assert capsys.readouterr().err.count("\n") == 1
+    assert choice.timer == "host_wall" and "times on the host" in choice.why and "no tracer library" in choice.why
+    assert capsys.readouterr().err == ""
 
 
 def test_explicit_timer_wins(capsys):

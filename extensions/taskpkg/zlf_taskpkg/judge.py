@@ -224,7 +224,6 @@ class Judge:
         self.candidate = Candidate.open(candidate_path)
         session.hooks.check_exclusive()  # before anything is written
         self.backend = session.choose_backend(args.backend, args.device)
-        self.timer = timers.apply(session, self.backend)  # one timer family for every language
         self.package.load()
         self.cases = parse_cases(args.cases, self.package.num_cases())
         self.time_limit = self.package.limit("time_limit_s", args.time_limit, 60)
@@ -233,6 +232,7 @@ class Judge:
         self.tolerances = self.package.tolerances(args.rtol, args.atol)
         self.base_seed = self.package.base_seed()
         self.outputs = self.package.declared_outputs()
+        self.timer = timers.apply(session, self.backend)  # one timer family for every language
         if self.candidate.kind == KIND_CUDA:
             arch = args.nvcc_arch or default_arch(self.backend)
             cache = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
@@ -282,6 +282,7 @@ class Judge:
         self.spec_path = self.rundir.path / TASK_DIR / "worker.json"
         self.spec_path.write_text(json.dumps(spec, indent=2))
         self.run.log.info(self.timer.why)
+        print(clean(self.timer.why), file=sys.stderr)  # said once the input was found good
         self.run.log.info(f"task {self.package.name}: candidate {self.candidate.path} ({self.candidate.kind}), "
                           f"cases {self.cases}, time limit {self.time_limit:g} s per case")
 

@@ -79,14 +79,9 @@ def choose(session, backend) -> TimerChoice:
 
 
 def apply(session, backend) -> TimerChoice:
-    """Choose (:func:`choose`), make the workers' configuration use the choice, say it on stderr."""
-    import sys
-
-    from zlf.console import clean
-
+    """Choose (:func:`choose`) and make the workers' configuration use the choice."""
     choice = choose(session, backend)
     if choice.provider:
         config = session.config
         session.config = attrs.evolve(config, timing=config.timing.with_changes(timer=choice.provider))
-    print(clean(choice.why), file=sys.stderr)
     return choice
