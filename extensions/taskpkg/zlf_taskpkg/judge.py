@@ -25,6 +25,7 @@ from typing import Optional
 from tabulate import tabulate
 
 from zlf import UsageError
+from zlf import ceilings
 from zlf.console import StatusLine, clean, number, paint
 from zlf.procs import die_with_parent, kill_group, stop_code, stop_word
 from zlf.records import STATUS_FAILED, STATUS_OK, is_jsonable
@@ -33,7 +34,7 @@ from zlf.run import Run
 from zlf.rundir import RunDir, disk_full
 
 from . import outcome as V
-from . import timers
+from . import speed, timers
 from .candidate import KIND_CUDA, Candidate, compile_cuda, default_arch, default_cache_dir
 from .outcome import timing_from_json
 from .package import TaskPackage, parse_cases
@@ -212,6 +213,8 @@ class Judge:
         #: what the case being judged is doing, on a terminal only (never in logs or pipes)
         self.status = StatusLine() if getattr(args, "format", "table") == "table" else StatusLine(_Silent())
         self.done = 0
+        #: bytes the case being judged must move (from its worker), and the calibrated copy bandwidth
+        self.io_bytes = self.bandwidth = None
 
     # ------------------------------------------------------------------ setup
     def prepare(self):
@@ -258,6 +261,9 @@ class Judge:
         if state:
             meta["device_state_start"] = state
         meta["warnings"] = backend.busy_warnings()
+        calibrated = ceilings.load(meta["device_name"])
+        #: the copy bandwidth zlf calibrate measured here (GB/s), or None: the cases' memory floor
+        self.bandwidth = calibrated.bandwidth_GB_s if calibrated else None
         tolerances = self.tolerances
         meta["task"] = {
             "package": str(self.package.root), "problem_module": self.package.module_path.name,
@@ -358,6 +364,7 @@ class Judge:
             kind = event.get("event")
             if kind == "case":
                 point = {**event["point"]}
+                self.io_bytes = event.get("io_bytes")
                 phase.set("timing the baseline", deadline)
             elif kind == "baseline":
                 baseline = timing_from_json(event["timing"])
@@ -381,7 +388,9 @@ class Judge:
         try:
             for case in self.cases:
                 self.done = len(records)
+                self.io_bytes = None
                 record, reusable = self.judge_case(case)
+                record = speed.flag(record, self.io_bytes, self.bandwidth)  # a note, never a verdict
                 self.status.clear()
                 if not (reusable and self.args.reuse_worker):
                     self._retire_worker()
@@ -436,7 +445,8 @@ def summary(records) -> dict:
     passed = [r for r in records if r.extra.get("verdict") == V.ACCEPTED]
     speedups = [r.extra["speedup"] for r in passed if r.extra.get("speedup")]
     geo = math.exp(sum(math.log(s) for s in speedups) / len(speedups)) if speedups else None
-    return {"passed": len(passed), "total": len(records), "geomean_speedup": geo, "speedup_cases": len(speedups)}
+    return {"passed": len(passed), "total": len(records), "geomean_speedup": geo, "speedup_cases": len(speedups),
+            "suspicious_cases": [r.extra.get("case") for r in records if r.extra.get("suspicious")]}
 
 
 #: the fields of ``zlf task``'s summary, in every format
@@ -447,6 +457,8 @@ def _note(r) -> str:
     note = (r.error or "").split(": ", 1)[1] if r.error and ": " in r.error else ""
     if r.markers:
         note = (note + " " if note else "") + " ".join(m.split(" ")[0] for m in r.markers)
+    if r.extra.get("suspicious"):
+        note = "suspiciously fast: " + "; ".join(r.extra["suspicious"]) + (" " + note if note else "")
     return note
 
 
@@ -509,6 +521,7 @@ def judge(args, session) -> int:
     if args.format == "json":
         print(json.dumps({"run_dir": str(j.rundir.path), "package": j.package.name, "candidate": str(j.candidate.path),
                           **s, "cases": [{**dict(zip(CASE_FIELDS, case_values(r))),
+                                          "suspicious": r.extra.get("suspicious") or [],
                                           "output": r.extra.get("judge_output")} for r in records]}, indent=2))
         return 0 if s["passed"] == s["total"] else 1
     print(verdict_table(records, args.format))
@@ -519,6 +532,9 @@ def judge(args, session) -> int:
     print(f"\n{j.package.name}: {s['passed']}/{s['total']} cases Accepted; "
           f"geometric-mean speedup {geo} over {s['speedup_cases']} accepted case(s) (baseline ms / candidate ms)",
           file=out)
+    fast = speed.summary_line(records)
+    if fast:
+        print(clean(fast), file=out)
     if j.backend.host_timing:
         print(paint("note: cpu backend: times are host wall-clock, not GPU kernel times", "dim", out), file=out)
     print(f"run dir: {j.rundir.path}", file=out)

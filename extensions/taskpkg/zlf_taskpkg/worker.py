@@ -40,6 +40,7 @@ from . import outcome as V
 from .candidate import is_compile_error, load_kernel
 from .outcome import timing_to_json
 from .package import TaskPackage
+from .speed import io_bytes
 
 #: canary bytes on each side of every output buffer: a write past either end is caught.
 GUARD_BYTES = 16384
@@ -196,7 +197,8 @@ class Worker:
         self.point_json = {"id": point.id, "op": point.op, "shape": list(point.shape), "dtype": point.dtype,
                            "variant": point.variant, "case": case,
                            "arg_shapes": [list(s) for s in shapes], "case_seed": seed}
-        self.emit("case", point=self.point_json, outputs=outputs, warmup=warmup, iters=iters, seed=seed)
+        self.emit("case", point=self.point_json, outputs=outputs, warmup=warmup, iters=iters, seed=seed,
+                  io_bytes=io_bytes(original))
         budget = self.config.timing
         counts = (budget.warmup if budget.warmup is not None else warmup,
                   budget.iters if budget.iters is not None else iters)
