@@ -8,6 +8,7 @@ case for the candidate, the baseline's time in the same record.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import math
@@ -17,6 +18,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 import types
 from pathlib import Path
@@ -239,13 +241,36 @@ class Judge:
         if self.candidate.kind == KIND_CUDA:
             arch = args.nvcc_arch or default_arch(self.backend)
             cache = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
-            self.candidate = compile_cuda(self.candidate, cache, arch, args.nvcc_flag or (),
-                                          timeout=self.compile_time_limit)
+            with self._ticking(f"{self.candidate.path.name}", "compiling with nvcc", self.compile_time_limit):
+                self.candidate = compile_cuda(self.candidate, cache, arch, args.nvcc_flag or (),
+                                              timeout=self.compile_time_limit)
             if self.candidate.compile_failed:
                 self.load_failure = self.candidate.compile_output
             elif self.backend.host_timing:
                 raise UsageError(f"candidate {self.candidate.path.name!r} is CUDA C++: it needs a CUDA device "
                                  f"(backend {self.backend.name!r} runs on the host; it compiled fine)")
+
+    @contextlib.contextmanager
+    def _ticking(self, head: str, name: str, limit: float):
+        """The status line ``head: name (N s of LIMIT s left)``, kept current while the body runs."""
+        if not self.status.on:
+            yield
+            return
+        phase, done = Phase(self.status, head, limit), threading.Event()
+        phase.set(name, time.monotonic() + limit)
+
+        def tick():
+            while not done.wait(TICK_S):
+                phase.tick()
+
+        ticker = threading.Thread(target=tick, daemon=True)
+        ticker.start()
+        try:
+            yield
+        finally:
+            done.set()
+            ticker.join()
+            self.status.clear()
 
     def start_run(self):
         args = self.args
@@ -372,7 +397,8 @@ class Judge:
                 started = True
                 deadline = time.monotonic() + self.time_limit
                 phase.limit = self.time_limit
-                phase.set("compiling (first call)", deadline)
+                # a CUDA C++ candidate was compiled before the run: its first call only loads it
+                phase.set("first call" if self.candidate.kind == KIND_CUDA else "compiling (first call)", deadline)
             elif kind == "phase":
                 phase.set(str(event.get("name", "")), deadline)
             elif kind == "result":
