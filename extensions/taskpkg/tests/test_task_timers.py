@@ -146,3 +146,47 @@ def test_two_task_runs_with_the_default_timer_pair_on_every_case(zlf_cli, tmp_pa
     doc = json.loads(proc.stdout)
     assert doc["summary"]["compared"] == 3 and doc["summary"]["not_compared"] == {}
     assert [r["status"] for r in doc["rows"]] == ["ok"] * 3 and all(r["verdict"] for r in doc["rows"])
+
+
+# ----------------------------------------------------------------------------- CUDA C++ under a graph timer
+class StubRun:
+    """What :func:`legacy_stream.time_candidate` uses of a Run."""
+
+    def __init__(self, session, backend):
+        self.hooks, self.backend, self.marks = session.hooks, backend, []
+
+    def mark(self, line):
+        self.marks.append(line)
+
+    def time_point(self, fn, point, op=None, inputs=None, budget=None):
+        return self.hooks.time_fn(fn, point, self.backend, budget, op=op, inputs=inputs)
+
+
+def _time(session, backend, kind):
+    from zlf_taskpkg.legacy_stream import time_candidate
+
+    run = StubRun(session, backend)
+    point = Point("paged", (4, 8), "bfloat16", "case1")
+    budget = session.config.timing.with_changes(warmup_ms=0.1, rep_ms=0.5)
+    return run, time_candidate(run, kind, lambda: None, point, None, (), budget)
+
+
+def test_cuda_candidate_under_a_graph_timer_without_kernel_timer_is_event_timed_and_marked():
+    graph = GraphPlugin()
+    session, backend, _ = session_for(DeviceBackend, KernelTimerPlugin(False), graph)
+    run, timing = _time(session, backend, "cuda")
+    assert timing.timer == "fake_event" and graph.calls == 0  # no capture attempted, no host_wall_sync
+    assert run.marks == ["BENCHMARK_DIRECT_NO_CUDAGRAPH op=paged point=paged/4x8/bfloat16/case1 "
+                         "reason=illegal_stream_use timer=fake_event"] == list(timing.markers)
+    assert timing.extra["task_timer"]["fallback"] == "illegal_stream_use"
+
+
+@pytest.mark.parametrize("kind, kernel, timer, expected", [
+    ("python", False, None, "gt_graph"),    # a Python candidate: the graph timer, as before
+    ("cuda", True, "kt", "kt_timer"),       # a kernel-activity timer sees the legacy stream
+    ("cuda", False, "core", "fake_event"),  # --timer core: core's own timer, unmarked
+])
+def test_other_candidates_keep_the_run_timer(kind, kernel, timer, expected):
+    session, backend, _ = session_for(DeviceBackend, KernelTimerPlugin(kernel), GraphPlugin(), timer=timer)
+    run, timing = _time(session, backend, kind)
+    assert timing.timer == expected and run.marks == []

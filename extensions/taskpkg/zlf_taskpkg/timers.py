@@ -34,7 +34,7 @@ class TimerChoice:
         return attrs.asdict(self)
 
 
-def _providers(hooks, hook: str) -> list:
+def extension_providers(hooks, hook: str) -> list:
     """The active extensions (never core's own plugins) implementing ``hook``."""
     from zlf.plugins import DEFAULT_PLUGINS
 
@@ -54,7 +54,7 @@ def choose(session, backend) -> TimerChoice:
     hooks, timing = session.hooks, session.config.timing
     if timing.timer:
         return TimerChoice(timing.timer, None, f"timer: {timing.timer} (chosen with --timer)")
-    offering = _providers(hooks, "kernel_timer")
+    offering = extension_providers(hooks, "kernel_timer")
     captured = io.StringIO()
     with contextlib.redirect_stderr(captured):  # an extension's "none here" warning becomes the why
         kernel = hooks.kernel_timer(backend, timing)
@@ -67,7 +67,7 @@ def choose(session, backend) -> TimerChoice:
         why = _reason(captured.getvalue()) or f"extension {offering[0]!r} offered none for backend {backend.name!r}"
     else:
         why = f"no kernel-activity timer installed ({DEFAULT_HINT})"
-    graph = _providers(hooks, "time_fn")
+    graph = extension_providers(hooks, "time_fn")
     if backend.host_timing:
         return TimerChoice(backend.timer_name, None, f"timer: {backend.timer_name} (backend {backend.name!r} times "
                            f"on the host; {why})")

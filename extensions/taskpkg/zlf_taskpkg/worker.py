@@ -38,6 +38,7 @@ from zlf.session import Session
 
 from . import outcome as V
 from .candidate import is_compile_error, load_kernel
+from .legacy_stream import time_candidate
 from .outcome import timing_to_json
 from .package import TaskPackage
 from .speed import io_bytes
@@ -260,7 +261,8 @@ class Worker:
         # computes once and then returns early is not timed as fast.
         self.emit("phase", name="timing")
         try:
-            timing = self.run.time_point(call, point, op=op, inputs=tuple(args), budget=self.budget(call, counts))
+            timing = time_candidate(self.run, spec["candidate"]["kind"], call, point, op, tuple(args),
+                                    self.budget(call, counts))
             self.kernel.last_error()  # a failed graph capture leaves its error here; the timer handled it
             poison(args, [i for i in outputs if _is_tensor(args[i])])
             call()
