@@ -190,6 +190,10 @@ def main(argv=None) -> int:
             verdicts[v] = verdicts.get(v, 0) + 1
         text.append(f"| {label} | {r['rc']} | {timer_line(r)} | {sorted({str(x.get('timer')) for x in recs})} | {verdicts} |")
     text.append("")
+    for label, r in runs.items():
+        fast = [l for l in r.get("stdout", "").splitlines() if "suspiciously fast:" in l and l[:1].isdigit()]
+        text.append(f"- {label}: {fast[0] if fast else 'no case flagged suspiciously fast'}")
+    text.append("")
 
     # 2. zlf compare
     if all("run_dir" in r for r in runs.values()):
