@@ -26,8 +26,7 @@ from typing import Optional
 
 from tabulate import tabulate
 
-from zlf import UsageError
-from zlf import ceilings
+from zlf import UsageError, ceilings
 from zlf.console import StatusLine, clean, number, paint
 from zlf.procs import die_with_parent, kill_group, stop_code, stop_word
 from zlf.records import STATUS_FAILED, STATUS_OK, is_jsonable
@@ -241,7 +240,7 @@ class Judge:
         if self.candidate.kind == KIND_CUDA:
             arch = args.nvcc_arch or default_arch(self.backend)
             cache = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
-            with self._ticking(f"{self.candidate.path.name}", "compiling with nvcc", self.compile_time_limit):
+            with self._ticking(self.candidate.path.name, "compiling with nvcc", self.compile_time_limit):
                 self.candidate = compile_cuda(self.candidate, cache, arch, args.nvcc_flag or (),
                                               timeout=self.compile_time_limit)
             if self.candidate.compile_failed:
