@@ -190,3 +190,25 @@ def test_other_candidates_keep_the_run_timer(kind, kernel, timer, expected):
     session, backend, _ = session_for(DeviceBackend, KernelTimerPlugin(kernel), GraphPlugin(), timer=timer)
     run, timing = _time(session, backend, kind)
     assert timing.timer == expected and run.marks == []
+
+
+@pytest.mark.gpu
+def test_triton_and_cuda_candidates_pair_under_the_default_timer_on_gpu(zlf_cli, tmp_path):
+    """On a GPU with the timer extensions: one timer for both languages, every case compared."""
+    from zlf.testing import installed_extensions
+    from zlf_taskpkg.candidate import find_nvcc
+
+    if not {"cudagraph", "cupti"} <= set(installed_extensions()) or find_nvcc() is None:
+        pytest.skip("needs the cudagraph and cupti extensions and nvcc")
+    paged = REPO / "examples" / "tasks" / "paged_kv_decode"
+    dirs, timers_seen = [], set()
+    for cand in ("better_triton.py", "paged_decode.cu"):
+        proc = zlf_cli("task", paged, "--candidate", paged / "candidates" / cand, "--backend", "cuda", "--cases", "1,12",
+                       "--reuse-worker", "--ext", "task,cudagraph,cupti", "--out", "runs", check_rc=0)
+        assert proc.stderr.startswith("timer: cupti for every candidate and the baseline"), proc.stderr[:500]
+        run_dir = run_dir_from(proc.stdout, tmp_path)
+        timers_seen |= {r["timer"] for r in read_records(run_dir)}
+        dirs.append(run_dir)
+    assert timers_seen == {"cupti"}
+    doc = json.loads(zlf_cli("compare", *dirs, "--format", "json").stdout)
+    assert doc["summary"]["compared"] == 2 and all(r["verdict"] for r in doc["rows"])
