@@ -44,6 +44,7 @@ from . import outcome as V
 from .outcome import timing_to_json
 from .package import TaskPackage
 from .shared import SharedArena
+from .speed import io_bytes
 
 #: canary bytes on each side of every output buffer: a write past either end is caught.
 GUARD_BYTES = 16384
@@ -290,7 +291,8 @@ class Checker:
         point_json = {"id": point.id, "op": point.op, "shape": list(point.shape), "dtype": point.dtype,
                       "variant": point.variant, "case": case,
                       "arg_shapes": [list(s) for s in shapes], "case_seed": seed}
-        self.emit("case", point=point_json, outputs=outputs, warmup=warmup, iters=iters, seed=seed)
+        self.emit("case", point=point_json, outputs=outputs, warmup=warmup, iters=iters, seed=seed,
+                  io_bytes=io_bytes(original))
         budget = self.config.timing
         counts = (budget.warmup if budget.warmup is not None else warmup,
                   budget.iters if budget.iters is not None else iters)

@@ -36,6 +36,7 @@ from zlf.session import Session
 from . import outcome as V
 from .candidate import is_compile_error, load_kernel
 from .checker import WorkerRun, budget_for
+from .legacy_stream import time_candidate
 from .outcome import timing_to_json
 from .shared import open_shared
 
@@ -199,8 +200,8 @@ class Worker:
             for call in calls:  # every slot is called at least once, whatever the timer's budget
                 call()
             backend.synchronize()
-            timing = self.run.time_point(rotation, point, op=op, inputs=rotation.view,
-                                         budget=budget_for(backend, self.config.timing, rotation, counts))
+            timing = time_candidate(self.run, cand["kind"], rotation, point, op, rotation.view,
+                                    budget_for(backend, self.config.timing, rotation, counts))
             self.kernel.last_error()  # a failed graph capture leaves its error here; the timer handled it
             backend.synchronize()
         except Exception:
