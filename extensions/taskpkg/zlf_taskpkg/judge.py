@@ -442,7 +442,8 @@ class CaseOver(Exception):
 
 #: record fields the judge sets; annotations from the candidate's process cannot replace them
 JUDGE_FIELDS = frozenset({"verdict", "case", "arg_shapes", "case_seed", "baseline_ms", "baseline_timer",
-                          "baseline_samples", "speedup", "judge_output", "input_sets", "distinct_input_sets"})
+                          "baseline_samples", "speedup", "judge_output", "input_sets", "distinct_input_sets",
+                          "io_bytes", "floor_ms", "suspicious"})
 
 
 class CaseState:
