@@ -66,7 +66,7 @@ def _zlf(zlf_cli, *args, rc=None):
 
 
 @pytest.mark.parametrize("candidate", ["naive_triton.py", "better_triton.py", "paged_decode.cu"])
-@pytest.mark.parametrize("ext", [("task",), ("task", "cudagraph")])
+@pytest.mark.parametrize("ext", [("task",), ("task", "cudagraph")], ids=["default_timer", "cudagraph"])
 def test_paged_kv_candidates_are_accepted_through_the_checker(zlf_cli, tmp_path, candidate, ext):
     """12/12 Accepted, the outputs read by the checker through CUDA IPC."""
     exts = [a for e in ext for a in ("--ext", e)]
