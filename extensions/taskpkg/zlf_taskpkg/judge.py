@@ -1,10 +1,13 @@
-"""``zlf task``: judge a candidate on a task package's cases, each in a child process.
+"""``zlf task``: judge a candidate on a task package's cases, in two child processes.
 
 This process never imports the candidate. It compiles a CUDA C++ candidate (cached), starts a
-worker (:mod:`zlf_taskpkg.worker`) per case -- or one for several cases with
-``--reuse-worker`` until a case fails -- enforces the per-case time limit, turns a dead or hung
-worker into Runtime Error / Time Limit Exceeded, and writes the run directory: one point per
-case for the candidate, the baseline's time in the same record.
+checker (:mod:`zlf_taskpkg.checker`: the package, the inputs, the baseline, the check) and a
+worker (:mod:`zlf_taskpkg.worker`: the candidate) per case -- or one pair for several cases with
+``--reuse-worker`` until a case fails --, passes the checker's description of the shared
+buffers to the worker, tells each when to go on, enforces the per-case time limit, turns a dead
+or hung worker into Runtime Error / Time Limit Exceeded, and writes the run directory: one point
+per case for the candidate, the baseline's time in the same record. The verdict is the
+checker's (or this process's): the worker can only report a failure.
 """
 from __future__ import annotations
 
@@ -24,6 +27,8 @@ import types
 from pathlib import Path
 from typing import Optional
 
+import attrs
+
 from tabulate import tabulate
 
 from zlf import UsageError, ceilings
@@ -37,8 +42,10 @@ from zlf.rundir import RunDir, disk_full
 from . import outcome as V
 from . import speed, timers
 from .candidate import KIND_CUDA, Candidate, compile_cuda, default_arch, default_cache_dir
+from .checker import INPUT_SETS
 from .outcome import timing_from_json
 from .package import TaskPackage, parse_cases
+from .shared import shm_root
 
 #: limit for everything before the candidate runs (worker start, genTestCase, baseline timing).
 PACKAGE_TIME_LIMIT_S = 600.0
@@ -95,15 +102,15 @@ class Phase:
 
 
 class WorkerProcess:
-    """One child running :mod:`zlf_taskpkg.worker`: a control pipe in, an event pipe out."""
+    """One child running :mod:`zlf_taskpkg.worker` (or the checker): a control pipe in, an event pipe out."""
 
-    def __init__(self, spec_path: Path, log_path: Path, first_case: int):
+    def __init__(self, spec_path: Path, log_path: Path, first_case: int, module: str = "zlf_taskpkg.worker"):
         r_ctrl, w_ctrl = os.pipe()
         r_evt, w_evt = os.pipe()
         self.log_path = log_path
         self._log = open(log_path, "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "zlf_taskpkg.worker", str(spec_path), str(r_ctrl), str(w_evt)],
+            [sys.executable, "-m", module, str(spec_path), str(r_ctrl), str(w_evt)],
             stdin=subprocess.PIPE, stdout=self._log, stderr=subprocess.STDOUT, pass_fds=(r_ctrl, w_evt),
             start_new_session=True,  # its own process group: a kill takes its compiler children too
             preexec_fn=die_with_parent(signal.SIGKILL),  # a killed judge leaves no candidate running
@@ -122,11 +129,12 @@ class WorkerProcess:
         self.nonce: Optional[str] = None
         self.forged_line = b""
 
-    def send(self, case: int) -> bool:
+    def send(self, message: dict) -> bool:
         # A fresh nonce per case: a thread the candidate left behind cannot replay an old one.
-        self.nonce = secrets.token_hex(16)
+        if "case" in message:
+            self.nonce = secrets.token_hex(16)
         try:
-            self._ctrl.write(json.dumps({"case": case, "nonce": self.nonce}) + "\n")
+            self._ctrl.write(json.dumps({**message, "nonce": self.nonce}) + "\n")
             self._ctrl.flush()
             return True
         except (BrokenPipeError, ValueError):
@@ -210,11 +218,12 @@ class Judge:
         self.args = args
         self.session = session
         self.worker: Optional[WorkerProcess] = None
+        self.checker: Optional[WorkerProcess] = None
         self.load_failure: Optional[str] = None
         #: what the case being judged is doing, on a terminal only (never in logs or pipes)
         self.status = StatusLine() if getattr(args, "format", "table") == "table" else StatusLine(_Silent())
         self.done = 0
-        #: bytes the case being judged must move (from its worker), and the calibrated copy bandwidth
+        #: bytes the case being judged must move (from its checker), and the calibrated copy bandwidth
         self.io_bytes = self.bandwidth = None
 
     # ------------------------------------------------------------------ setup
@@ -296,6 +305,9 @@ class Judge:
             "seed_scheme": "base_seed + case number, set before genTestCase", "tolerances": tolerances,
             "time_limit_s": self.time_limit, "compile_time_limit_s": self.compile_time_limit, "isolation": "one worker per case" if not args.reuse_worker
             else "one worker reused until a case fails",
+            "checker": "the package, inputs, baseline and check in a process that never runs the candidate; "
+                       "buffers shared with the worker (CUDA IPC / shared memory)",
+            "input_sets": INPUT_SETS,
             "warmup_iters_override": [args.warmup, args.iters],
             "timer": self.timer.to_json(),
         }
@@ -317,19 +329,26 @@ class Judge:
                           f"cases {self.cases}, time limit {self.time_limit:g} s per case")
 
     # ------------------------------------------------------------------ cases
-    def _worker_for(self, case: int) -> WorkerProcess:
-        if self.worker is None:
-            log = self.rundir.path / TASK_DIR / f"worker-case{case}.log"
-            self.worker = WorkerProcess(self.spec_path, log, case)
-        return self.worker
+    def _pair_for(self, case: int) -> tuple:
+        """The checker and the worker for ``case``: started together, retired together."""
+        if self.worker is None or self.checker is None:
+            self._retire_worker(kill=True)
+            task = self.rundir.path / TASK_DIR
+            self.checker = WorkerProcess(self.spec_path, task / f"checker-case{case}.log", case, "zlf_taskpkg.checker")
+            self.worker = WorkerProcess(self.spec_path, task / f"worker-case{case}.log", case)
+        return self.checker, self.worker
 
     def _retire_worker(self, kill: bool = False) -> None:
-        worker, self.worker = self.worker, None
-        if worker is None:
-            return
-        worker.kill() if kill else worker.finish()
-        for k, v in worker.meta.items():
-            self.run.meta.setdefault(k, v)  # what lifecycle hooks added (seed, autotune ...)
+        pair, self.worker, self.checker = (self.worker, self.checker), None, None
+        for proc in pair:  # the candidate first: the checker's buffers outlive its mappings
+            if proc is None:
+                continue
+            proc.kill() if kill else proc.finish()
+            for leftover in shm_root().glob(f"zlf-task-{proc.proc.pid}-*"):  # a checker killed mid-case
+                with contextlib.suppress(OSError):
+                    leftover.unlink()
+            for k, v in proc.meta.items():
+                self.run.meta.setdefault(k, v)  # what lifecycle hooks added (seed, autotune ...)
 
     def _fallback_point(self, case: int) -> dict:
         """The case's point when no worker reported it (the worker reports the tensors' dtype)."""
@@ -344,69 +363,17 @@ class Judge:
                 "case": case, "arg_shapes": [list(s) for s in shapes]}
 
     def judge_case(self, case: int):
-        """``(record, worker_reusable)`` for one case."""
+        """``(record, pair_reusable)`` for one case."""
         point = self._fallback_point(case)
         if self.load_failure is not None:  # the same source fails the same way on every case
             return V.case_record(point, V.COMPILE_ERROR, self.load_failure), False
-        worker = self._worker_for(case)
-        if not worker.send(case):
-            return V.case_record(point, V.JUDGE_ERROR, "the worker died before the case was sent:\n" + _tail(worker.log_path)), False
-        if not self.args.reuse_worker:
-            worker.close_input()
-        baseline, started = None, False
-        deadline = time.monotonic() + PACKAGE_TIME_LIMIT_S
-        phase = Phase(self.status, f"[{self.done + 1}/{len(self.cases)}] case {case}", PACKAGE_TIME_LIMIT_S)
-        phase.set("preparing inputs", deadline)
-        while True:
-            wait = max(0.0, deadline - time.monotonic())
-            event = worker.next_event(min(wait, TICK_S) if self.status.on else wait)
-            if event is _TIMEOUT and time.monotonic() < deadline:
-                phase.tick()
-                continue
-            if event is _TIMEOUT:
-                worker.kill()
-                self.worker = None
-                if started:
-                    text = f"no result within the time limit of {self.time_limit:g} s (the candidate was stopped)"
-                    return V.case_record(point, V.TIME_LIMIT_EXCEEDED, text, baseline=baseline), False
-                return V.case_record(point, V.JUDGE_ERROR, f"the package took over {PACKAGE_TIME_LIMIT_S:g} s "
-                                     "before the candidate ran", baseline=baseline), False
-            if event is _FORGED:
-                worker.kill()
-                self.worker = None
-                text = ("the judge's event pipe received a line without this case's nonce: something in the "
-                        "candidate's process wrote to it (forged verdict rejected)\n"
-                        f"line: {worker.forged_line.decode(errors='replace')}")
-                return V.case_record(point, V.RUNTIME_ERROR, text, baseline=baseline), False
-            if event is None:
-                what = worker.exit_description()
-                worker.kill()
-                self.worker = None
-                verdict = V.RUNTIME_ERROR if started else V.JUDGE_ERROR
-                text = f"{what}\n--- last lines of {worker.log_path.name} ---\n{_tail(worker.log_path)}"
-                return V.case_record(point, verdict, text, baseline=baseline), False
-            kind = event.get("event")
-            if kind == "case":
-                point = {**event["point"]}
-                self.io_bytes = event.get("io_bytes")
-                phase.set("timing the baseline", deadline)
-            elif kind == "baseline":
-                baseline = timing_from_json(event["timing"])
-            elif kind == "candidate_start":
-                started = True
-                deadline = time.monotonic() + self.time_limit
-                phase.limit = self.time_limit
-                # a CUDA C++ candidate was compiled before the run: its first call only loads it
-                phase.set("first call" if self.candidate.kind == KIND_CUDA else "compiling (first call)", deadline)
-            elif kind == "phase":
-                phase.set(str(event.get("name", "")), deadline)
-            elif kind == "result":
-                if event.get("load_failed"):
-                    self.load_failure = event.get("text", "")
-                record = V.case_record(point, event["verdict"], event.get("text", ""), timing_from_json(event.get("timing")),
-                                       baseline, event.get("max_rel_err"), extra=event.get("extra"),
-                                       markers=event.get("markers") or ())
-                return record, not event.get("fatal")
+        c = CaseState(self, case, point)
+        try:
+            return c.judge()
+        except CaseOver as over:
+            if over.kill:
+                self._retire_worker(kill=True)
+            return over.record, False
 
     def execute(self) -> list:
         records = []
@@ -436,7 +403,7 @@ class Judge:
                 self.run.status = "disk full"
             raise
         finally:
-            if self.worker is not None:
+            if self.worker is not None or self.checker is not None:
                 self._retire_worker(kill=True)
             self.finish_meta(records)
         return records
@@ -463,6 +430,193 @@ class Judge:
             self.rundir.release()
         self.run.log.info(f"run {self.run.status}: {len(records)} of {len(self.cases)} cases written")
         self.run.log.close()
+
+
+class CaseOver(Exception):
+    """A case ended early (a process died, hung, forged a line, or the package failed)."""
+
+    def __init__(self, record, kill: bool = True):
+        super().__init__(record.error)
+        self.record, self.kill = record, kill
+
+
+#: record fields the judge sets; annotations from the candidate's process cannot replace them
+JUDGE_FIELDS = frozenset({"verdict", "case", "arg_shapes", "case_seed", "baseline_ms", "baseline_timer",
+                          "baseline_samples", "speedup", "judge_output", "input_sets", "distinct_input_sets",
+                          "io_bytes", "floor_ms", "suspicious"})
+
+
+class CaseState:
+    """One case between the checker and the worker:
+
+    checker: case → baseline → shared; worker: candidate_start → called; checker: check first;
+    worker: time → timed; checker: check timed (every slot); worker: call slot j → called;
+    checker: check final; worker: end (the verdict) → done.
+    """
+
+    def __init__(self, judge: Judge, case: int, point: dict):
+        self.j, self.case, self.point = judge, case, point
+        self.baseline, self.started = None, False
+        self.base_extra, self.base_markers = {}, []
+        self.shared: dict = {}
+        self.timing = None
+        self.max_err = None
+        self.lost = False
+        self.deadline = time.monotonic() + PACKAGE_TIME_LIMIT_S
+        head = f"[{judge.done + 1}/{len(judge.cases)}] case {case}"
+        self.phase = Phase(judge.status, head, PACKAGE_TIME_LIMIT_S)
+
+    # ------------------------------------------------------------------ events
+    def over(self, verdict: str, text: str, kill: bool = True) -> CaseOver:
+        extra = {"input_sets": self.shared.get("input_sets"), "distinct_input_sets": self.shared.get("distinct_sets")} \
+            if self.shared else None
+        return CaseOver(V.case_record(self.point, verdict, text, baseline=self.baseline, max_rel_err=self.max_err,
+                                      extra={**self.base_extra, **(extra or {})}, markers=self.base_markers),
+                        kill)
+
+    def wait(self, proc: WorkerProcess, is_checker: bool) -> dict:
+        j = self.j
+        while True:
+            wait = max(0.0, self.deadline - time.monotonic())
+            event = proc.next_event(min(wait, TICK_S) if j.status.on else wait)
+            if event is _TIMEOUT and time.monotonic() < self.deadline:
+                self.phase.tick()
+                continue
+            if event is _TIMEOUT:
+                if self.started and not is_checker:
+                    raise self.over(V.TIME_LIMIT_EXCEEDED,
+                                    f"no result within the time limit of {j.time_limit:g} s (the candidate was stopped)")
+                if self.started:
+                    raise self.over(V.JUDGE_ERROR, f"the package's check took past the time limit of {j.time_limit:g} s")
+                raise self.over(V.JUDGE_ERROR, f"the package took over {PACKAGE_TIME_LIMIT_S:g} s before the candidate ran")
+            if event is _FORGED:
+                who = "the checker's" if is_checker else "the judge's"
+                raise self.over(V.JUDGE_ERROR if is_checker else V.RUNTIME_ERROR,
+                                f"{who} event pipe received a line without this case's nonce: something in the "
+                                "candidate's process wrote to it (forged verdict rejected)\n"
+                                f"line: {proc.forged_line.decode(errors='replace')}")
+            if event is None:
+                what = proc.exit_description().replace("the candidate's process", "the checker" if is_checker
+                                                       else "the candidate's process")
+                verdict = V.RUNTIME_ERROR if self.started and not is_checker else V.JUDGE_ERROR
+                raise self.over(verdict, f"{what}\n--- last lines of {proc.log_path.name} ---\n{_tail(proc.log_path)}")
+            if is_checker and event.get("event") == "result":  # the package failed
+                raise self.over(V.JUDGE_ERROR, event.get("text", ""), kill=False)
+            return event
+
+    def send(self, proc: WorkerProcess, message: dict, is_checker: bool) -> None:
+        if not proc.send(message):
+            who = "checker" if is_checker else "worker"
+            raise self.over(V.JUDGE_ERROR if is_checker or not self.started else V.RUNTIME_ERROR,
+                            f"the {who} died before it was told to go on:\n" + _tail(proc.log_path))
+
+    def expect(self, proc: WorkerProcess, kinds: tuple, is_checker: bool) -> dict:
+        """The next event of one of ``kinds``; a failure reported by the worker ends the case."""
+        while True:
+            event = self.wait(proc, is_checker)
+            kind = event.get("event")
+            if kind in kinds:
+                return event
+            if not is_checker and kind == "result":
+                raise self.worker_failed(event)
+
+    def worker_failed(self, event: dict) -> CaseOver:
+        """The candidate's process reports its own failure: never more than that."""
+        verdict = event.get("verdict")
+        allowed = (V.RUNTIME_ERROR, V.COMPILE_ERROR) if self.started else (V.JUDGE_ERROR,)  # the worker did not start
+        text = event.get("text", "")
+        if verdict not in allowed:
+            text = (f"the candidate's process reported {str(verdict)[:40]!r}: a verdict only the checker gives "
+                    f"(forged verdict rejected)\n{text}")
+            verdict = allowed[0]
+        if event.get("load_failed"):
+            self.j.load_failure = event.get("text", "")
+        extra, markers = self.done()
+        over = self.over(verdict, text, kill=False)
+        over.record = attrs.evolve(over.record, markers=tuple(self.base_markers + markers),
+                                   extra={**extra, **over.record.extra})
+        return over
+
+    def done(self) -> tuple:
+        """The worker's annotations and markers of the point, once it ended it (best effort)."""
+        try:
+            event = self.wait(self.j.worker, False)
+        except CaseOver:
+            self.lost = True  # the worker did not end the point: it is not reused
+            return {}, []
+        if event.get("event") != "done":
+            self.lost = True
+            return {}, []
+        extra = {k: v for k, v in (event.get("extra") or {}).items() if k not in JUDGE_FIELDS}
+        return extra, [str(m) for m in event.get("markers") or ()]
+
+    # ------------------------------------------------------------------ the case
+    def judge(self):
+        j = self.j
+        checker, worker = j._pair_for(self.case)
+        self.phase.set("preparing inputs", self.deadline)
+        self.send(checker, {"case": self.case}, True)
+        while True:
+            event = self.wait(checker, True)
+            kind = event.get("event")
+            if kind == "case":
+                self.point = {**event["point"]}
+                j.io_bytes = event.get("io_bytes")
+                self.phase.set("timing the baseline", self.deadline)
+            elif kind == "baseline":
+                self.baseline = timing_from_json(event["timing"])
+                self.base_extra = dict(event.get("extra") or {})
+                self.base_markers = [str(m) for m in event.get("markers") or ()]
+            elif kind == "shared":
+                self.shared = event
+                break
+        self.send(worker, {"case": self.case, "point": self.point, "outputs": event["outputs"],
+                           "slots": event["slots"], "counts": event["counts"]}, False)
+        self.expect(worker, ("candidate_start",), False)
+        self.started = True
+        self.deadline = time.monotonic() + j.time_limit
+        self.phase.limit = j.time_limit
+        # a CUDA C++ candidate was compiled before the run: its first call only loads it
+        self.phase.set("first call" if j.candidate.kind == KIND_CUDA else "compiling (first call)", self.deadline)
+        self.expect(worker, ("called",), False)
+
+        verdict, text, fatal = self.check("first")
+        if verdict == V.ACCEPTED:
+            self.phase.set("timing", self.deadline)
+            self.send(worker, {"go": "time"}, False)
+            timed = self.expect(worker, ("timed",), False)
+            self.timing = timing_from_json(timed.get("timing"))
+            self.timed = timed
+            self.phase.set("checking", self.deadline)
+            verdict, text2, fatal, slot = self.check("timed", with_slot=True)
+            if verdict == V.ACCEPTED:
+                self.send(worker, {"go": "call", "slot": slot}, False)
+                self.expect(worker, ("called",), False)
+                verdict, text2, fatal = self.check("final")
+            if verdict != V.ACCEPTED:
+                text = text2
+        self.send(worker, {"go": "end", "verdict": verdict, "text": text}, False)
+        extra, markers = self.done()
+        accepted = verdict == V.ACCEPTED
+        extra = {**self.base_extra, **extra, "input_sets": self.shared.get("input_sets"),
+                 "distinct_input_sets": self.shared.get("distinct_sets")}
+        if accepted and self.timing is not None:
+            extra.update(self.timing.extra)
+        record = V.case_record(self.point, verdict, text, self.timing if accepted else None, self.baseline,
+                               self.max_err, extra=extra, markers=self.base_markers + markers)
+        reusable = verdict in (V.ACCEPTED, V.WRONG_ANSWER) and not fatal and not self.lost and not (
+            accepted and self.timing is not None and self.timing.fallback_reason is not None)
+        return record, reusable
+
+    def check(self, phase: str, with_slot: bool = False):
+        if phase == "first":
+            self.phase.set("checking", self.deadline)
+        self.send(self.j.checker, {"check": phase}, True)
+        event = self.expect(self.j.checker, ("checked",), True)
+        if phase == "first":
+            self.max_err = event.get("max_rel_err")
+        result = (event.get("verdict"), event.get("text") or "", bool(event.get("fatal")))
+        return (*result, event.get("slot")) if with_slot else result
 
 
 # ----------------------------------------------------------------------------- output

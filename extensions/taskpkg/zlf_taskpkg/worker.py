@@ -1,14 +1,18 @@
-"""The judge's child process: the package and the candidate run here, never in ``zlf task``.
+"""The candidate's process: the candidate runs here, the package never does.
 
-Started as ``python -m zlf_taskpkg.worker SPEC.json CTRL_FD EVENT_FD`` (stdin carries the
-first case number, as a package expects). It reads ``{"case": k, "nonce": N}`` lines from
-CTRL_FD until that pipe closes and writes one JSON event per line to EVENT_FD, each carrying the
-case's nonce (the judge drops a worker whose events lack it: see :func:`main`):
+Started as ``python -m zlf_taskpkg.worker SPEC.json CTRL_FD EVENT_FD`` next to a checker
+(:mod:`zlf_taskpkg.checker`, which owns the package, the inputs and the verdict). Per case it
+reads ``{"case": k, "nonce": N, "point": ..., "slots": [...]}`` from CTRL_FD -- the slots are the
+checker's shared buffers (:mod:`zlf_taskpkg.shared`) --, then ``{"go": "time"}``,
+``{"go": "call", "slot": j}`` and ``{"go": "end", "verdict": ..., "text": ...}`` as the judge
+orders; it writes one JSON event per line to EVENT_FD, each carrying the case's nonce (the judge
+drops a worker whose events lack it: see :func:`main`):
 
-- ``case``            the point judged and the case's sizes (inputs exist, baseline has run)
-- ``baseline``        the baseline's timing
 - ``candidate_start`` the judge's time limit starts now
-- ``result``          verdict, judge output, the candidate's timing, fields for the record
+- ``called``          the candidate was called and the device synchronized: the checker may read
+- ``timed``           the candidate's timing (measured here: the timer runs in this process)
+- ``result``          a failure here (exception, launch error, compile error): never Accepted
+- ``done``            the point's annotations and markers once the lifecycle ended the point
 - ``meta``            what lifecycle hooks added to the run's meta (at exit)
 
 A crash, hang or CUDA error here only costs this process: the judge sees the pipe close (or
@@ -16,122 +20,95 @@ its clock run out) and goes on in a fresh one.
 """
 from __future__ import annotations
 
-import contextlib
 import faulthandler
-import inspect
-import io
 import json
 import os
 import sys
 import traceback
 from pathlib import Path
 
-import attrs
-
 from zlf.config import RunConfig
-from zlf.ops import Op, poison, relative_error
+from zlf.ops import Op
 from zlf.records import Point
-from zlf.run import Run
 from zlf.rundir import RunDir
-from zlf.seeding import seed_everything
 from zlf.session import Session
 
 from . import outcome as V
 from .candidate import is_compile_error, load_kernel
+from .checker import WorkerRun, budget_for
 from .legacy_stream import time_candidate
 from .outcome import timing_to_json
-from .package import TaskPackage
-from .speed import io_bytes
+from .shared import open_shared
 
-#: canary bytes on each side of every output buffer: a write past either end is caught.
-GUARD_BYTES = 16384
-GUARD_FILL = 0xA5
-#: calls used to convert the package's (warmup, iters) counts into the timer's ms budgets.
-ESTIMATE_CALLS = 3
+class Rotation:
+    """The timed callable: call ``i`` runs the candidate on slot ``i % len(calls)``. Every slot
+    holds its own input set and output buffers (the checker's shared memory), so a captured graph
+    replays the calls in the order they were made; :attr:`last` is the slot of the last call
+    made, :attr:`last_captured` that of the last call made while a graph was being captured,
+    :attr:`captured` the slots a capture has seen."""
 
+    def __init__(self, calls, slots, capturing=None):
+        self.calls, self.slots = calls, slots
+        self.capturing = capturing or _capturing
+        self.count = 0
+        self.last = self.last_captured = None
+        self.captured: set = set()
+        self.view = LastArgs(self)
 
-class WorkerRun(Run):
-    """A Run whose meta goes back to the judge (which owns meta.json and the run directory)."""
-
-    def save_meta(self) -> None:
-        pass
-
-    def finish(self) -> None:
-        self.log.close()
-
-
-def _is_tensor(x) -> bool:
-    import torch
-
-    return isinstance(x, torch.Tensor)
-
-
-def _bits(t):
-    import torch
-
-    flat = t.detach().contiguous().reshape(-1)
-    return flat.view(torch.uint8).reshape(flat.numel(), t.element_size()) if flat.numel() else flat.view(torch.uint8)
+    def __call__(self):
+        j = self.count % len(self.calls)
+        self.count += 1
+        self.last = j
+        if self.capturing():
+            self.last_captured = j
+            self.captured.add(j)
+        return self.calls[j]()
 
 
-def differing_elements(a, b) -> int:
-    """Elements whose bytes differ (NaN-safe: bit patterns, not values)."""
-    if tuple(a.shape) != tuple(b.shape) or a.dtype != b.dtype:
-        return max(a.numel(), b.numel(), 1)
-    if a.numel() == 0:
-        return 0
-    x, y = _bits(a), _bits(b.to(a.device))
-    return int((x != y).any(dim=1).sum().item())
+def _capturing() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+    except Exception:
+        return False
 
 
-def _describe(i, t) -> str:
-    return f"argument {i} ({str(t.dtype).replace('torch.', '')}{list(t.shape)})"
+class LastArgs:
+    """The arguments of the rotation's last call, as a sequence: what a timer that compares a
+    replay's outputs with a direct call's (the graph timer) reads as the call's inputs."""
 
+    def __init__(self, rotation):
+        self.rotation = rotation
 
-def clone_args(args):
-    return [a.clone() if _is_tensor(a) else a for a in args]
+    def _args(self):
+        last = self.rotation.last
+        return self.rotation.slots[last if last is not None else 0]
 
+    def __getitem__(self, i):
+        return self._args()[i]
 
-def guarded_copy(t):
-    """A copy of ``t`` living inside a larger buffer whose ends hold canary bytes."""
-    import torch
+    def __len__(self):
+        return len(self._args())
 
-    if not t.is_contiguous() or t.numel() == 0:
-        return t.clone(), None
-    pad = max(1, GUARD_BYTES // t.element_size())
-    buf = torch.empty(t.numel() + 2 * pad, dtype=t.dtype, device=t.device)
-    buf.view(torch.uint8).fill_(GUARD_FILL)
-    inner = buf[pad:pad + t.numel()].view(t.shape)
-    inner.copy_(t)
-    return inner, (buf, pad, t.numel())
-
-
-def guard_damage(guard) -> int:
-    import torch
-
-    buf, pad, n = guard
-    raw = buf.view(torch.uint8)
-    size = buf.element_size()
-    ends = (raw[:pad * size], raw[(pad + n) * size:])
-    return int(sum(int((e != GUARD_FILL).sum().item()) for e in ends))
-
-
-def detect_outputs(original, after) -> list:
-    """Indices of the tensors the baseline wrote: those are the outputs."""
-    return [i for i, (a, b) in enumerate(zip(original, after)) if _is_tensor(a) and differing_elements(a, b)]
+    def __iter__(self):
+        return iter(list(self._args()))
 
 
 class Worker:
-    def __init__(self, spec: dict, events):
+    """The candidate's side of a case: it maps the checker's buffers, calls the candidate, times
+    it. Nothing it reports can make a case Accepted: the checker reads the outputs itself."""
+
+    def __init__(self, spec: dict, events, ctrl):
         self.spec = spec
         self.events = events
+        self.ctrl = ctrl
         self.kernel = None
         self.nonce = None
         self.config = RunConfig.read(spec["config"])
         self.session = Session.open(self.config)
         self.hooks = self.session.hooks
         self.backend = self.session.choose_backend(self.config.backend, self.config.device)
-        self.package = TaskPackage.open(spec["package"])
-        self.problem = self.package.load()
         self.run = WorkerRun.open(self.session, RunDir(spec["run_dir"]), argv=spec["argv"])
         self.meta_before = json.dumps(self.run.meta, sort_keys=True, default=str)
         self.records = []
@@ -143,6 +120,11 @@ class Worker:
         self.events.write(json.dumps({"event": event, "nonce": self.nonce, **fields}, default=str) + "\n")
         self.events.flush()
 
+    def order(self) -> dict:
+        """The judge's next instruction for this case (``{"go": ...}``); ``end`` if the pipe closed."""
+        line = self.ctrl.readline()
+        return json.loads(line) if line else {"go": "end", "verdict": V.JUDGE_ERROR, "text": "", "closed": True}
+
     def finish(self) -> None:
         self.run.records[:] = self.records
         self.run.close("complete")
@@ -151,217 +133,99 @@ class Worker:
         self.emit("meta", meta=json.loads(json.dumps(added, default=str)))
 
     # ------------------------------------------------------------------ one case
-    def judge(self, case: int) -> bool:
-        """Judge one case; returns False when this process must not be reused."""
-        run = self.run
-        try:
-            prepared = self.prepare(case)
-        except Exception:
-            self.emit("result", verdict=V.JUDGE_ERROR, text="the package failed:\n" + traceback.format_exc(), fatal=True)
-            return False
-        point, op, original, base_args, outputs, arg_shapes, counts = prepared
+    def judge(self, request: dict) -> bool:
+        """One case; returns False when this process must not be reused."""
+        p = request["point"]
+        point = Point(op=p["op"], shape=tuple(p["shape"]), dtype=p["dtype"], variant=p["variant"])
+        self.point_json = p
+        outputs = request["outputs"]
+        slots = [open_shared(text) for text in request["slots"]]
+        op = Op(name=p["op"], fn=_unbound, make_inputs=_unbound, shapes=[point.shape], dtypes=[point.dtype],
+                reference=None, outputs=tuple(outputs))
+        self.run.begin_point(point, op, slots[0])
         self.emit("candidate_start")
-        verdict, text, timing, max_err, fatal, load_failed = self.judge_candidate(point, op, original, base_args, outputs, arg_shapes, counts)
-        record = V.case_record(self.point_json, verdict, text, timing, self.baseline_timing, max_err,
-                               extra=run.extra, markers=list(run.markers))
-        record = run.end_point(point, record)
-        if "after_point_error" in run.extra:
-            text += f"\n(after_point hook failed: {run.extra['after_point_error']})"
+        failure, end = self.candidate(point, op, slots, tuple(request["counts"]))
+        if failure is not None:
+            verdict, text = failure
+            timing = None
+        else:
+            verdict, text, timing = end.get("verdict", V.JUDGE_ERROR), end.get("text", ""), self.timing
+            if end.get("closed"):
+                return False
+        record = V.case_record(self.point_json, verdict, text, timing if verdict == V.ACCEPTED else None,
+                               None, None, extra=self.run.extra, markers=list(self.run.markers))
+        record = self.run.end_point(point, record)
         self.records.append(record)
-        self.emit("result", verdict=verdict, text=text, timing=timing_to_json(timing), max_rel_err=max_err,
-                  extra=run.extra, markers=list(run.markers), fatal=fatal, load_failed=load_failed)
-        return not fatal
+        del slots
+        self.emit("done", extra=self.run.extra, markers=list(record.markers))
+        return failure is None
 
-    def prepare(self, case: int):
-        """Sizes, seeded inputs, the baseline's result and timing: everything before the candidate."""
-        run, backend, package = self.run, self.backend, self.package
-        shapes, arg_shapes, warmup, iters = package.case_sizes(case)
-        seed = self.spec["base_seed"] + case
-        seed_everything(seed)
-        original = list(self.problem.genTestCase(arg_shapes, device=backend.device))
-        tensors = [a for a in original if _is_tensor(a)]
-        largest = max(tensors, key=lambda t: t.numel()) if tensors else None
-        point = Point(op=package.name, shape=tuple(largest.shape) if largest is not None else (len(original),),
-                      dtype=str(largest.dtype).replace("torch.", "") if largest is not None else "none",
-                      variant=f"case{case}")
-        run.begin_point(point)
-        base_args = clone_args(original)
-        self.problem.baseline(*base_args)
-        backend.synchronize()
-        outputs = self.spec["outputs"] if self.spec["outputs"] is not None else detect_outputs(original, base_args)
-        if not outputs:  # the baseline wrote nothing we could see (e.g. out already held the result)
-            outputs = [max(i for i, a in enumerate(original) if _is_tensor(a))]
-        ref = [base_args[i] for i in outputs]
-        op = Op(name=package.name, fn=self._unbound, make_inputs=self._unbound, shapes=[point.shape],
-                dtypes=[point.dtype], reference=lambda *_: list(ref), outputs=tuple(outputs))
-        run.current_op, run.current_inputs = op, original
-        self.point_json = {"id": point.id, "op": point.op, "shape": list(point.shape), "dtype": point.dtype,
-                           "variant": point.variant, "case": case,
-                           "arg_shapes": [list(s) for s in shapes], "case_seed": seed}
-        self.emit("case", point=self.point_json, outputs=outputs, warmup=warmup, iters=iters, seed=seed,
-                  io_bytes=io_bytes(original))
-        budget = self.config.timing
-        counts = (budget.warmup if budget.warmup is not None else warmup,
-                  budget.iters if budget.iters is not None else iters)
-        base_point = Point(op=point.op, shape=point.shape, dtype=point.dtype, variant=f"{point.variant}.baseline")
-        base_op = attrs.evolve(op, reference=None)
-        call = lambda: self.problem.baseline(*base_args)  # noqa: E731
-        self.baseline_timing = run.time_point(call, base_point, op=base_op, inputs=tuple(base_args),
-                                              budget=self.budget(call, counts))
-        self.emit("baseline", timing=timing_to_json(self.baseline_timing))
-        return point, op, original, base_args, outputs, arg_shapes, counts
+    def fail(self, verdict: str, text: str, **fields):
+        self.emit("result", verdict=verdict, text=text, **fields)
+        return (verdict, text), None
 
-    def judge_candidate(self, point, op, original, base_args, outputs, arg_shapes, counts):
-        """``(verdict, text, timing, max_rel_err, fatal, load_failed)`` of the candidate on one case."""
+    def candidate(self, point, op, slots, counts):
+        """Call, then time, as the judge orders: ``(None, end order)`` when the judge ended the
+        case (the checker has the last word), ``((verdict, text), None)`` when the candidate
+        failed here (a failure is all it can report)."""
         backend, spec = self.backend, self.spec
         cand = spec["candidate"]
+        self.timing = None
         if self.kernel is None:
             try:
                 self.kernel = load_kernel(cand["kind"], cand["path"], cand["library"])
             except BaseException as exc:  # SyntaxError, ImportError, a missing symbol ...
                 if isinstance(exc, KeyboardInterrupt):
                     raise
-                return V.COMPILE_ERROR, _short_traceback(), None, None, True, True
-        args, guards = [], {}
-        for i, a in enumerate(original):
-            if i in outputs and _is_tensor(a):
-                inner, guard = guarded_copy(a)
-                args.append(inner)
-                if guard:
-                    guards[i] = guard
-            else:
-                args.append(a.clone() if _is_tensor(a) else a)
-        poison(args, [i for i in outputs if _is_tensor(args[i])])
-        call = self.kernel.bind(args)
-        self.run.current_inputs = args
+                return self.fail(V.COMPILE_ERROR, _short_traceback(), load_failed=True)
+        calls = [self.kernel.bind(args) for args in slots]
         try:
             with self.run.launch_window(point):
-                call()
+                calls[0]()
                 launch_error = self.kernel.last_error()
                 backend.synchronize()
         except Exception as exc:
             verdict = V.COMPILE_ERROR if is_compile_error(exc) else V.RUNTIME_ERROR
-            return verdict, _short_traceback(), None, None, True, False
+            return self.fail(verdict, _short_traceback())
         if launch_error:
-            return V.RUNTIME_ERROR, f"run_kernel left a launch error: {launch_error}", None, None, True, False
-
-        self.emit("phase", name="checking")
-        damage = self.memory_damage(original, args, outputs, guards)
-        # An out-of-bounds write may have hit memory no guard covers: this process is not reused.
-        if damage and damage[0] == V.RUNTIME_ERROR:
-            return damage[0], damage[1], None, None, True, False
-        ok, text = self.check(arg_shapes, original, args, base_args)
-        max_err = self.max_rel_err(args, base_args, outputs)
-        if not ok:
-            return V.WRONG_ANSWER, text or "check() returned False", None, max_err, False, False
-        if damage:
-            return damage[0], damage[1] + ("\n" + text if text else ""), None, max_err, False, False
-
-        # Timed only now that the result was checked; checked again afterwards, so a kernel that
-        # computes once and then returns early is not timed as fast.
-        self.emit("phase", name="timing")
+            return self.fail(V.RUNTIME_ERROR, f"run_kernel left a launch error: {launch_error}")
+        self.emit("called")
+        order = self.order()
+        if order.get("go") != "time":
+            return None, order  # the checker's verdict ends the case
+        # Timed only now that the result was checked (by the checker); the timed calls rotate over
+        # the slots, whose inputs the checker refreshed.
+        rotation = Rotation(calls, slots)
         try:
-            timing = time_candidate(self.run, spec["candidate"]["kind"], call, point, op, tuple(args),
-                                    self.budget(call, counts))
+            for call in calls:  # every slot is called at least once, whatever the timer's budget
+                call()
+            backend.synchronize()
+            timing = time_candidate(self.run, cand["kind"], rotation, point, op, rotation.view,
+                                    budget_for(backend, self.config.timing, rotation, counts))
             self.kernel.last_error()  # a failed graph capture leaves its error here; the timer handled it
-            poison(args, [i for i in outputs if _is_tensor(args[i])])
-            call()
+            backend.synchronize()
+        except Exception:
+            return self.fail(V.RUNTIME_ERROR, "while timing:\n" + _short_traceback())
+        self.timing = timing
+        self.emit("timed", timing=timing_to_json(timing), last_slot=rotation.last,
+                  last_captured=rotation.last_captured, calls=rotation.count)
+        order = self.order()
+        if order.get("go") != "call":
+            return None, order
+        try:
+            calls[int(order["slot"])]()
             launch_error = self.kernel.last_error()
             backend.synchronize()
         except Exception:
-            return V.RUNTIME_ERROR, "while timing:\n" + _short_traceback(), None, max_err, True, False
+            return self.fail(V.RUNTIME_ERROR, "while timing:\n" + _short_traceback())
         if launch_error:
-            return V.RUNTIME_ERROR, f"while timing: run_kernel left a launch error: {launch_error}", None, max_err, True, False
-        damage = self.memory_damage(original, args, outputs, guards)
-        ok, text2 = self.check(arg_shapes, original, args, base_args)
-        if damage:
-            return damage[0], "after timing: " + damage[1], None, max_err, damage[0] == V.RUNTIME_ERROR, False
-        if not ok:
-            return (V.WRONG_ANSWER, "the result was right once but wrong when called again after timing:\n" + text2,
-                    None, max_err, False, False)
-        return V.ACCEPTED, text, timing, max_err, timing.fallback_reason is not None, False
+            return self.fail(V.RUNTIME_ERROR, f"while timing: run_kernel left a launch error: {launch_error}")
+        self.emit("called")
+        return None, self.order()
 
-    # ------------------------------------------------------------------ helpers
-    @staticmethod
-    def _unbound(*_args):
-        raise RuntimeError("the task judge times bound calls only")
 
-    def budget(self, call, counts):
-        """The :class:`~zlf.config.TimingBudget` a timer gets: the package's warmup/iters counts
-        become ms budgets (count × one measured call), unless --warmup-ms / --rep-ms were given."""
-        warmup, iters = counts
-        budget = self.config.timing
-        if warmup is None and iters is None:
-            return budget
-        backend = self.backend
-        # The direct timer sizes its loop with the L2 flush included: so does this estimate.
-        flush = backend.flush_l2 if budget.flush(backend) else (lambda: None)
-        call()
-        backend.synchronize()
-        start, end = backend.event(), backend.event()
-        start.record()
-        for _ in range(ESTIMATE_CALLS):
-            flush()
-            call()
-        end.record()
-        backend.synchronize()
-        one = max(start.elapsed_time(end) / ESTIMATE_CALLS, 1e-6)
-        changes = {}
-        if budget.warmup_ms is None and warmup is not None:
-            changes["warmup_ms"] = max(warmup, 1) * one
-        if budget.rep_ms is None and iters is not None:
-            changes["rep_ms"] = max(iters, 1) * one
-        return budget.with_changes(**changes)
-
-    def check(self, arg_shapes, original, cand_args, base_args) -> tuple:
-        """The package's check, its stdout/stderr captured: ``(passed, text)``."""
-        tolerances = dict(self.spec["tolerances"])
-        try:
-            params = inspect.signature(self.problem.check).parameters
-            if not any(p.kind == p.VAR_KEYWORD for p in params.values()):
-                tolerances = {k: v for k, v in tolerances.items() if k in params}
-        except (TypeError, ValueError):
-            pass
-        buf = io.StringIO()
-        with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
-            try:
-                ok = bool(self.problem.check(arg_shapes, original, cand_args, base_args, **tolerances))
-            except Exception:
-                ok = False
-                print("check() raised:\n" + traceback.format_exc(), file=sys.stderr)
-        return ok, buf.getvalue().strip()
-
-    def memory_damage(self, original, args, outputs, guards):
-        """``(verdict, text)`` if the candidate wrote past an output (Runtime Error) or modified an
-        input (Wrong Answer), else None."""
-        for i, guard in guards.items():
-            bad = guard_damage(guard)
-            if bad:
-                return V.RUNTIME_ERROR, (f"wrote outside its output: {bad} guard bytes around {_describe(i, args[i])} "
-                                         "were overwritten (out-of-bounds write)")
-        changed = []
-        for i, (a, o) in enumerate(zip(args, original)):
-            if i in outputs or not _is_tensor(o):
-                continue
-            n = differing_elements(a, o)
-            if n:
-                changed.append(f"{_describe(i, o)}: {n} of {o.numel()} elements changed")
-        if changed:
-            return V.WRONG_ANSWER, "modified its inputs (inputs must be read-only): " + "; ".join(changed)
-        return None
-
-    @staticmethod
-    def max_rel_err(args, base_args, outputs):
-        worst = None
-        for i in outputs:
-            a, b = args[i], base_args[i]
-            if _is_tensor(a) and (a.dtype.is_floating_point or a.dtype.is_complex):
-                try:
-                    err = relative_error(a, b)
-                except Exception:
-                    continue
-                worst = err if worst is None or err != err or err > worst else worst
-        return worst
+def _unbound(*_args):
+    raise RuntimeError("the task judge times bound calls only")
 
 
 def _short_traceback(limit: int = 40) -> str:
@@ -384,7 +248,7 @@ def main(argv=None) -> int:
         return 0
     request = json.loads(first)
     try:
-        worker = Worker(spec, events)
+        worker = Worker(spec, events, ctrl)
     except Exception:
         events.write(json.dumps({"event": "result", "verdict": V.JUDGE_ERROR, "fatal": True, "nonce": request.get("nonce"),
                                  "text": "the judge's worker failed to start:\n" + traceback.format_exc()}) + "\n")
@@ -392,7 +256,7 @@ def main(argv=None) -> int:
     try:
         while request:
             worker.nonce = request.get("nonce")
-            if not worker.judge(int(request["case"])):
+            if not worker.judge(request):
                 break
             line = ctrl.readline()
             request = json.loads(line) if line else None

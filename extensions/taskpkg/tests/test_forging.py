@@ -1,0 +1,132 @@
+"""zlf task: a candidate that forges its verdict from inside its own process is not Accepted.
+
+Each attack is run twice: as the attack (Wrong Answer or Runtime Error) and as its honest twin
+(``FORGE_HONEST=1``: the same kind of thing, then the answer computed) -- Accepted.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from zlf.testing import read_records, run_dir_from
+
+zlf_taskpkg = pytest.importorskip("zlf_taskpkg")
+
+from zlf.cli import main  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[3]
+PKG = REPO / "tests" / "data" / "taskpkg_vecadd"
+FORGING = Path(__file__).resolve().parent / "data" / "forging"
+
+
+@pytest.fixture(autouse=True)
+def _quiet(monkeypatch):
+    monkeypatch.setenv("ZLF_NO_PROGRESS", "1")
+    monkeypatch.setenv("NO_COLOR", "1")
+
+
+def judge(tmp_path, capsys, candidate, *extra):
+    rc = main(["task", str(PKG), "--candidate", str(FORGING / candidate), "--ext", "task",
+               "--out", str(tmp_path / "runs"), *map(str, extra)])
+    out = capsys.readouterr().out
+    run_dir = run_dir_from(out)
+    return rc, read_records(run_dir), run_dir
+
+
+ATTACKS = [
+    # file, what the attack's case must say
+    ("patch_check.py", "elements differ"),          # check patched in the candidate's process: not the checker's
+    ("frame_read.py", "was not written"),           # no baseline answer in any frame of the candidate's process
+    ("copy_baseline.py", "was not written"),        # nor among its objects
+    ("memo_pointer.py", "stale result"),            # the pointers it remembered hold another input set now
+    ("early_return.py", "was not written"),         # the later calls leave the poison
+    ("nonce_forge.py", "forged verdict rejected"),  # a well-formed "Accepted" from its process is no verdict
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("candidate, message", ATTACKS)
+def test_forging_attempt_is_not_accepted(tmp_path, capsys, monkeypatch, candidate, message):
+    monkeypatch.delenv("FORGE_HONEST", raising=False)
+    rc, records, run_dir = judge(tmp_path, capsys, candidate, "--cases", "2")
+    verdict = records[0]["extra"]["verdict"]
+    assert rc == 1 and verdict in ("Wrong Answer", "Runtime Error"), records[0]
+    assert message in records[0]["extra"]["judge_output"]
+    assert records[0]["median_ms"] is None and records[0]["extra"]["speedup"] is None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("candidate", [a[0] for a in ATTACKS])
+def test_honest_twin_is_accepted(tmp_path, capsys, monkeypatch, candidate):
+    monkeypatch.setenv("FORGE_HONEST", "1")
+    rc, records, run_dir = judge(tmp_path, capsys, candidate, "--cases", "2")
+    assert rc == 0 and records[0]["extra"]["verdict"] == "Accepted", records[0]["extra"]["judge_output"]
+    assert records[0]["max_rel_err"] == 0.0 and records[0]["median_ms"] > 0
+    assert records[0]["extra"]["input_sets"] == 3 and records[0]["extra"]["distinct_input_sets"] == 4
+
+
+@pytest.mark.slow
+def test_stale_result_survives_worker_reuse(tmp_path, capsys, monkeypatch):
+    """A reused worker keeps its memo across cases: still stale on the second case, and the
+    honest twin stays Accepted on both."""
+    monkeypatch.delenv("FORGE_HONEST", raising=False)
+    rc, records, run_dir = judge(tmp_path, capsys, "memo_pointer.py", "--cases", "1-2", "--reuse-worker")
+    assert [r["extra"]["verdict"] for r in records] == ["Wrong Answer", "Wrong Answer"], records
+    assert all("stale result" in r["extra"]["judge_output"] for r in records)
+    assert len(list((run_dir / "task").glob("worker-case*.log"))) == 1  # Wrong Answer keeps the worker
+    monkeypatch.setenv("FORGE_HONEST", "1")
+    rc, records, run_dir = judge(tmp_path, capsys, "memo_pointer.py", "--cases", "1-2", "--reuse-worker")
+    assert rc == 0 and [r["extra"]["verdict"] for r in records] == ["Accepted", "Accepted"]
+
+
+def test_graph_replay_keeps_the_rotation_in_call_order():
+    """On the cudagraph tests' fake device (capture records Python kernels): each slot ends with
+    its own result, and the last kernel executed is the last call captured."""
+    import importlib.util
+
+    import torch
+
+    pytest.importorskip("zlf_timing_cudagraph")
+    from zlf.ops import Op
+    from zlf_taskpkg.worker import Rotation
+    from zlf_timing_cudagraph.graph_timer import GraphSettings, time_graph
+
+    spec = importlib.util.spec_from_file_location(
+        "cudagraph_fakes", REPO / "extensions" / "timing_cudagraph" / "tests" / "test_cudagraph.py")
+    fakes = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fakes)
+    backend = fakes.FakeBackend()
+    k = 3
+    xs = [torch.full((8,), float(j + 1)) for j in range(k)]
+    outs = [torch.full((8,), float("nan")) for _ in range(k)]
+    last = torch.full((1,), -1.0)
+
+    def make(j):
+        def kernel():
+            torch.mul(xs[j], 2.0, out=outs[j])
+            last.fill_(float(j))
+        return lambda: backend.launch(kernel)
+
+    rotation = Rotation([make(j) for j in range(k)], [(xs[j], outs[j]) for j in range(k)],
+                        capturing=lambda: backend.capturing is not None)
+    op = Op(name="rotation", fn=lambda *a: None, make_inputs=lambda *a: None, shapes=[(8,)], outputs=(1,))
+    settings = GraphSettings(warmup_ms=1.0, rep_ms=5.0, replay_ms=0.5, max_calls=50)
+    timing = time_graph(rotation, backend, settings, op=op, inputs=rotation.view, dtype="float32")
+    assert timing.extra["cudagraph"]["verified"] == "outputs"
+    assert timing.extra["cudagraph"]["calls_per_graph"] >= k and rotation.captured == set(range(k))
+    assert rotation.count > timing.extra["cudagraph"]["calls_per_graph"]  # eager calls too, before and after
+    assert int(last.item()) == rotation.last_captured  # the timed replays ran last, in capture order
+    for j in range(k):
+        assert torch.equal(outs[j], xs[j] * 2), j
+
+
+def test_the_checker_never_loads_candidate_code():
+    """The checker's module imports neither the candidate loader nor the worker."""
+    import subprocess
+    import sys
+
+    code = ("import sys, zlf_taskpkg.checker; "
+            "print('zlf_taskpkg.candidate' in sys.modules, 'zlf_taskpkg.worker' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "False"]
