@@ -14,7 +14,7 @@ import sys
 
 from . import __version__
 from .errors import UsageError
-from .options import check_run_options  # noqa: F401  (zlf ab imports it from here)
+from .options import add_config_argument, check_run_options  # noqa: F401  (zlf ab imports check_run_options from here)
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -111,6 +111,7 @@ def build_parser(hooks) -> argparse.ArgumentParser:
             _folded_options(p, hooks, name)  # a campaign passes every run option on to its runs
         elif p.get_default("run_options"):
             hooks.add_options(parser=p, command=name)  # a command that starts runs: the options that apply
+            add_config_argument(p)  # ... or all of its run settings from a file
         if p.get_default("campaign_options"):
             hooks.add_campaign_options(parser=p)
     parser_class.offered = _offered(sub)
@@ -141,16 +142,18 @@ def _preparse(argv) -> argparse.Namespace:
     pre.add_argument("--timer")
     pre.add_argument("--config")
     known, _ = pre.parse_known_args(argv)
-    if known.config and argv and argv[0] == "run":  # the file selects the extensions
+    if known.config and argv:  # the file of a command's run configuration selects the extensions
         from .config import RunConfig
 
-        return RunConfig.read(known.config)
+        config = RunConfig.read(known.config)
+        return config if config.command == argv[0] else known
     return known
 
 
 def run_config(args, parser, hooks):
     """The run's :class:`~zlf.config.RunConfig`: from ``--config FILE`` (then no other run option
-    may differ from its default) or from the command line."""
+    may differ from its default but OPs, ``--out``, ``--name`` and ``--format``) or from the
+    command line."""
     from .config import ARGS, RunConfig
 
     if not getattr(args, "config", None):
@@ -163,7 +166,6 @@ def run_config(args, parser, hooks):
         defaults.setdefault(a.dest, a.default)
     given = [a for a in sub._actions if a.dest in dests and a.option_strings
              and getattr(args, a.dest, None) != defaults[a.dest]]
-    given += [] if not getattr(args, "ops", None) else [argparse.Action(["OP"], "ops")]
     if given:
         flags = ", ".join(dict.fromkeys(max(a.option_strings, key=len) for a in given))
         raise UsageError(f"--config {args.config}: also given on the command line: {flags}; "
@@ -172,6 +174,8 @@ def run_config(args, parser, hooks):
     if config.command != args.command:
         raise UsageError(f"--config {args.config}: a configuration of zlf {config.command}, not of zlf {args.command}")
     given = {ARGS[k]: v for k, v in beside.items() if v != defaults[k]}
+    if getattr(args, "ops", None):  # what it runs (a campaign's run: the ops of its process)
+        given["ops"] = tuple(args.ops)
     return config.with_changes(**given) if given else config
 
 

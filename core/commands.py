@@ -56,10 +56,6 @@ def add_commands(subparsers):
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 description="Check every point against its reference, time it, and write a run directory.")
     add_run_arguments(run)
-    run.add_argument("--config", metavar="FILE",
-                     help="run the settings of a RunConfig JSON file (zlf.config; written by RunConfig.write); "
-                          "no other run option may be given with it but --out, --name and --format, which "
-                          "override the file's (where the run goes and how it prints)")
     from .executors import add_scale_arguments
 
     add_scale_arguments(run)

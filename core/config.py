@@ -326,6 +326,22 @@ class RunConfig:
             changes["timing"] = self.timing.with_changes(**budget)
         return attrs.evolve(self, **changes)
 
+    def with_options(self, values: Mapping) -> "RunConfig":
+        """A copy with extension option values set: ``{owner: {dest: value}}`` (see
+        :func:`owned_options`); the other values are kept."""
+        merged = {o: dict(d) for o, d in self.options.values.items()}
+        for owner, owned in values.items():
+            merged.setdefault(owner, {}).update(owned)
+        return attrs.evolve(self, options=ExtensionOptions(merged))
+
+    def selecting(self, names) -> "RunConfig":
+        """A copy whose run also selects the extensions ``names`` (``--ext``)."""
+        names = tuple(n for n in names if n not in (self.ext or ()))
+        if not names:
+            return self
+        no_ext = tuple(n for n in self.no_ext or () if n not in names) or None
+        return attrs.evolve(self, ext=(*(self.ext or ()), *names), no_ext=no_ext)
+
     def bound(self, option_sets) -> "RunConfig":
         """The same config with its extension options checked against ``option_sets``."""
         return attrs.evolve(self, options=self.options.bound(option_sets))
@@ -398,6 +414,18 @@ class RunConfig:
         except ValueError as exc:
             raise ConfigError(f"config {path}: not JSON ({exc})") from exc
         return cls.from_json(data, source=f"config {path}")
+
+
+def owned_options(values: Mapping, option_sets, what: str = "option") -> dict:
+    """``{dest: value}`` as ``{owner: {dest: value}}``: each option under the extension that
+    declared it (:class:`ConfigError` for an option no active extension declared)."""
+    out: dict = {}
+    for dest, value in values.items():
+        owner = next((s.owner for s in option_sets if s.get(dest) is not None), None)
+        if owner is None:
+            raise ConfigError(f"{what} {dest!r} is not declared by an active extension")
+        out.setdefault(owner, {})[dest] = value
+    return out
 
 
 def _known(data: Mapping, fields, source: str) -> None:
