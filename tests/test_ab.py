@@ -59,14 +59,17 @@ class FakeHooks:
 
 
 def real_hooks(*names):
-    """The hooks of these installed extensions only (skips the test when one is not installed)."""
+    """The hooks of these installed extensions only (skips the test when one is not installed),
+    their run options declared as the driver's parser declares them."""
     from zlf.plugins import Hooks, Selection, build_plugin_manager, installed_extensions
 
     missing = [n for n in names if n not in installed_extensions()]
     if missing:
         pytest.skip(f"extension(s) not installed: {', '.join(missing)}")
     pm, infos = build_plugin_manager(Selection(only=tuple(names)))
-    return Hooks(pm, infos)
+    hooks = Hooks(pm, infos)
+    hooks.add_options(argparse.ArgumentParser(), "run")
+    return hooks
 
 
 class Info:
@@ -179,7 +182,6 @@ def test_extensions_are_selected_explicitly():
 
 def test_a_run_need_changes_the_run_configuration_not_its_command_line(tmp_path):
     hooks = real_hooks("autotune_replay")
-    hooks.add_options(argparse.ArgumentParser(), "run")  # as the driver's parser does
     data = campaign_data(tmp_path)
     data["replay"] = True
     c = Campaign.create(tmp_path / "out", "t", data, hooks)

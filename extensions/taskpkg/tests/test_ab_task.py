@@ -111,9 +111,9 @@ def test_task_op_and_its_command_line(tmp_path):
     args = parse("--task", str(PKG), "--a-candidate", str(CANDIDATES / "correct.py"),
                  "--b-candidate", str(CANDIDATES / "correct.py"), "--cases", "1,2")
     plan = plan_of(args)
-    assert plan.ops == [op] and plan.run_args == ["--cases", "1,2"] and plan.extensions == ["task"]
+    assert plan.ops == [op] and plan.run_args == ["--reuse-worker", "--cases", "1,2"] and plan.extensions == ["task"]
     assert plan.per_op and plan.label == "vecadd"
-    assert ab.extension_args(FakeHooks([Info("seed")]), plan.extensions) == ["--ext", "seed", "--ext", "task"]
+    assert ab.selection(FakeHooks([Info("seed")]), plan.extensions) == {"ext": ("seed", "task"), "no_ext": None}
     # the candidate variable differs by design: no switch the guard looks for
     sides = (Side("A", {"ZLF_TASK_CANDIDATE": "/a.py"}), Side("B", {"ZLF_TASK_CANDIDATE": "/b.py"}))
     assert ab.switch_guard(sides, [], ["/nonexistent"], plan.not_switches) == []
@@ -125,11 +125,13 @@ def test_task_op_and_its_command_line(tmp_path):
     data["ops"] = [op.to_json()]
     data["sides"][0]["args"] = ["--candidate", "/c/a.py"]
     data["sides"][1]["args"] = ["--candidate", "/c/b.py"]
+    data["run_args"] = plan.run_args
     c = Campaign.create(tmp_path / "o", "t", data, real_hooks("task"))
     c.add_round(1)
     cmd = c.command(c.runs[1], Path("/s"))
-    assert cmd[3:5] == ["task", str(PKG)] and cmd[-3:] == ["--candidate", "/c/b.py", "--reuse-worker"]
-    assert cmd.index("--candidate") == len(cmd) - 3  # the side's candidate is the last --candidate
+    assert cmd[3:5] == ["task", str(PKG)] and cmd[-4:] == ["--candidate", "/c/b.py", "--config", str(c.path / "_config" / "B.json")]
+    assert cmd.index("--candidate") == len(cmd) - 4  # the side's candidate is the last --candidate
+    assert "--reuse-worker" in cmd and c.config("B").command == "task"  # zlf task --config reads it
     assert [r["dir"] for r in c.runs] == ["vecadd/r1_A", "vecadd/r1_B"]
 
 
@@ -145,6 +147,11 @@ def test_two_correct_candidates_end_to_end(zlf_cli, tmp_path):
     for r in state["runs"]:
         meta = json.loads((camp / r["dir"] / "meta.json").read_text())
         assert meta["task"]["candidate"]["path"].endswith("correct.py" if r["side"] == "A" else "correct_triton.py")
+        # every run judged with its side's configuration file: the campaign's run options, no flags
+        command = (camp / "vecadd" / "logs" / f"r{r['round']}_{r['side']}.txt").read_text().splitlines()[0]
+        assert command.endswith(f"--config {camp / '_config' / (r['side'] + '.json')}") and "--rep-ms" not in command
+        ran = json.loads((camp / r["dir"] / "task" / "config.json").read_text())
+        assert ran["command"] == "task" and ran["timing"]["rep_ms"] == 5.0 and "task" in ran["ext"]
     summary = json.loads((camp / "summary.json").read_text())
     assert sorted(p["point"] for p in summary["points"]) == ["vecadd/1000/float32/case1", "vecadd/4096/float32/case2"]
     assert "verdicts:" in proc.stdout and "--candidate" in proc.stderr
