@@ -266,8 +266,8 @@ def test_zlf_profile_runs_the_point_alone_under_ncu_as_the_run_ran_it(cpu_run, t
     proc = _zlf(["profile", run, "matmul/64x64x64/float32", "--out", tmp_path / "p", *EXTS], tmp_path, env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     folder = tmp_path / "p" / "profile" / "matmul_64x64x64_float32"
-    assert sorted(p.name for p in folder.iterdir()) == ["child.log", "command.sh", "metrics.json", "metrics.md", "ncu.csv",
-                                                        "run", "shapes.yaml"]
+    assert sorted(p.name for p in folder.iterdir()) == ["child.log", "command.sh", "config.json", "metrics.json", "metrics.md",
+                                                        "ncu.csv", "run", "shapes.yaml"]
     m = json.loads((folder / "metrics.json").read_text())
     assert m["ok"] and m["profiler"] == "ncu" and m["kernels"][0]["mean"]["registers"] == 200
     assert m["replay_from"] == str(run.resolve())  # the run recorded its autotune choices: replayed
@@ -276,9 +276,15 @@ def test_zlf_profile_runs_the_point_alone_under_ncu_as_the_run_ran_it(cpu_run, t
     assert call["point"] == "matmul/64x64x64/float32"
     assert args[args.index("--clock-control") + 1] == "none" and "--profile-from-start" in args
     app = args[args.index("-m") - 1:]
-    assert app[1:4] == ["-m", "zlf", "run"] and app[app.index("--dtype") + 1] == "float32"
-    assert app[app.index("--replay-from") + 1] == str(run.resolve()) and app[app.index("--timer") + 1] == "core"
-    assert {"seed", "autotune_replay", "ir_dump", "profile", "shapes"} <= {app[i + 1] for i, a in enumerate(app) if a == "--ext"}
+    assert app[1:] == ["-m", "zlf", "run", "--config", app[5], "--out", app[-1]] and app[5].endswith("config.json")
+    # the profiled process's configuration: the run's, for the one point, kept beside command.sh
+    config = json.loads((folder / "config.json").read_text())
+    assert config["ops"] == ["matmul"] and config["dtypes"] == ["float32"] and config["timing"]["timer"] == "core"
+    assert config["options"]["autotune_replay"]["replay_from"] == str(run.resolve())
+    assert config["options"]["shapes"]["shapes"] == str(folder / "shapes.yaml")
+    assert config["options"]["seed"]["seed"] == json.loads((run / "meta.json").read_text())["options"]["seed"]  # the run's seed
+    assert {"seed", "autotune_replay", "ir_dump", "profile", "shapes"} <= set(config["ext"])
+    assert f"--config {folder / 'config.json'}" in (folder / "command.sh").read_text()
     child = json.loads((folder / "run" / "results.jsonl").read_text().splitlines()[0])
     assert [r for r in [child["point"]]] == ["matmul/64x64x64/float32"]  # the profiled process ran that one point
     assert child["extra"]["profiled"]["calls"] == 3
@@ -360,7 +366,11 @@ def test_zlf_triage_writes_a_bundle_that_explains_the_point(campaign):
     b = json.loads((bundle / "bundle.json").read_text())
     assert b["counters"] == "ok" and "registers 200 → 255" in b["summary"]
     assert ["side env DISABLE_MMA_V3", "0", "1"] in b["env"]
-    assert "DISABLE_MMA_V3=1" in b["repro"]["B"] and "--replay-from" in b["repro"]["B"] and "--shapes" in b["repro"]["B"]
+    assert "DISABLE_MMA_V3=1" in b["repro"]["B"] and b["repro"]["B"].endswith(f"--config {bundle / 'repro_B.json'}")
+    repro_config = json.loads((bundle / "repro_B.json").read_text())  # side B's configuration for the one point
+    assert repro_config["options"]["autotune_replay"]["replay_from"] == str(path / "matmul" / "r1_A")
+    assert repro_config["options"]["shapes"]["shapes"] == str(bundle / "shapes.yaml")
+    assert repro_config["dtypes"] == ["float32"] and repro_config["ops"] == ["matmul"]
     assert all("(replayed)" in line for line in b["autotune"]["B"])
     md = (bundle / "triage.md").read_text()
     assert "**1.27×**" in md  # registers beyond their (zero) noise: bold
