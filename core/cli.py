@@ -113,6 +113,7 @@ def build_parser(hooks) -> argparse.ArgumentParser:
             _folded_options(p, hooks, name)  # a campaign passes every run option on to its runs
         elif p.get_default("run_options"):
             hooks.add_options(parser=p, command=name)  # a command that starts runs: the options that apply
+        if p.get_default("config_file"):
             add_config_argument(p)  # ... or all of its run settings from a file
         if p.get_default("campaign_options"):
             hooks.add_campaign_options(parser=p)

@@ -60,7 +60,7 @@ def add_commands(subparsers):
 
     add_scale_arguments(run)
     add_selection_arguments(run)
-    run.set_defaults(handler=cmd_run, run_options=True, measures_points=True)
+    run.set_defaults(handler=cmd_run, run_options=True, measures_points=True, config_file=True)
 
     plugins = subparsers.add_parser("plugins", help="list installed extensions (active, disabled, broken)")
     plugins.add_argument("--json", action="store_true", help="machine-readable list")

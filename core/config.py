@@ -290,7 +290,7 @@ ARGS = {
     "flush_l2": "timing.flush_l2", "warmup": "timing.warmup", "iters": "timing.iters",
 }
 #: parsed-namespace entries that are the command line's own, never a run setting.
-NOT_SETTINGS = frozenset({"handler", "config", "run_options"})
+NOT_SETTINGS = frozenset({"handler", "config", "run_options", "config_file"})
 
 
 def _split_dtypes(values) -> tuple:

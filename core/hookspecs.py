@@ -61,7 +61,9 @@ def add_commands(subparsers):
         and give it ``set_defaults(handler=callable)``; the callable receives
         ``(args, session)`` and returns the process exit code. A command that starts runs
         also sets ``run_options=True``: every active extension's ``add_options`` is then
-        called on its parser too; a command that runs campaigns sets ``campaign_options=True``
+        called on its parser too, and with ``config_file=True`` it takes ``--config FILE``
+        (its run settings from a :class:`zlf.config.RunConfig` file, as a campaign's runs get
+        them); a command that runs campaigns sets ``campaign_options=True``
         (:func:`add_campaign_options`). Core's own commands (``run``, ``compare``, ``ab`` ...)
         are added through this hook too, first.
     :return: nothing.

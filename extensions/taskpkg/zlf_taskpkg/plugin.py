@@ -63,7 +63,7 @@ def add_commands(subparsers):
     s = p.add_argument_group("extension selection")
     s.add_argument("--ext", action="append", metavar="NAME", help="use exactly these extensions (repeatable)")
     s.add_argument("--no-ext", action="append", metavar="NAME", help="disable an extension before it is imported")
-    p.set_defaults(handler=_cmd_task, run_options=True)
+    p.set_defaults(handler=_cmd_task, run_options=True, config_file=True)
 
 
 # ---------------------------------------------------------------------- zlf ab --task (campaign.py)
