@@ -22,7 +22,6 @@ from typing import Optional
 
 from tabulate import tabulate
 from zlf import UsageError
-from zlf_ir_dump.irtree import CHANGED, ONLY_A, ONLY_B, diff_kernels, format_counts, ir_root, op_count_delta, read_index, unified_diff
 from zlf.records import Point, shape_str
 from zlf.rundir import RunDir, write_atomic
 
@@ -116,12 +115,23 @@ def _autotune_lines(record, run_dir: Optional[Path] = None, meta: Optional[dict]
     return out
 
 
+#: why a bundle has no IR comparison when the ir_dump extension (its IR tree format) is not installed.
+NO_IR_DUMP = "no IR comparison: the ir_dump extension is not installed here"
+
+
 def _index_rows(root) -> dict:
+    from zlf_ir_dump.irtree import read_index
+
     return {r.get("file"): r for r in read_index(root) if r.get("file")} if root else {}
 
 
 def ir_changes(run_a: Path, run_b: Path, point: Point, out_dir: Path) -> tuple:
-    """The point's IR diff: ``(rows, key changes, why empty)`` with unified diffs under ``out_dir``."""
+    """The point's IR diff: ``(rows, key changes, why empty)`` with unified diffs under ``out_dir``
+    (read with the ir_dump extension: without it, only why)."""
+    try:
+        from zlf_ir_dump.irtree import CHANGED, ONLY_A, ONLY_B, diff_kernels, format_counts, ir_root, op_count_delta, unified_diff
+    except ImportError:
+        return [], [], NO_IR_DUMP
     a_root, b_root = ir_root(run_a), ir_root(run_b)
     if a_root is None or b_root is None:
         return [], [], "no IR tree on " + ("either side" if a_root is b_root is None else ("side A" if a_root is None else "side B")) + \
