@@ -19,6 +19,10 @@ from zlf.config import RunConfig
 from zlf.errors import UsageError
 from zlf.records import PointRecord
 from zlf.rundir import RunDir
+from zlf import testing
+from zlf.testing import ExtensionInfo as Info
+from zlf.testing import campaign_data
+from zlf.testing import extension_hooks as real_hooks
 
 from conftest import _env
 
@@ -30,63 +34,17 @@ def parse(*argv):
     return parser.parse_args(list(argv))
 
 
-class FakeHooks:
-    """The two things ab asks the hooks facade: extension options and which extensions are on."""
-
-    def __init__(self, infos=()):
-        from zlf.config import Option, OptionSet
-
-        self.infos = list(infos)
-        self.option_sets = (OptionSet("seed", (Option("seed", "--seed", "int", 0), Option("shapes", "--shapes", "str"),
-                                               Option("fast", "--fast", "bool", False),
-                                               Option("replay_from", "--replay-from", "str"))),)
-
-    def add_options(self, parser, command="run"):
-        g = parser.add_argument_group("seed")
-        g.add_argument("--seed", type=int, default=0)
-        g.add_argument("--shapes", metavar="FILE")
-        g.add_argument("--fast", action="store_true")
-        g.add_argument("--replay-from", metavar="RUN_DIR")
-
-    def campaign_setup(self, plan, options, session):
-        pass
-
-    def campaign_context(self, data):
-        return []
-
-    def campaign_run_needs(self, campaign, op, round, side):
-        return []
+def _seed_like_options(parser):
+    g = parser.add_argument_group("seed")
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--shapes", metavar="FILE")
+    g.add_argument("--fast", action="store_true")
+    g.add_argument("--replay-from", metavar="RUN_DIR")
 
 
-def real_hooks(*names):
-    """The hooks of these installed extensions only (skips the test when one is not installed),
-    their run options declared as the driver's parser declares them."""
-    from zlf.plugins import Hooks, Selection, build_plugin_manager, installed_extensions
-
-    missing = [n for n in names if n not in installed_extensions()]
-    if missing:
-        pytest.skip(f"extension(s) not installed: {', '.join(missing)}")
-    pm, infos = build_plugin_manager(Selection(only=tuple(names)))
-    hooks = Hooks(pm, infos)
-    hooks.add_options(argparse.ArgumentParser(), "run")
-    return hooks
-
-
-class Info:
-    def __init__(self, name, status="active"):
-        self.name, self.status = name, status
-
-
-def campaign_data(tmp_path, ops=("add",), rounds_first=2, until=False, max_rounds=2, aa=False, **stat):
-    statistics = {"alpha": 0.05, "margin_pct": 2.0, "min_effect_pct": 1.0, "noise_from": None, "floors": {},
-                  "until_confident": until, "first_look": rounds_first, "max_rounds": max_rounds}
-    statistics.update(stat)
-    return {"label": "t", "cwd": str(tmp_path), "aa": aa, "switch": None,
-            "sides": [Side("A", {"X": "0"}).to_json(), Side("B", {"X": "1"}).to_json()],
-            "ops": [OpSpec(o, o).to_json() for o in ops], "run_args": [], "extension_args": [],
-            "replay": False, "backend": None, "device": 0, "require_idle": False, "idle_wait": 0,
-            "fail_on_slower": True, "statistics": statistics, "guards": {"switch_source": []},
-            "triton_cache": str(tmp_path / "cache")}
+def FakeHooks(infos=()):
+    """Hooks of a "seed" extension with a few run options (zlf.testing.FakeHooks)."""
+    return testing.FakeHooks(infos, declare=_seed_like_options, owner="seed")
 
 
 def fake_run(campaign, run, times: dict, timer="host_wall", status="ok", meta=None):
@@ -205,6 +163,13 @@ def test_a_run_need_changes_the_run_configuration_not_its_command_line(tmp_path)
     env_a, env_b = c.environment(c.runs[0]), c.environment(c.runs[1])
     assert env_a["X"] == "0" and env_b["X"] == "1"
     assert env_a["TRITON_CACHE_DIR"] != env_b["TRITON_CACHE_DIR"]
+
+
+def test_the_campaign_fixture_plans_rounds_with_side_configurations(zlf_campaign):
+    c = zlf_campaign(ops=("add", "mm"), rounds=2, configs={"A": RunConfig(backend="cpu"), "B": RunConfig(backend="cpu")})
+    assert [r["dir"] for r in c.runs][:4] == ["add/r1_A", "add/r1_B", "mm/r1_A", "mm/r1_B"] and len(c.runs) == 8
+    assert c.config("A").backend == "cpu" and c.run_config(c.runs[0]) == c.config("A")
+    assert Campaign.open(c.path).data["configs"] == {"A": "_config/A.json", "B": "_config/B.json"}
 
 
 def test_a_run_spec_writes_the_configuration_its_run_gets(tmp_path):

@@ -17,7 +17,8 @@ from zlf.rundir import RunDir
 from zlf.scheduler import DONE, GAVE_UP, SKIPPED, Scheduler, Unit
 
 from conftest import read_records, run_dir_from
-from test_ab import campaign_data, real_hooks
+from zlf.testing import campaign_data
+from zlf.testing import extension_hooks as real_hooks
 
 
 # ----------------------------------------------------------------------------- the scheduler alone

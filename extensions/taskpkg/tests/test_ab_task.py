@@ -8,8 +8,11 @@ from pathlib import Path
 import pytest
 
 from zlf import ab
-from zlf.ab import OK, Campaign, CampaignPlan, OpSpec, Side
+from zlf.ab import OK, Campaign, CampaignPlan, Side
 from zlf.errors import UsageError
+from zlf.testing import ExtensionInfo as Info
+from zlf.testing import FakeHooks, campaign_data
+from zlf.testing import extension_hooks as real_hooks
 
 pytest.importorskip("zlf_taskpkg")
 from zlf_taskpkg import campaign as task_campaign  # noqa: E402
@@ -34,59 +37,6 @@ def plan_of(args) -> CampaignPlan:
 
 def build_sides(args):
     return ab.build_sides(args, plan_of(args).side_args)
-
-
-# helpers of core's A/B tests (tests/test_ab.py), copied: an extension's tests import no core test module
-class FakeHooks:
-    """The two things ab asks the hooks facade: extension options and which extensions are on."""
-
-    def __init__(self, infos=()):
-        self.infos = list(infos)
-
-    def add_options(self, parser):
-        g = parser.add_argument_group("seed")
-        g.add_argument("--seed", type=int, default=0)
-        g.add_argument("--shapes", metavar="FILE")
-        g.add_argument("--fast", action="store_true")
-        g.add_argument("--replay-from", metavar="RUN_DIR")
-
-    def campaign_setup(self, plan, options, session):
-        pass
-
-    def campaign_context(self, data):
-        return []
-
-    def campaign_run_needs(self, campaign, op, round, side):
-        return []
-
-
-def real_hooks(*names):
-    """The hooks of these installed extensions only (skips the test when one is not installed)."""
-    from zlf.plugins import Hooks, Selection, build_plugin_manager, installed_extensions
-
-    missing = [n for n in names if n not in installed_extensions()]
-    if missing:
-        pytest.skip(f"extension(s) not installed: {', '.join(missing)}")
-    pm, infos = build_plugin_manager(Selection(only=tuple(names)))
-    return Hooks(pm, infos)
-
-
-class Info:
-    def __init__(self, name, status="active"):
-        self.name, self.status = name, status
-
-
-def campaign_data(tmp_path, ops=("add",), rounds_first=2, until=False, max_rounds=2, aa=False, **stat):
-    statistics = {"alpha": 0.05, "margin_pct": 2.0, "min_effect_pct": 1.0, "noise_from": None, "floors": {},
-                  "until_confident": until, "first_look": rounds_first, "max_rounds": max_rounds}
-    statistics.update(stat)
-    return {"label": "t", "cwd": str(tmp_path), "aa": aa, "switch": None,
-            "sides": [Side("A", {"X": "0"}).to_json(), Side("B", {"X": "1"}).to_json()],
-            "ops": [OpSpec(o, o).to_json() for o in ops], "run_args": [], "extension_args": [],
-            "replay": False, "backend": None, "device": 0, "require_idle": False, "idle_wait": 0,
-            "fail_on_slower": True, "statistics": statistics, "guards": {"switch_source": []},
-            "triton_cache": str(tmp_path / "cache")}
-
 
 
 def test_candidates_define_the_sides():
