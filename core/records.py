@@ -27,7 +27,7 @@ def is_jsonable(value) -> bool:
 
 
 #: parser defaults that wire a command (its handler, which options it takes), not options.
-COMMAND_WIRING = ("handler", "run_options", "campaign_options", "measures_points", "forwards_run_options")
+COMMAND_WIRING = ("handler", "run_options", "campaign_options", "measures_points", "forwards_run_options", "config_file")
 
 
 def jsonable_options(options) -> dict:
