@@ -41,6 +41,8 @@ import attrs
 
 from zlf import Op, UsageError
 
+from .phases import phase
+
 #: relative L2 error allowed against the torch reference, by point dtype; other dtypes (ints,
 #: bool) must match exactly. fp32 is 10x core's default: the reference is torch's own fp32
 #: kernel, not a float64 one, and long reductions (prod, cumsum over 64K elements) in another
@@ -334,6 +336,7 @@ class BenchCall:
         self.note = ""                        # how the point was checked, or why not
         self._dout = None                     # backward: the same output gradient on both sides
         self._checked = True
+        self._calls = 0                       # FlagGems calls so far: the first compiles and tunes
 
     def compute_reference(self) -> None:
         """The torch op on clones of the inputs; call outside FlagGems' dispatch."""
@@ -373,6 +376,10 @@ class BenchCall:
         if self._gems is None:
             bench = self.adapter.bench
             self._gems = self._build(bench.gems_op or bench.torch_op)
+        self._calls += 1
+        if self._calls <= 2:
+            phase(*(("compile", f"{self.adapter.label}: first FlagGems call (compile, tuning)") if self._calls == 1
+                    else ("measure", f"{self.adapter.label}: timing the FlagGems op")))
         if self._checked:
             return self._gems()
         self._checked = True
@@ -425,6 +432,7 @@ class BenchmarkOp:
         self._gems_ctx: Optional[contextlib.ExitStack] = None
         self.registration_log: dict = {}  # what FlagGems logged while registering: message -> times
         self.empty: list = []  # points the benchmark yields no input for (no point made)
+        self.label = bench.op_name  # what the phase lines call the current point
         try:
             bench.init_user_config()  # dtypes, metrics and shapes as FlagGems would set them
         except Exception as exc:
@@ -493,6 +501,17 @@ class BenchmarkOp:
         self.dtypes = [_dtype_name(d) for d in bench.to_bench_dtypes]
         random = sorted(UNCHECKED_WORDS & set(bench.op_name.split("_")))
         self.unchecked = f"not checked: {bench.op_name} has random or uninitialised output" if random else ""
+
+    def keep_smallest(self, n: int) -> None:
+        """Keep the ``n`` built-in shapes with the fewest elements (``--flaggems-max-shapes``), in order."""
+        def size(shape):
+            total = 1
+            for d in shape:
+                total *= d
+            return total
+
+        keep = set(sorted(self.shapes, key=size)[:n])
+        self.shapes = [s for s in self.shapes if s in keep]
 
     # ------------------------------------------------------------------ shapes -> inputs
     def _fixed_items(self) -> dict:
@@ -614,6 +633,7 @@ class BenchmarkOp:
             return [""] if len(found) == 1 else [f"v{i}" for i in range(len(found))]
         dtype = torch_dtype(dtype_name)
         labels = []
+        phase("plan", f"counting the inputs of {self.bench.op_name} {'x'.join(map(str, shape))}/{dtype_name}")
         for layout in self.layout_labels(shape):
             try:
                 n = self._count(shape, dtype, "meta", layout)

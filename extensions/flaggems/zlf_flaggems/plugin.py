@@ -24,6 +24,7 @@ from zlf import UsageError, hookimpl
 from . import checkout as _checkout
 from . import harness as _harness
 from .adapter import TOLERANCE, BenchmarkOp
+from .phases import phase
 from .table import render
 
 ENV_FLAGTUNE = "USE_FLAGTUNE"
@@ -62,8 +63,26 @@ class FlagGems:
         self.ops: dict = {}         # op name -> BenchmarkOp
         self.flagtune: Optional[str] = None
         self.tolerance: dict = {}
+        self.points_begun = 0
+        self.max_shapes: Optional[int] = None
 
     # ------------------------------------------------------------------ command line
+    @hookimpl
+    def add_commands(self, subparsers):
+        import argparse
+
+        from . import sweep
+
+        p = subparsers.add_parser("sweep", help="run every benchmark op of a FlagGems checkout, each in its own "
+                                  "zlf run, into one table (resumable)",
+                                  description=sweep.__doc__.strip().splitlines()[0], epilog=sweep.EPILOG,
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+        sweep.configure_parser(p)
+        from zlf.options import add_selection_arguments
+
+        add_selection_arguments(p)
+        p.set_defaults(handler=sweep.main)
+
     @hookimpl
     def add_options(self, parser, command):
         if command not in COMMANDS:
@@ -81,6 +100,8 @@ class FlagGems:
                        help="relative L2 error allowed against the torch reference, e.g. float32=1e-3 for TF32 "
                             "kernels (repeatable; defaults: " +
                             ", ".join(f"{k} {v:g}" for k, v in TOLERANCE.items()) + ", others exact)")
+        g.add_argument("--flaggems-max-shapes", type=int, metavar="N",
+                       help="run each op's N smallest built-in shapes only (a quick pass over many ops; default all)")
         g.add_argument("--flaggems-flagtune", choices=("0", "1"),
                        help=f"set {ENV_FLAGTUNE} before flag_gems is imported (default: the environment's)")
 
@@ -110,6 +131,9 @@ class FlagGems:
         self.flagtune = os.environ.get(ENV_FLAGTUNE)
         self.settings = _harness.Settings(level=opts.flaggems_level, mode=mode, dtypes=dtypes)
         self.tolerance = _tolerances(opts.flaggems_tolerance or ())
+        self.max_shapes = opts.get("flaggems_max_shapes")
+        if self.max_shapes is not None and self.max_shapes < 1:
+            raise UsageError(f"--flaggems-max-shapes {self.max_shapes}: expected a count >= 1")
 
     # ------------------------------------------------------------------ ops
     @hookimpl
@@ -153,6 +177,7 @@ class FlagGems:
             raise UsageError(f"FlagGems skips every test of op {op!r} here: {reasons}")
         ops = []
         for case in runnable:
+            phase("plan", f"building the Benchmark of {case.node_id}")
             benches = _harness.capture(self.harness, case)
             if not benches:
                 raise UsageError(f"FlagGems test {case.node_id} built no Benchmark (it never called run())")
@@ -162,6 +187,8 @@ class FlagGems:
                     raise UsageError(f"FlagGems op name {bench.op_name!r} is built by both {twin.case.node_id} and "
                                      f"{case.node_id}: their points would share ids; select one with OP:OP_FILE::TEST")
                 adapter = BenchmarkOp(self.harness, bench, case, self.tolerance)
+                if self.max_shapes:
+                    adapter.keep_smallest(self.max_shapes)
                 self.ops[bench.op_name] = adapter
                 ops.append(adapter.to_op())
         return ops
@@ -190,6 +217,15 @@ class FlagGems:
                 run.log.info(f"flaggems: {name} ({a.class_name}): built-in shape entries that are not int "
                              f"lists were left out: {', '.join(a.dropped)}")
 
+    @hookimpl
+    def before_point(self, run, point):
+        adapter = self.ops.get(point.op)
+        if adapter is None:
+            return
+        self.points_begun += 1
+        adapter.label = f"point {self.points_begun}/{len(run.plan)} {point.id}"
+        phase("inputs", f"{adapter.label}: inputs and torch reference")
+
     @hookimpl(tryfirst=True)
     def after_point(self, run, point, record):
         adapter = self.ops.get(point.op)
@@ -205,6 +241,7 @@ class FlagGems:
             run.annotate("check", call.note)
         if record.status != "ok":
             return
+        phase("measure", f"{adapter.label}: timing the torch op")
         try:
             timing = run.hooks.time_fn(call.torch, point, run.backend, run.config.timing,
                                        op=run.current_op, inputs=run.current_inputs)
@@ -227,6 +264,7 @@ class FlagGems:
     def after_run(self, run, results):
         if not self.ops:
             return
+        phase("done", f"run {run.status}")
         logged: dict = {}
         for adapter in self.ops.values():
             adapter.exit_gems()
