@@ -17,6 +17,7 @@ keep working); ``OP:OP_FILE`` without a checkout is an error.
 from __future__ import annotations
 
 import os
+import re
 from typing import Optional
 
 from zlf import UsageError, hookimpl
@@ -33,6 +34,33 @@ MODES = ("kernel", "operator", "wrapper", "cudagraph")
 #: the commands whose ops FlagGems can provide (zlf ab passes them on to its runs)
 COMMANDS = ("run", "ab", "ops")
 RESULTS_FILE = "flaggems_results.txt"
+#: a reference mismatch is named when this share of an op's points fail the check ...
+MISMATCH_SHARE = 0.9
+#: ... each by at least this many times the tolerance (and a relative error of at least MISMATCH_MIN)
+MISMATCH_FACTOR = 100.0
+MISMATCH_MIN = 0.01
+_WRONG = re.compile(r"wrong result \(output \d+\): relative error ([0-9.eE+-]+) > ([0-9.eE+-]+)")
+
+
+def reference_mismatch(records) -> Optional[str]:
+    """``the benchmark's reference and the FlagGems op disagree (rel. error 1.19 on 15/15 points)``
+    when (nearly) every point of one op fails the check by far more than the tolerance: the
+    benchmark's torch op is not the same function as the FlagGems op (FlagGems' own harness never
+    compares them). Points timed anyway under ``--check warn`` count (their ``unchecked`` text)."""
+    records = list(records)
+    errors = []
+    for r in records:
+        m = _WRONG.search(getattr(r, "unchecked", None) or r.error or "")
+        if m is None:
+            continue
+        err, tol = float(m.group(1)), float(m.group(2))
+        if err >= max(MISMATCH_FACTOR * tol, MISMATCH_MIN):
+            errors.append(err)
+    if not records or not errors or len(errors) < MISMATCH_SHARE * len(records):
+        return None
+    errors.sort()
+    return (f"the benchmark's reference and the FlagGems op disagree (rel. error {errors[len(errors) // 2]:.3g} "
+            f"on {len(errors)}/{len(records)} points)")
 
 
 def _tolerances(values) -> dict:
@@ -272,6 +300,15 @@ class FlagGems:
                 logged[message] = logged.get(message, 0) + times
         for message, times in logged.items():  # kept off the terminal, once each here
             run.log.info(f"flaggems: use_gems() logged while registering its kernels ({times}x): {message}")
+        for name in self.ops:
+            finding = reference_mismatch(r for r in results if r.op == name)
+            if finding:
+                from zlf.console import warn
+
+                run.meta["flaggems"]["ops"][name]["reference_mismatch"] = finding
+                run.log.warning(f"flaggems: {name}: {finding}")
+                hint = "" if getattr(run.config, "check_mode", "fail") == "warn" else "; --check warn times them anyway, marked UNCHECKED"
+                warn(f"{name}: {finding}{hint}")
         text = render(results, self.settings.mode, self.settings.level)
         if text:
             (run.dir / RESULTS_FILE).write_text(text)
