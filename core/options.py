@@ -41,7 +41,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--time-limit", type=float, metavar="SEC",
                         help="per-point limit (inputs, check and timing); past it the point is FAILED (time limit) "
                              "and the run goes on; 0: none (default: 600 on GPU backends, 1800 on cpu)")
-    parser.add_argument("--check", choices=CHECK_MODES, default=None,
+    parser.add_argument("--check", choices=CHECK_MODES, default="fail",
                         help="a point whose result fails the reference check: fail (FAILED, not timed; default) or "
                              "warn (timed anyway, its record marked UNCHECKED with the check's error)")
     from .output import add_format_argument

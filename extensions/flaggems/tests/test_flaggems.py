@@ -234,3 +234,16 @@ def test_checkout_from_environment(zlf_cli, tmp_path):
     proc = zlf_cli("run", "--ext", "flaggems", *FAST, "avg_pool2d", "--dtype", "float32",
                    env={"FLAGGEMS_DIR": str(BASE)}, check_rc=0)
     assert "avg_pool2d/2x3x32x32/float32" in proc.stdout
+
+
+def test_counting_inputs_on_meta_makes_no_cpu_tensor(zlf_cli):
+    """FlagGems' integer inputs are made on the CPU then moved (bitwise_left_shift): counting a
+    point's inputs must not build them (a 2**30-element shape took minutes before any point)."""
+    import sys
+
+    proc = zlf_cli.inprocess("ops", "--ext", "flaggems", "--flaggems-dir", BASE, "cpu_made_shift", check_rc=0)
+    assert "cpu_made_shift" in proc.stdout
+    made_on = sys.modules["benchmark.test_cpu_made_shift"].MADE_ON
+    assert made_on and set(made_on) == {"meta"}, made_on
+    proc = flaggems_run(zlf_cli, BASE, "cpu_made_shift", check_rc=0)
+    assert set(made_on) == {"meta"}  # the run itself was a child process: real inputs there

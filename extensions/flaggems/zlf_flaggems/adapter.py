@@ -52,6 +52,10 @@ TOLERANCE = {"float64": 1e-7, "float32": 1e-4, "float16": 2e-3, "bfloat16": 1.6e
 #: words of op names (split at "_") whose output is random or uninitialised: never compared.
 UNCHECKED_WORDS = {"rand", "randn", "randint", "randperm", "dropout", "normal", "uniform", "exponential",
                    "multinomial", "bernoulli", "poisson", "geometric", "cauchy", "empty"}
+#: ops whose output is random though no word of their name says so: fractional max pooling draws
+#: its pooling regions (``_random_samples``) per call, torch's and FlagGems' each their own. Their
+#: backward gets the forward's indices and stays checked.
+RANDOM_OPS = {"fractional_max_pool2d", "fractional_max_pool3d"}
 
 KIND_YAML = "yaml"
 KIND_SET_SHAPES = "set_shapes"
@@ -314,6 +318,26 @@ def _same_nonfinite(actual, expected) -> tuple:
     return torch.where(same, 0, actual), torch.where(same, 0, expected)
 
 
+def _on_meta():
+    """Every torch call given a ``device=`` makes its tensor on the meta device instead.
+
+    Counting a point's inputs on the meta device must allocate nothing, but FlagGems' input
+    functions make integer inputs on the CPU and then move them (``torch.randint(...,
+    device="cpu").to(device)``: ``utils.generate_tensor_input``, bitwise_left_shift's shift
+    amounts). For a 2**30-element shape that is seconds of CPU random numbers per tensor, per
+    dtype, before the run's first point: ``bitwise_left_shift`` printed nothing for a minute."""
+    from torch.overrides import TorchFunctionMode
+
+    class OnMeta(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if kwargs.get("device") is not None:
+                kwargs = {**kwargs, "device": "meta"}
+            return func(*args, **kwargs)
+
+    return OnMeta()
+
+
 class BenchCall:
     """The per-point callables: FlagGems (the point under test) and torch (recorded alongside).
 
@@ -499,7 +523,7 @@ class BenchmarkOp:
             own = f"{self.shape_desc}; " if self.shape_desc and plain else ""  # the class's, for its plain entries
             self.shape_desc = f"{own}nested entries, flattened: {'; '.join(parts)}"
         self.dtypes = [_dtype_name(d) for d in bench.to_bench_dtypes]
-        random = sorted(UNCHECKED_WORDS & set(bench.op_name.split("_")))
+        random = sorted(UNCHECKED_WORDS & set(bench.op_name.split("_"))) or bench.op_name in RANDOM_OPS
         self.unchecked = f"not checked: {bench.op_name} has random or uninitialised output" if random else ""
 
     def keep_smallest(self, n: int) -> None:
@@ -609,7 +633,8 @@ class BenchmarkOp:
         if device is not None:
             bench.device = device  # instance attribute shadows the class's device
         try:
-            return sum(1 for _ in self.input_iter(shape, dtype, label))
+            with (_on_meta() if device == "meta" else contextlib.nullcontext()):
+                return sum(1 for _ in self.input_iter(shape, dtype, label))
         finally:
             bench.__dict__.pop("device", None)
 
