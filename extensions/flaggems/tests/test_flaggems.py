@@ -15,9 +15,20 @@ BASE = DATA / "flaggems_fixture_base"
 FAST = ("--warmup-ms", "1", "--rep-ms", "3")
 
 
-def flaggems_run(zlf_cli, checkout, *args, check_rc=None, env=None):
-    return zlf_cli("run", "--ext", "flaggems", "--ext", "shapes", "--ext", "seed", "--flaggems-dir", checkout,
+def flaggems_run(zlf_cli, checkout, *args, check_rc=None, env=None, exts=()):
+    """zlf run with flaggems and the extensions ``exts`` only (see :func:`needs`)."""
+    with_exts = [a for name in exts for a in ("--ext", name)]
+    return zlf_cli("run", "--ext", "flaggems", *with_exts, "--flaggems-dir", checkout,
                    *FAST, *args, check_rc=check_rc, env=env)
+
+
+def needs(*names) -> tuple:
+    """The other extensions a test truly needs (``--shapes FILE`` is the shapes extension's, an
+    inputs fingerprint the seed extension's): skipped where one is not installed, so these tests
+    pass with zlf and zlf-flaggems alone."""
+    for name in names:
+        pytest.importorskip(f"zlf_{name}", reason=f"needs the {name} extension (zlf-{name}) installed")
+    return names
 
 
 def by_point(records) -> dict:
@@ -33,7 +44,8 @@ def test_shape_injection_for_every_kind_of_benchmark_class(zlf_cli, tmp_path):
         "upsample_bicubic2d_aa_backward:\n  shapes: [[1, 1, 4, 4, 8, 8]]\n"  # special inputs: bespoke
         "unused: *red\n")
     proc = flaggems_run(zlf_cli, V5, "softmax:reduction_perf", "avg_pool2d", "softmax_topk:special_perf",
-                        "upsample_bicubic2d_aa_backward", "--shapes", shapes, "--dtypes", "float32", check_rc=0)
+                        "upsample_bicubic2d_aa_backward", "--shapes", shapes, "--dtypes", "float32", check_rc=0,
+                        exts=needs("shapes", "seed"))
     run = run_dir_from(proc.stdout, tmp_path)
     recs = by_point(read_records(run))
     assert sorted(recs) == [
@@ -71,9 +83,13 @@ def test_nested_shape_entries_become_flat_points_and_are_rebuilt(zlf_cli, tmp_pa
     op = json.loads((run / "meta.json").read_text())["flaggems"]["ops"]["constant_pad"]
     assert op["nested_layouts"] == {"4": {"l0": "[2], [2]", "l1": "[3], [0, n]"}, "5": {"": "[3], [2]"}}
     assert op["dropped_shape_entries"] == []
+
+
+def test_a_shape_files_nested_shapes_take_the_builtin_layouts(zlf_cli, tmp_path):
     shapes = tmp_path / "pad.yaml"
     shapes.write_text("ConstantPadBenchmark:\n  shapes: [[4, 16, 2, 3], [2, 4, 6, 3, 3]]\n")
-    proc = flaggems_run(zlf_cli, V5, "constant_pad", "--shapes", shapes, "--dtypes", "float32", check_rc=0)
+    proc = flaggems_run(zlf_cli, V5, "constant_pad", "--shapes", shapes, "--dtypes", "float32", check_rc=0,
+                        exts=needs("shapes"))
     recs = by_point(read_records(run_dir_from(proc.stdout, tmp_path)))
     assert all(r["status"] == "ok" for r in recs.values())
     # a shape file's shape runs every layout of its number of ints
@@ -109,9 +125,13 @@ def test_nested_entries_with_differing_constants_become_labelled_variants(zlf_cl
     assert "{'mode': 'constant'}" in recs["pad_mode/3x8x1x2/float32/constant"]["extra"]["size_detail"]
     op = json.loads((run / "meta.json").read_text())["flaggems"]["ops"]["pad_mode"]
     assert op["nested_layouts"]["4"] == {"constant": "[2], [2], 'constant'", "replicate": "[2], [2], 'replicate'"}
+
+
+def test_a_shape_files_shape_runs_every_labelled_layout(zlf_cli, tmp_path):
     shapes = tmp_path / "pad.yaml"
     shapes.write_text("pad_mode:\n  shapes: [[4, 16, 2, 3]]\n")
-    proc = flaggems_run(zlf_cli, V5, "pad_mode", "--shapes", shapes, "--dtypes", "float32", check_rc=0)
+    proc = flaggems_run(zlf_cli, V5, "pad_mode", "--shapes", shapes, "--dtypes", "float32", check_rc=0,
+                        exts=needs("shapes"))
     recs = by_point(read_records(run_dir_from(proc.stdout, tmp_path)))
     assert sorted(recs) == ["pad_mode/4x16x2x3/float32/constant", "pad_mode/4x16x2x3/float32/replicate"]
 
@@ -138,9 +158,13 @@ def test_a_class_fixing_its_own_inputs_gives_one_point_per_input(zlf_cli, tmp_pa
     assert all(r["status"] == "ok" and r["extra"]["flaggems"]["kind"] == "fixed" for r in recs.values())
     assert "{'diagonal': 1}" in recs["triu_fixed/8x6/float32/v1"]["extra"]["size_detail"]
     assert "torch.Size([8, 6])" in recs["triu_fixed/8x6/float32/v1"]["extra"]["size_detail"]
+
+
+def test_a_class_fixing_its_own_inputs_refuses_a_shape_file(zlf_cli, tmp_path):
     shapes = tmp_path / "triu.yaml"
     shapes.write_text("triu_fixed:\n  shapes: [[16, 16]]\n")
-    proc = flaggems_run(zlf_cli, V5, "triu_fixed", "--shapes", shapes, "--dtypes", "float32", check_rc=2)
+    proc = flaggems_run(zlf_cli, V5, "triu_fixed", "--shapes", shapes, "--dtypes", "float32", check_rc=2,
+                        exts=needs("shapes"))
     assert "fixes its own inputs; shape 16x16 is not one of them (4x4, 8x6)" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
 
@@ -202,7 +226,7 @@ def test_seeds_apply_and_flagtune_passes_through(zlf_cli, tmp_path):
     fps = []
     for name in ("a", "b"):
         proc = flaggems_run(zlf_cli, BASE, "softmax", "--dtypes", "float32", "--name", name,
-                            "--flaggems-flagtune", "1", check_rc=0)
+                            "--flaggems-flagtune", "1", check_rc=0, exts=needs("seed"))
         run = run_dir_from(proc.stdout, tmp_path)
         fps.append([r["extra"]["inputs_fingerprint"] for r in read_records(run)])
         meta = json.loads((run / "meta.json").read_text())

@@ -12,8 +12,8 @@ from zlf_flaggems import sweep
 DATA = Path(__file__).resolve().parent / "data"
 SWEEP = DATA / "flaggems_fixture_sweep"
 BASE = DATA / "flaggems_fixture_base"
-# seed only: core + flaggems + seed is what these child runs need (docs/flaggems.md)
-CHILD = ("--run-ext", "seed", "--run-args", "--warmup-ms 1 --rep-ms 3 --dtype float32")
+# flaggems alone in the child runs: these tests pass with zlf and zlf-flaggems installed
+CHILD = ("--run-ext", "none", "--run-args", "--warmup-ms 1 --rep-ms 3 --dtype float32")
 
 
 def sweep_dir(stdout: str, tmp_path) -> Path:
@@ -26,12 +26,7 @@ def rows_of(root: Path) -> dict:
     return {r["op"]: r for r in sweep.read_rows(root)}
 
 
-@pytest.fixture
-def needs_seed():
-    pytest.importorskip("zlf_seed", reason="the sweep's child runs use --ext seed")
-
-
-def test_sweep_survives_every_kind_of_op_and_names_what_each_did(zlf_cli, tmp_path, needs_seed):
+def test_sweep_survives_every_kind_of_op_and_names_what_each_did(zlf_cli, tmp_path):
     proc = zlf_cli("sweep", "--flaggems-dir", SWEEP, "--op-time-limit", "20", *CHILD, check_rc=0)
     root = sweep_dir(proc.stdout, tmp_path)
     rows = rows_of(root)
@@ -66,7 +61,7 @@ def test_sweep_survives_every_kind_of_op_and_names_what_each_did(zlf_cli, tmp_pa
     assert "[6/6]" in proc.stderr
 
 
-def test_check_warn_times_a_mismatching_op_marked_unchecked(zlf_cli, tmp_path, needs_seed):
+def test_check_warn_times_a_mismatching_op_marked_unchecked(zlf_cli, tmp_path):
     proc = zlf_cli("sweep", "--flaggems-dir", SWEEP, "--ops", "rope_mismatch,softmax", "--check", "warn",
                    *CHILD, "--format", "json", check_rc=0)
     doc = json.loads(proc.stdout)
@@ -80,7 +75,7 @@ def test_check_warn_times_a_mismatching_op_marked_unchecked(zlf_cli, tmp_path, n
     assert "(4 UNCHECKED)" in doc["summary"] or "2 UNCHECKED" in doc["summary"]
 
 
-def test_resume_runs_only_the_ops_not_finished(zlf_cli, tmp_path, needs_seed):
+def test_resume_runs_only_the_ops_not_finished(zlf_cli, tmp_path):
     proc = zlf_cli("sweep", "--flaggems-dir", BASE, "--sample", "3", "--seed", "7", *CHILD, check_rc=0)
     root = sweep_dir(proc.stdout, tmp_path)
     chosen = json.loads((root / "sweep.json").read_text())["ops"]
@@ -131,3 +126,39 @@ def test_cost_breakdown_adds_up_the_phase_lines(tmp_path):
                  "20.0\tmeasure\tpoint 1\n")
     lines = sweep._phases.read(f)
     assert sweep._phases.durations(lines, 21.0) == {"import": 2.5, "plan": 0.5, "compile": 7.0, "measure": 1.0}
+
+
+def test_an_interrupted_sweep_kills_its_running_op_and_resume_runs_it_again(tmp_path):
+    """SIGINT (``timeout -s INT``, a budgeted GPU call): the running op's process group is killed
+    and not recorded, the finished ops' table is printed, exit 130; --resume runs the rest."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "zlf", "sweep", "--flaggems-dir", str(SWEEP), "--ops",
+                             "softmax,hang_op", "--op-time-limit", "300", *CHILD],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "ZLF_NO_PROGRESS": "1"})
+    phases = None
+    for _ in range(600):  # until the hanging op is in its first FlagGems call
+        found = list(tmp_path.glob("sweeps/*/logs/hang_op_hang_op.phases"))
+        if found and "first FlagGems call" in found[0].read_text():
+            phases = found[0]
+            break
+        time.sleep(0.2)
+    assert phases is not None, proc.stderr.read() if proc.poll() is not None else "no phase line"
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    root = phases.parent.parent
+    assert [r["op"] for r in sweep.read_rows(root)] == ["softmax"]
+    assert "1 of 2 ops finished; the rest: zlf sweep --resume" in err
+    assert "softmax" in out and "hang_op" not in out
+    # the op's process is gone (its command line names this sweep's directory)
+    left = subprocess.run(["pgrep", "-f", str(root / "runs" / "hang_op_hang_op")], capture_output=True, text=True)
+    assert left.stdout.strip() == ""
+    proc = subprocess.run([sys.executable, "-m", "zlf", "sweep", "--resume", str(root), "--op-time-limit", "1"],
+                          cwd=tmp_path, capture_output=True, text=True)
+    assert "1 of 2 ops to run (1 finished before)" in proc.stderr

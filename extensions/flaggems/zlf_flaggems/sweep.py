@@ -25,6 +25,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Optional
 
 from zlf import UsageError
 
@@ -40,13 +41,15 @@ examples:
 status: ok (every point ok), failed (a point FAILED), refused (FlagGems skips it here, or zlf
         refused it: exit 2), hung (killed past --op-time-limit, or a point hung past --time-limit),
         crashed (any other exit)
-exit codes: 0 the sweep ran (whatever its ops did), 2 bad input
+exit codes: 0 the sweep ran (whatever its ops did), 2 bad input, 130 interrupted (SIGINT: running ops
+            are killed and run again by --resume; the table of the finished ones is printed)
 """
 
 STATE = "sweep.json"
 LINES = "sweep.jsonl"
 TABLE = "sweep.tsv"
 DEFAULT_RUN_EXTS = ("cudagraph", "cupti", "seed")
+DEFAULT_OP_LIMIT = 600.0
 #: timers that read the device (the issue's target share); the others include host time
 DEVICE_TIMERS = ("cudagraph", "cupti")
 BUILTIN_MARKS = {"parametrize", "skip", "skipif", "xfail", "usefixtures", "filterwarnings",
@@ -68,9 +71,10 @@ def configure_parser(p) -> None:
     p.add_argument("--seed", type=int, default=0, metavar="S", help="seed of --sample (default 0)")
     p.add_argument("--gpus", metavar="LIST", help="one op at a time per listed GPU (CUDA_VISIBLE_DEVICES of "
                    "each op's process; repeat an index for two ops on one GPU), e.g. 0,1,2,3")
-    p.add_argument("--op-time-limit", type=float, default=600.0, metavar="SEC",
+    p.add_argument("--op-time-limit", type=float, metavar="SEC",
                    help="wall seconds per op process, past which its process group is killed and the op "
-                        "recorded as hung with its last phase (default 600)")
+                        "recorded as hung with its last phase (default 600; with --resume: the sweep's own "
+                        "unless given)")
     p.add_argument("--time-limit", type=float, default=60.0, metavar="SEC",
                    help="zlf run --time-limit of every point (default 60)")
     p.add_argument("--max-shapes", type=int, metavar="N",
@@ -78,7 +82,7 @@ def configure_parser(p) -> None:
     p.add_argument("--check", choices=("fail", "warn"), default="fail",
                    help="zlf run --check: warn times points whose reference check fails, marked UNCHECKED (default fail)")
     p.add_argument("--run-ext", action="append", metavar="NAME",
-                   help=f"extensions of each op's zlf run besides flaggems (repeatable; default: "
+                   help=f"extensions of each op's zlf run besides flaggems (repeatable; none: flaggems alone; default: "
                         f"{' '.join(DEFAULT_RUN_EXTS)})")
     p.add_argument("--run-args", metavar="ARGS", default="",
                    help="more zlf run options for every op, one shell-quoted string (e.g. '--dtype float16')")
@@ -147,7 +151,8 @@ def _safe(spec: str) -> str:
 def child_command(settings: dict, spec: str, out: Path) -> list:
     cmd = [sys.executable, "-m", "zlf", "run", "--ext", "flaggems"]
     for ext in settings["run_exts"]:
-        cmd += ["--ext", ext]
+        if ext != "none":
+            cmd += ["--ext", ext]
     cmd += ["--flaggems-dir", settings["flaggems_dir"], "--out", str(out), "--name", op_name(spec),
             "--time-limit", f"{settings['time_limit']:g}"]
     if settings.get("check", "fail") != "fail":
@@ -175,8 +180,9 @@ def _kill(proc, log) -> None:
     log.write(f"\nzlf sweep: process group {proc.pid} did not end after SIGKILL\n")
 
 
-def run_op(settings: dict, root: Path, spec: str, gpu) -> dict:
-    """One op in its own process group; the row the table shows for it."""
+def run_op(settings: dict, root: Path, spec: str, gpu, running: Optional[dict] = None) -> dict:
+    """One op in its own process group; the row the table shows for it. ``running`` (spec ->
+    process) holds the process while it runs, for a sweep that is stopped to end it."""
     safe = _safe(spec)
     out = root / "runs" / safe
     logs = root / "logs"
@@ -193,11 +199,16 @@ def run_op(settings: dict, root: Path, spec: str, gpu) -> dict:
         log.flush()
         proc = subprocess.Popen(child_command(settings, spec, out), stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+        if running is not None:
+            running[spec] = proc
         try:
             proc.wait(timeout=settings["op_time_limit"] or None)
         except subprocess.TimeoutExpired:
             hung = True
             _kill(proc, log)
+        finally:
+            if running is not None:
+                running.pop(spec, None)
     ended = time.time()
     return summarize(spec, proc.returncode, hung, started, ended, out, logs / f"{safe}.log", phase_file,
                      settings["op_time_limit"], gpu)
@@ -297,6 +308,8 @@ def _new_sweep(args) -> tuple:
     if not all_ops:
         raise UsageError(f"zlf sweep: no benchmark op (pytest mark) in {co.bench_dir}/test_*.py")
     chosen = choose_ops(all_ops, args.ops, args.sample, args.seed)
+    if args.op_time_limit is None:
+        args.op_time_limit = DEFAULT_OP_LIMIT
     if args.op_time_limit < 0 or args.time_limit < 0:
         raise UsageError("zlf sweep: --op-time-limit and --time-limit take seconds >= 0 (0: no limit)")
     if args.max_shapes is not None and args.max_shapes < 1:
@@ -392,6 +405,10 @@ def main(args, session) -> int:
     gpus = _gpus(args.gpus)
     if args.resume:
         root, settings = _resume(args.resume)
+        if args.op_time_limit is not None:
+            if args.op_time_limit < 0:
+                raise UsageError(f"--op-time-limit {args.op_time_limit:g}: expected seconds >= 0 (0: no limit)")
+            settings["op_time_limit"] = args.op_time_limit
     else:
         root, settings = _new_sweep(args)
     done = {r["spec"] for r in read_rows(root) if "spec" in r}
@@ -405,14 +422,18 @@ def main(args, session) -> int:
         work.put(spec)
     lock = threading.Lock()
     finished = [len(done)]
+    running: dict = {}
+    stopped = threading.Event()
 
     def worker(gpu):
-        while True:
+        while not stopped.is_set():
             try:
                 spec = work.get_nowait()
             except queue.Empty:
                 return
-            row = run_op(settings, root, spec, gpu)
+            row = run_op(settings, root, spec, gpu, running)
+            if stopped.is_set():
+                return  # killed by the stop, not by itself: --resume runs it again
             with lock:
                 with open(root / LINES, "a") as f:
                     f.write(json.dumps(row) + "\n")
@@ -424,22 +445,33 @@ def main(args, session) -> int:
     threads = [threading.Thread(target=worker, args=(g,), daemon=True) for g in gpus]
     for t in threads:
         t.start()
+    interrupted = False
     try:
         for t in threads:
             while t.is_alive():
                 t.join(0.5)
     except KeyboardInterrupt:
-        print(f"\ninterrupted; finished ops are kept: zlf sweep --resume {root}", file=sys.stderr)
-        return 130
+        interrupted = True
+        stopped.set()
+        for proc in list(running.values()):
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        for t in threads:
+            t.join(15)
     by_spec = {r["spec"]: r for r in read_rows(root) if "spec" in r}
     rows = [by_spec[s] for s in settings["ops"] if s in by_spec]
     write_table(root, rows)
     if args.format == "json":
         print(json.dumps({"sweep_dir": str(root), "settings": settings, "ops": rows,
-                          "summary": summary_line(rows)}, indent=2))
-        return 0
+                          "summary": summary_line(rows), "finished": len(rows), "total": total}, indent=2))
+        return 130 if interrupted else 0
     print(render(TABLE_FIELDS, [[r.get(f) for f in TABLE_FIELDS] for r in rows], args.format))
     print(clean(summary_line(rows)))
     print(clean(cost_line(rows)))
     print(f"sweep dir: {root} ({TABLE}, {LINES}, logs/, runs/)")
+    if interrupted or len(rows) < total:
+        print(f"interrupted: {len(rows)} of {total} ops finished; the rest: zlf sweep --resume {root}", file=sys.stderr)
+        return 130 if interrupted else 0
     return 0
