@@ -19,6 +19,7 @@ import queue
 import random
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -185,6 +186,7 @@ def run_op(settings: dict, root: Path, spec: str, gpu, running: Optional[dict] =
     process) holds the process while it runs, for a sweep that is stopped to end it."""
     safe = _safe(spec)
     out = root / "runs" / safe
+    shutil.rmtree(out, ignore_errors=True)  # an attempt a stopped sweep left: this one replaces it
     logs = root / "logs"
     logs.mkdir(exist_ok=True)
     phase_file = logs / f"{safe}.phases"
@@ -273,8 +275,9 @@ def summarize(spec, rc, hung, started, ended, out, log_path, phase_file, op_limi
     elif rc == 2:
         status = "refused"
         line = _last_error_line(log_path)
-        if "skips" in line:
-            skip = line.split("zlf: error:", 1)[-1].strip()
+        line = line[len("zlf: error:"):].strip() if line.startswith("zlf: error:") else line
+        if "FlagGems skips" in line:
+            skip = line
         else:
             first_error = line
     elif rc in (0, 1) and recs:
