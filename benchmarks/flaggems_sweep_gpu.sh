@@ -22,13 +22,14 @@ FLAGGEMS_DIR="${FLAGGEMS_DIR:-$ROOT/.flaggems/v5.3.4}"
 t0=$SECONDS
 
 echo "== setup"
-if ! python3 -c "import sqlalchemy" 2>/dev/null; then
-  python3 -m pip install -q --no-index --no-deps "$ROOT"/.whl/*.whl 2>&1 | tail -3
-fi
+# FlagGems' runtime deps (sqlalchemy, greenlet) and cupti-python, from .whl/ (no index)
+ls "$ROOT"/.whl/*.whl >/dev/null 2>&1 && python3 -m pip install -q --no-index --no-deps "$ROOT"/.whl/*.whl 2>&1 | grep -v WARNING | tail -3
 python3 -m pip install -q --no-deps --no-build-isolation -e "$ROOT" \
   -e "$ROOT/extensions/flaggems" -e "$ROOT/extensions/timing_cudagraph" -e "$ROOT/extensions/timing_cupti" \
   -e "$ROOT/extensions/seed" 2>&1 | grep -v WARNING | tail -3
 (cd "$FLAGGEMS_DIR/src" && python3 -c "import flag_gems, triton, torch; print('flag_gems', flag_gems.__version__, '| triton', triton.__version__, '| torch', torch.__version__, '|', torch.cuda.get_device_name())") 2>&1 | tail -2
+RUN_EXTS=(--run-ext cudagraph --run-ext seed)
+if python3 -c "from cupti import cupti" 2>/dev/null; then RUN_EXTS+=(--run-ext cupti); else echo "no cupti-python: ops run without --ext cupti"; fi
 GPUS="${FG_GPUS:-$(nvidia-smi --query-gpu=index --format=csv,noheader | paste -sd, -)}"
 echo "gpus: $GPUS; setup took $((SECONDS - t0)) s"
 
@@ -39,7 +40,7 @@ if [ -n "${FG_RESUME:-}" ]; then
 else
   ARGS=(--flaggems-dir "$FLAGGEMS_DIR" --sample "${FG_SAMPLE:-120}" --seed "${FG_SEED:-22}"
         --op-time-limit "${FG_OP_LIMIT:-240}" --time-limit "${FG_POINT_LIMIT:-60}"
-        --max-shapes "${FG_MAX_SHAPES:-3}" --run-args "${FG_RUN_ARGS:---warmup-ms 10 --rep-ms 40}"
+        --max-shapes "${FG_MAX_SHAPES:-3}" "${RUN_EXTS[@]}" --run-args "${FG_RUN_ARGS:---warmup-ms 10 --rep-ms 40}"
         --out "$OUT" --name sweep)
 fi
 echo "== zlf sweep ${ARGS[*]} --gpus $GPUS (budget ${BUDGET} s)"
