@@ -1,4 +1,4 @@
-"""Run every benchmark op of a FlagGems checkout, each in its own ``zlf run``, into one table.
+"""Run every benchmark op of a FlagGems checkout, each in its own zlf run process, into one table.
 
     zlf sweep --flaggems-dir ~/FlagGems                          every op of benchmark/test_*.py
     zlf sweep --flaggems-dir ~/FlagGems --sample 100 --seed 22 --gpus 0,1,2,3
