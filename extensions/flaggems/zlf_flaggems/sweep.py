@@ -55,7 +55,7 @@ DEFAULT_OP_LIMIT = 600.0
 DEVICE_TIMERS = ("cudagraph", "cupti")
 BUILTIN_MARKS = {"parametrize", "skip", "skipif", "xfail", "usefixtures", "filterwarnings",
                  "timeout", "tryfirst", "trylast"}
-FIELDS = ("op", "status", "points", "ok", "failed", "unchecked", "timers", "fallback", "skip_reason",
+FIELDS = ("op", "status", "points", "ok", "failed", "unchecked", "timers", "fallback", "reference_mismatch", "skip_reason",
           "first_error", "wall_s", "startup_s", "import_s", "plan_s", "inputs_s", "compile_s", "measure_s",
           "last_phase", "rc")
 TABLE_FIELDS = ("op", "status", "ok", "failed", "unchecked", "timers", "wall_s", "import_s", "compile_s",
@@ -252,9 +252,20 @@ def _last_error_line(log_path: Path) -> str:
     return lines[-1].strip() if lines else ""
 
 
+def _finding(run_dir) -> str:
+    """The run's named reference mismatch (meta.json, ``flaggems.ops.<op>.reference_mismatch``)."""
+    try:
+        ops = json.loads((run_dir / "meta.json").read_text())["flaggems"]["ops"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return ""
+    return "; ".join(f"{name}: {o['reference_mismatch']}" if len(ops) > 1 else o["reference_mismatch"]
+                     for name, o in ops.items() if isinstance(o, dict) and o.get("reference_mismatch"))
+
+
 def summarize(spec, rc, hung, started, ended, out, log_path, phase_file, op_limit, gpu=None) -> dict:
     run_dir = _run_dir(out)
     recs = _records(run_dir)
+    finding = _finding(run_dir) if run_dir is not None else ""
     ok = [r for r in recs if r.get("status") == "ok"]
     failed = [r for r in recs if r.get("status") != "ok"]
     unchecked = [r for r in ok if r.get("unchecked")]
@@ -283,6 +294,8 @@ def summarize(spec, rc, hung, started, ended, out, log_path, phase_file, op_limi
     elif rc in (0, 1) and recs:
         status = "ok" if not failed else "failed"
         first_error = next((r.get("error") for r in failed if r.get("error")), "")
+        if finding:  # what the failures mean, before the first of them
+            first_error = f"{finding}: {first_error}" if first_error else finding
     else:
         status = "crashed"
         first_error = f"exit {rc} while: {last}; last log line: {_last_error_line(log_path)}"
@@ -292,7 +305,7 @@ def summarize(spec, rc, hung, started, ended, out, log_path, phase_file, op_limi
         "failed": len(failed), "unchecked": len(unchecked),
         "timers": " ".join(f"{t}:{n}" for t, n in sorted(timers.items())),
         "device_timed": sum(n for t, n in timers.items() if t in DEVICE_TIMERS),
-        "fallback": "; ".join(fallbacks), "skip_reason": _one_line(skip), "first_error": _one_line(first_error),
+        "fallback": "; ".join(fallbacks), "reference_mismatch": finding, "skip_reason": _one_line(skip), "first_error": _one_line(first_error),
         "wall_s": round(ended - started, 2), "startup_s": round(max(0.0, startup), 2),
         "import_s": round(costs.get("import", 0.0), 2), "plan_s": round(costs.get("plan", 0.0), 2),
         "inputs_s": round(costs.get("inputs", 0.0), 2), "compile_s": round(costs.get("compile", 0.0), 2),
