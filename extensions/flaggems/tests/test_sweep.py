@@ -86,8 +86,8 @@ def test_resume_runs_only_the_ops_not_finished(zlf_cli, tmp_path):
     assert len(chosen) == 3 and len(set(chosen)) == 3
     assert chosen == sweep.choose_ops(sweep.list_ops(sweep._checkout.find_checkout(str(BASE), "x")), None, 3, 7)
     lines = (root / "sweep.jsonl").read_text().splitlines()
-    kept = lines[:1] + ['{"op": "torn']  # as a kill leaves it: one op done, one line torn
-    (root / "sweep.jsonl").write_text("\n".join(kept) + "\n")
+    kept = lines[:1] + ['{"op": "torn', "3", "null", '{"spec": 5}']  # one op done; a torn line, lines that are no row
+    (root / "sweep.jsonl").write_bytes(("\n".join(kept) + "\n").encode() + b"\xff\xfe not utf-8\n")
     proc = zlf_cli("sweep", "--resume", root, "--format", "json", check_rc=0)
     assert "2 of 3 ops to run (1 finished before)" in proc.stderr
     doc = json.loads(proc.stdout)
@@ -114,9 +114,15 @@ def test_list_ops_of_both_layouts():
     (["--flaggems-dir", str(SWEEP), "--gpus", "0,x"], "--gpus '0,x': expected GPU indices"),
     (["--flaggems-dir", str(SWEEP), "--run-args", "'unclosed"], "--run-args"),
     (["--resume", "nowhere"], "--resume 'nowhere': not a sweep directory"),
+    (["--resume", "list"], "--resume 'list': sweep.json is not a sweep's"),
+    (["--resume", "ops5"], "--resume 'ops5': sweep.json is not a sweep's"),
+    (["--resume", "binary"], "--resume 'binary': not a sweep directory"),
     ([], "no FlagGems checkout given"),
 ])
 def test_bad_input_is_one_line_exit_2(zlf_cli, tmp_path, args, expected):
+    for name, data in (("list", b"[1, 2]"), ("ops5", b'{"ops": 5, "flaggems_dir": "x"}'), ("binary", b"\xff\xfe")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "sweep.json").write_bytes(data)
     proc = zlf_cli("sweep", *args, env={"FLAGGEMS_DIR": ""})
     assert proc.returncode == 2, proc.stderr
     assert expected in proc.stderr

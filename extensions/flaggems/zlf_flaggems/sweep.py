@@ -351,23 +351,33 @@ def _resume(path: str) -> tuple:
     root = Path(path).resolve()
     try:
         settings = json.loads((root / STATE).read_text())
-        settings["ops"], settings["flaggems_dir"]  # noqa: B018 -- the fields a sweep needs
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, ValueError) as exc:
         raise UsageError(f"--resume {path!r}: not a sweep directory (no readable {STATE})") from exc
-    return root, settings
+    ops = settings.get("ops") if isinstance(settings, dict) else None
+    if (not isinstance(ops, list) or not all(isinstance(o, str) for o in ops)
+            or not isinstance(settings.get("flaggems_dir"), str)):
+        raise UsageError(f"--resume {path!r}: {STATE} is not a sweep's (expected an object with a list of ops "
+                         "and flaggems_dir)")
+    defaults = {"op_time_limit": DEFAULT_OP_LIMIT, "time_limit": 60.0, "check": "fail", "max_shapes": None,
+                "run_exts": list(DEFAULT_RUN_EXTS), "run_args": ""}
+    return root, {**defaults, **settings}
 
 
 def read_rows(root: Path) -> list:
+    """The finished ops' rows of ``sweep.jsonl``; a line that is not one (torn by a kill, not
+    UTF-8, not an object with a spec) is skipped, so that op runs again on ``--resume``."""
     rows = []
     try:
-        text = (root / LINES).read_text()
+        text = (root / LINES).read_text(errors="replace")
     except OSError:
         return rows
     for line in text.splitlines():
         try:
-            rows.append(json.loads(line))
+            row = json.loads(line)
         except ValueError:
-            continue  # a line torn by a kill: that op runs again
+            continue
+        if isinstance(row, dict) and isinstance(row.get("spec"), str):
+            rows.append(row)
     return rows
 
 
@@ -427,7 +437,7 @@ def main(args, session) -> int:
             settings["op_time_limit"] = args.op_time_limit
     else:
         root, settings = _new_sweep(args)
-    done = {r["spec"] for r in read_rows(root) if "spec" in r}
+    done = {r["spec"] for r in read_rows(root)}
     todo = [s for s in settings["ops"] if s not in done]
     total, start = len(settings["ops"]), time.time()
     print(f"sweep dir: {root}\n{len(todo)} of {total} ops to run"
@@ -476,7 +486,7 @@ def main(args, session) -> int:
                 pass
         for t in threads:
             t.join(15)
-    by_spec = {r["spec"]: r for r in read_rows(root) if "spec" in r}
+    by_spec = {r["spec"]: r for r in read_rows(root)}
     rows = [by_spec[s] for s in settings["ops"] if s in by_spec]
     write_table(root, rows)
     if args.format == "json":
