@@ -288,3 +288,22 @@ def test_max_shapes_keeps_the_smallest_builtin_shapes(zlf_cli, tmp_path):
     proc = flaggems_run(zlf_cli, BASE, "flaky_exp", "--flaggems-max-shapes", "0", check_rc=2)
     assert proc.stderr.strip().endswith("--flaggems-max-shapes 0: expected a count >= 1")
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_reference_mismatch_is_named_only_when_nearly_every_point_is_far_off():
+    from zlf.records import PointRecord
+    from zlf_flaggems.plugin import reference_mismatch
+
+    def rec(i, err, tol=1e-4, unchecked=False):
+        text = f"wrong result (output 0): relative error {err:g} > {tol:g}" if err is not None else None
+        return PointRecord(point=f"rope/{i}/float32", op="rope", shape=(i,), dtype="float32",
+                           status="ok" if unchecked or text is None else "FAILED",
+                           error=None if unchecked else text, unchecked=text if unchecked else None)
+
+    far = [rec(i, 1.19) for i in range(9)]
+    assert reference_mismatch(far + [rec(9, None)]) == (
+        "the benchmark's reference and the FlagGems op disagree (rel. error 1.19 on 9/10 points)")
+    assert reference_mismatch(far[:8] + [rec(8, None), rec(9, None)]) is None       # 80 %: a kernel bug, say
+    assert reference_mismatch([rec(i, 5e-3) for i in range(10)]) is None            # 50x the tolerance only
+    assert reference_mismatch([rec(i, 1.19, unchecked=True) for i in range(3)]).endswith("on 3/3 points)")
+    assert reference_mismatch([]) is None
