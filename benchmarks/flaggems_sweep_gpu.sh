@@ -45,7 +45,7 @@ else
 fi
 echo "== zlf sweep ${ARGS[*]} --gpus $GPUS (budget ${BUDGET} s)"
 timeout -s INT -k 60 "$BUDGET" zlf sweep "${ARGS[@]}" --gpus "$GPUS" 2>"$OUT/sweep_progress.txt" | tee "$OUT/sweep_table.txt"
-echo "exit ${PIPESTATUS[0]} (130: budget reached; resume with FG_RESUME)"
+echo "exit ${PIPESTATUS[0]} (130: budget reached; call again with FG_RESUME=<this call's DIR/sweep, copied into the work tree>)"
 # a fresh sweep directory is sweep_<time>: one name for the next call
 if [ -z "${FG_RESUME:-}" ]; then d="$(ls -d "$OUT"/sweep_* 2>/dev/null | head -1)"; [ -n "$d" ] && mv "$d" "$OUT/sweep"; fi
 tail -3 "$OUT/sweep_progress.txt"
@@ -53,7 +53,8 @@ echo "== ops that did not end ok (status, last phase, first error)"
 python3 - "$OUT/sweep" <<'PY'
 import json, sys
 from pathlib import Path
-rows = [json.loads(l) for l in (Path(sys.argv[1]) / "sweep.jsonl").read_text().splitlines() if l.strip()]
+lines = Path(sys.argv[1]) / "sweep.jsonl"
+rows = [json.loads(l) for l in lines.read_text().splitlines() if l.strip()] if lines.exists() else []
 for r in rows:
     if r["status"] != "ok":
         print(f"{r['op']:<40} {r['status']:<8} {r['last_phase'][:60]:<60} {(r['skip_reason'] or r['first_error'])[:140]}")

@@ -247,7 +247,7 @@ def _last_error_line(log_path: Path) -> str:
     except OSError:
         return ""
     for line in reversed(lines):
-        if line.startswith("zlf:") or re.match(r"[A-Za-z_.]*(Error|Exception)\b", line):
+        if line.startswith("zlf: error:") or re.match(r"[A-Za-z_.]*(Error|Exception)\b", line):
             return line
     return lines[-1].strip() if lines else ""
 
