@@ -36,7 +36,7 @@ echo "gpus: $GPUS; setup took $((SECONDS - t0)) s"
 BUDGET="${FG_BUDGET_S:-480}"
 if [ -n "${FG_RESUME:-}" ]; then
   cp -r "$FG_RESUME" "$OUT/sweep"
-  ARGS=(--resume "$OUT/sweep")
+  ARGS=(--resume "$OUT/sweep" --flaggems-dir "$FLAGGEMS_DIR")  # the checkout may sit elsewhere now
 else
   ARGS=(--flaggems-dir "$FLAGGEMS_DIR" --sample "${FG_SAMPLE:-120}" --seed "${FG_SEED:-22}"
         --op-time-limit "${FG_OP_LIMIT:-240}" --time-limit "${FG_POINT_LIMIT:-60}"

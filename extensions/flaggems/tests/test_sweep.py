@@ -88,11 +88,17 @@ def test_resume_runs_only_the_ops_not_finished(zlf_cli, tmp_path):
     lines = (root / "sweep.jsonl").read_text().splitlines()
     kept = lines[:1] + ['{"op": "torn', "3", "null", '{"spec": 5}']  # one op done; a torn line, lines that are no row
     (root / "sweep.jsonl").write_bytes(("\n".join(kept) + "\n").encode() + b"\xff\xfe not utf-8\n")
-    proc = zlf_cli("sweep", "--resume", root, "--format", "json", check_rc=0)
+    import shutil
+
+    shutil.copytree(DATA, tmp_path / "moved", symlinks=True)  # the checkout elsewhere on the next machine
+    moved = (tmp_path / "moved" / BASE.name).resolve()
+    proc = zlf_cli("sweep", "--resume", root, "--flaggems-dir", moved, "--format", "json", check_rc=0)
     assert "2 of 3 ops to run (1 finished before)" in proc.stderr
     doc = json.loads(proc.stdout)
     assert [r["spec"] for r in doc["ops"]] == chosen
     assert len(sweep.read_rows(root)) == 3
+    for spec in chosen[1:]:  # the ops run again ran from the checkout given now
+        assert f"--flaggems-dir {moved} " in (root / "logs" / f"{sweep._safe(spec)}.log").read_text()
 
 
 def test_list_ops_of_both_layouts():

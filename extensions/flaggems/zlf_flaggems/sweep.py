@@ -90,7 +90,7 @@ def configure_parser(p) -> None:
     p.add_argument("--out", default="sweeps", metavar="PARENT", help="parent of the sweep directory (default: sweeps/)")
     p.add_argument("--name", metavar="LABEL", help="label of the sweep directory (default: flaggems)")
     p.add_argument("--resume", metavar="DIR", help="a sweep directory: run the ops it has not finished, "
-                   "with its settings")
+                   "with its settings (--flaggems-dir and --op-time-limit, when given, replace the sweep's)")
     add_format_argument(p, json_alias=False)
 
 
@@ -435,6 +435,8 @@ def main(args, session) -> int:
             if args.op_time_limit < 0:
                 raise UsageError(f"--op-time-limit {args.op_time_limit:g}: expected seconds >= 0 (0: no limit)")
             settings["op_time_limit"] = args.op_time_limit
+        if args.flaggems_dir:  # the same checkout at another place (a fresh machine)
+            settings["flaggems_dir"] = str(_checkout.find_checkout(args.flaggems_dir, "--flaggems-dir").root)
     else:
         root, settings = _new_sweep(args)
     done = {r["spec"] for r in read_rows(root)}
