@@ -11,7 +11,12 @@
 # Knobs: FG_SAMPLE (120), FG_SEED (22), FG_GPUS (every GPU nvidia-smi lists), FG_BUDGET_S (480:
 # the sweep is stopped with SIGINT then; finished ops are kept, the rest resume), FG_OP_LIMIT
 # (240 s per op process), FG_POINT_LIMIT (60 s per point), FG_MAX_SHAPES (3 smallest built-in
-# shapes per op), FG_RUN_ARGS ("--warmup-ms 10 --rep-ms 40").
+# shapes per op; 0: all), FG_RUN_ARGS ("--warmup-ms 10 --rep-ms 40"), FG_OPS (a list instead of
+# the sample), FG_CHECK (fail; warn: points whose reference disagrees are timed, UNCHECKED).
+#
+# The two ops that gave nothing within 60 s, with every built-in shape and their phases:
+#   FG_OPS=bitwise_left_shift,fractional_max_pool2d,apply_rotary_pos_emb FG_MAX_SHAPES=0 FG_CHECK=warn \
+#   FG_OP_LIMIT=420 FG_POINT_LIMIT=300 bash benchmarks/flaggems_sweep_gpu.sh --out DIR
 set -uo pipefail
 
 source "$(dirname "$0")/out_dir.sh" "$@"
@@ -38,9 +43,11 @@ if [ -n "${FG_RESUME:-}" ]; then
   cp -r "$FG_RESUME" "$OUT/sweep"
   ARGS=(--resume "$OUT/sweep" --flaggems-dir "$FLAGGEMS_DIR")  # the checkout may sit elsewhere now
 else
-  ARGS=(--flaggems-dir "$FLAGGEMS_DIR" --sample "${FG_SAMPLE:-120}" --seed "${FG_SEED:-22}"
+  if [ -n "${FG_OPS:-}" ]; then WHICH=(--ops "$FG_OPS"); else WHICH=(--sample "${FG_SAMPLE:-120}" --seed "${FG_SEED:-22}"); fi
+  SHAPES=(); [ "${FG_MAX_SHAPES:-3}" != 0 ] && SHAPES=(--max-shapes "${FG_MAX_SHAPES:-3}")
+  ARGS=(--flaggems-dir "$FLAGGEMS_DIR" "${WHICH[@]}" --check "${FG_CHECK:-fail}"
         --op-time-limit "${FG_OP_LIMIT:-240}" --time-limit "${FG_POINT_LIMIT:-60}"
-        --max-shapes "${FG_MAX_SHAPES:-3}" "${RUN_EXTS[@]}" --run-args "${FG_RUN_ARGS:---warmup-ms 10 --rep-ms 40}"
+        "${SHAPES[@]}" "${RUN_EXTS[@]}" --run-args "${FG_RUN_ARGS:---warmup-ms 10 --rep-ms 40}"
         --out "$OUT" --name sweep)
 fi
 echo "== zlf sweep ${ARGS[*]} --gpus $GPUS (budget ${BUDGET} s)"
