@@ -11,8 +11,7 @@ FAST = ("--warmup-ms", "1", "--rep-ms", "3", "--dtype", "float32")
 
 
 def wrong_op_file(path):
-    text = path.read_text() if path.exists() else ""
-    assert not text
+    """An op whose reference is another function: -x for a kernel that computes 2x."""
     path.write_text(
         "import torch\nimport zlf\n\n\n"
         "def _make(shape, dtype, device):\n"

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import random
 import re
 import shlex
@@ -390,6 +389,16 @@ def _gpus(text):
     return gpus
 
 
+def _worker_names(gpus) -> list:
+    """Scheduler names of the workers: the GPU index (``0``), ``0+1`` for a second worker on GPU 0."""
+    names, seen = [], {}
+    for g in gpus:
+        key = "0" if g is None else str(g)
+        seen[key] = seen.get(key, 0) + 1
+        names.append(key if seen[key] == 1 else f"{key}+{seen[key] - 1}")
+    return names
+
+
 def summary_line(rows: list) -> str:
     counts: dict = {}
     for r in rows:
@@ -445,24 +454,29 @@ def main(args, session) -> int:
     print(f"sweep dir: {root}\n{len(todo)} of {total} ops to run"
           + (f" ({len(done)} finished before)" if done else "")
           + f", {len(gpus)} at a time", file=sys.stderr, flush=True)
-    work: queue.Queue = queue.Queue()
-    for spec in todo:
-        work.put(spec)
+    from zlf.scheduler import Scheduler, Unit
+
+    # core's scheduler (zlf run --gpus): one unit per op; a crash is the op's outcome, never retried
+    sched = Scheduler([Unit(id=spec, keys=(spec,)) for spec in todo], retries=0)
+    names = _worker_names(gpus)
+    for name in names:
+        sched.add_worker(name)
     lock = threading.Lock()
     finished = [len(done)]
     running: dict = {}
     stopped = threading.Event()
 
-    def worker(gpu):
+    def worker(gpu, name):
         while not stopped.is_set():
-            try:
-                spec = work.get_nowait()
-            except queue.Empty:
+            with lock:
+                unit = sched.take(name)
+            if unit is None:
                 return
-            row = run_op(settings, root, spec, gpu, running)
+            row = run_op(settings, root, unit.id, gpu, running)
             if stopped.is_set():
                 return  # killed by the stop, not by itself: --resume runs it again
             with lock:
+                sched.done(unit.id, name, seconds=row["wall_s"], runs=1, failed_runs=int(row["status"] != "ok"))
                 with open(root / LINES, "a") as f:
                     f.write(json.dumps(row) + "\n")
                 finished[0] += 1
@@ -470,7 +484,7 @@ def main(args, session) -> int:
                       f"{row['failed']} failed) {row['wall_s']:.1f} s; elapsed {time.time() - start:.0f} s",
                       file=sys.stderr, flush=True)
 
-    threads = [threading.Thread(target=worker, args=(g,), daemon=True) for g in gpus]
+    threads = [threading.Thread(target=worker, args=(g, n), daemon=True) for g, n in zip(gpus, names)]
     for t in threads:
         t.start()
     interrupted = False
@@ -491,6 +505,8 @@ def main(args, session) -> int:
     by_spec = {r["spec"]: r for r in read_rows(root)}
     rows = [by_spec[s] for s in settings["ops"] if s in by_spec]
     write_table(root, rows)
+    if len(gpus) > 1:
+        print(sched.summary_table(), file=sys.stderr)
     if args.format == "json":
         print(json.dumps({"sweep_dir": str(root), "settings": settings, "ops": rows,
                           "summary": summary_line(rows), "finished": len(rows), "total": total}, indent=2))
