@@ -7,7 +7,7 @@ from . import base, consts
 def torch_rope(x):
     """The benchmark's torch op: another function than the FlagGems one (as FlagGems'
     apply_rotary_pos_emb benchmark mixes an interleaved cos/sin with rotate_half)."""
-    return torch.flip(x, dims=[-1]) * 2.0
+    return -x  # the FlagGems op returns x: a relative error of exactly 2 on any input
 
 
 def gems_rope(x):
