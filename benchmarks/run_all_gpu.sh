@@ -2,7 +2,7 @@
 # Every GPU check of the project, in stages, packed for a machine that returns few files:
 #   bash benchmarks/run_all_gpu.sh OUT_DIR STAGE...
 # (CUPTI_PARTS picks the cupti stage's parts, CLOCK_STAGES the clock stage's)
-# stages: setup tests core cudagraph cupti clock procs triage calibrate irdump autotune taskpkg ab flaggems flaggems-head
+# stages: setup tests core cudagraph cupti clock procs triage calibrate irdump autotune taskpkg tasklang ab flaggems flaggems-head
 # (flaggems: the checkout in .flaggems/v5.0.2, flaggems-head: .flaggems/head; FG_STAGES picks
 # their parts, see benchmarks/flaggems_gpu.sh)
 # Each stage writes under $ZLF_GPU_WORK (default /tmp/zlf-gpu)/<stage>/ and is packed into
@@ -55,6 +55,11 @@ for stage in "$@"; do
       python3 "$ROOT/benchmarks/autotune_replay_bench.py" --out "$d" 2>&1 | tee "$d/log.txt" | tail -40 ;;
     taskpkg)
       OUT="$d" bash "$ROOT/benchmarks/taskpkg_gpu.sh" 2>&1 | tee "$d/log.txt" | tail -40 ;;
+    tasklang)  # one timer for Triton and CUDA C++ candidates: compare, ncu, ab --task (~5 min)
+      (cd "$ROOT" && { python3 -c "from cupti import cupti" 2>/dev/null || ! ls .whl/*.whl >/dev/null 2>&1 ||
+        python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl; }
+       python3 benchmarks/task_languages_gpu.py --out "$d" ${TASKLANG_ARGS:-}) > "$d/log.txt" 2>&1
+      tail -80 "$d/summary.md" ;;
     ab)
       bash "$ROOT/benchmarks/ab_gpu.sh" --out "$d" > "$d/log.txt" 2>&1; tail -60 "$d/summary.txt" ;;
     flaggems|flaggems-head)

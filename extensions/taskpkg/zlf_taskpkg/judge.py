@@ -8,6 +8,7 @@ case for the candidate, the baseline's time in the same record.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import math
@@ -17,6 +18,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 import types
 from pathlib import Path
@@ -24,7 +26,7 @@ from typing import Optional
 
 from tabulate import tabulate
 
-from zlf import UsageError
+from zlf import UsageError, ceilings
 from zlf.console import StatusLine, clean, number, paint
 from zlf.procs import die_with_parent, kill_group, stop_code, stop_word
 from zlf.records import STATUS_FAILED, STATUS_OK, is_jsonable
@@ -33,6 +35,7 @@ from zlf.run import Run
 from zlf.rundir import RunDir, disk_full
 
 from . import outcome as V
+from . import speed, timers
 from .candidate import KIND_CUDA, Candidate, compile_cuda, default_arch, default_cache_dir
 from .outcome import timing_from_json
 from .package import TaskPackage, parse_cases
@@ -211,6 +214,8 @@ class Judge:
         #: what the case being judged is doing, on a terminal only (never in logs or pipes)
         self.status = StatusLine() if getattr(args, "format", "table") == "table" else StatusLine(_Silent())
         self.done = 0
+        #: bytes the case being judged must move (from its worker), and the calibrated copy bandwidth
+        self.io_bytes = self.bandwidth = None
 
     # ------------------------------------------------------------------ setup
     def prepare(self):
@@ -231,16 +236,40 @@ class Judge:
         self.tolerances = self.package.tolerances(args.rtol, args.atol)
         self.base_seed = self.package.base_seed()
         self.outputs = self.package.declared_outputs()
+        self.timer = timers.apply(session, self.backend)  # one timer family for every language
         if self.candidate.kind == KIND_CUDA:
             arch = args.nvcc_arch or default_arch(self.backend)
             cache = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
-            self.candidate = compile_cuda(self.candidate, cache, arch, args.nvcc_flag or (),
-                                          timeout=self.compile_time_limit)
+            with self._ticking(self.candidate.path.name, "compiling with nvcc", self.compile_time_limit):
+                self.candidate = compile_cuda(self.candidate, cache, arch, args.nvcc_flag or (),
+                                              timeout=self.compile_time_limit)
             if self.candidate.compile_failed:
                 self.load_failure = self.candidate.compile_output
             elif self.backend.host_timing:
                 raise UsageError(f"candidate {self.candidate.path.name!r} is CUDA C++: it needs a CUDA device "
                                  f"(backend {self.backend.name!r} runs on the host; it compiled fine)")
+
+    @contextlib.contextmanager
+    def _ticking(self, head: str, name: str, limit: float):
+        """The status line ``head: name (N s of LIMIT s left)``, kept current while the body runs."""
+        if not self.status.on:
+            yield
+            return
+        phase, done = Phase(self.status, head, limit), threading.Event()
+        phase.set(name, time.monotonic() + limit)
+
+        def tick():
+            while not done.wait(TICK_S):
+                phase.tick()
+
+        ticker = threading.Thread(target=tick, daemon=True)
+        ticker.start()
+        try:
+            yield
+        finally:
+            done.set()
+            ticker.join()
+            self.status.clear()
 
     def start_run(self):
         args = self.args
@@ -256,6 +285,9 @@ class Judge:
         if state:
             meta["device_state_start"] = state
         meta["warnings"] = backend.busy_warnings()
+        calibrated = ceilings.load(meta["device_name"])
+        #: the copy bandwidth zlf calibrate measured here (GB/s), or None: the cases' memory floor
+        self.bandwidth = calibrated.bandwidth_GB_s if calibrated else None
         tolerances = self.tolerances
         meta["task"] = {
             "package": str(self.package.root), "problem_module": self.package.module_path.name,
@@ -265,6 +297,7 @@ class Judge:
             "time_limit_s": self.time_limit, "compile_time_limit_s": self.compile_time_limit, "isolation": "one worker per case" if not args.reuse_worker
             else "one worker reused until a case fails",
             "warmup_iters_override": [args.warmup, args.iters],
+            "timer": self.timer.to_json(),
         }
         self.run.save_meta()
         if self.candidate.compile_output:
@@ -278,6 +311,8 @@ class Judge:
         }
         self.spec_path = self.rundir.path / TASK_DIR / "worker.json"
         self.spec_path.write_text(json.dumps(spec, indent=2))
+        self.run.log.info(self.timer.why)
+        print(clean(self.timer.why), file=sys.stderr)  # said once the input was found good
         self.run.log.info(f"task {self.package.name}: candidate {self.candidate.path} ({self.candidate.kind}), "
                           f"cases {self.cases}, time limit {self.time_limit:g} s per case")
 
@@ -353,6 +388,7 @@ class Judge:
             kind = event.get("event")
             if kind == "case":
                 point = {**event["point"]}
+                self.io_bytes = event.get("io_bytes")
                 phase.set("timing the baseline", deadline)
             elif kind == "baseline":
                 baseline = timing_from_json(event["timing"])
@@ -360,7 +396,8 @@ class Judge:
                 started = True
                 deadline = time.monotonic() + self.time_limit
                 phase.limit = self.time_limit
-                phase.set("compiling (first call)", deadline)
+                # a CUDA C++ candidate was compiled before the run: its first call only loads it
+                phase.set("first call" if self.candidate.kind == KIND_CUDA else "compiling (first call)", deadline)
             elif kind == "phase":
                 phase.set(str(event.get("name", "")), deadline)
             elif kind == "result":
@@ -376,7 +413,9 @@ class Judge:
         try:
             for case in self.cases:
                 self.done = len(records)
+                self.io_bytes = None
                 record, reusable = self.judge_case(case)
+                record = speed.flag(record, self.io_bytes, self.bandwidth)  # a note, never a verdict
                 self.status.clear()
                 if not (reusable and self.args.reuse_worker):
                     self._retire_worker()
@@ -431,7 +470,8 @@ def summary(records) -> dict:
     passed = [r for r in records if r.extra.get("verdict") == V.ACCEPTED]
     speedups = [r.extra["speedup"] for r in passed if r.extra.get("speedup")]
     geo = math.exp(sum(math.log(s) for s in speedups) / len(speedups)) if speedups else None
-    return {"passed": len(passed), "total": len(records), "geomean_speedup": geo, "speedup_cases": len(speedups)}
+    return {"passed": len(passed), "total": len(records), "geomean_speedup": geo, "speedup_cases": len(speedups),
+            "suspicious_cases": [r.extra.get("case") for r in records if r.extra.get("suspicious")]}
 
 
 #: the fields of ``zlf task``'s summary, in every format
@@ -442,6 +482,8 @@ def _note(r) -> str:
     note = (r.error or "").split(": ", 1)[1] if r.error and ": " in r.error else ""
     if r.markers:
         note = (note + " " if note else "") + " ".join(m.split(" ")[0] for m in r.markers)
+    if r.extra.get("suspicious"):
+        note = "suspiciously fast: " + "; ".join(r.extra["suspicious"]) + (" " + note if note else "")
     return note
 
 
@@ -504,6 +546,7 @@ def judge(args, session) -> int:
     if args.format == "json":
         print(json.dumps({"run_dir": str(j.rundir.path), "package": j.package.name, "candidate": str(j.candidate.path),
                           **s, "cases": [{**dict(zip(CASE_FIELDS, case_values(r))),
+                                          "suspicious": r.extra.get("suspicious") or [],
                                           "output": r.extra.get("judge_output")} for r in records]}, indent=2))
         return 0 if s["passed"] == s["total"] else 1
     print(verdict_table(records, args.format))
@@ -514,6 +557,9 @@ def judge(args, session) -> int:
     print(f"\n{j.package.name}: {s['passed']}/{s['total']} cases Accepted; "
           f"geometric-mean speedup {geo} over {s['speedup_cases']} accepted case(s) (baseline ms / candidate ms)",
           file=out)
+    fast = speed.summary_line(records)
+    if fast:
+        print(clean(fast), file=out)
     if j.backend.host_timing:
         print(paint("note: cpu backend: times are host wall-clock, not GPU kernel times", "dim", out), file=out)
     print(f"run dir: {j.rundir.path}", file=out)

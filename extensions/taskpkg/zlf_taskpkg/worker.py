@@ -38,8 +38,10 @@ from zlf.session import Session
 
 from . import outcome as V
 from .candidate import is_compile_error, load_kernel
+from .legacy_stream import time_candidate
 from .outcome import timing_to_json
 from .package import TaskPackage
+from .speed import io_bytes
 
 #: canary bytes on each side of every output buffer: a write past either end is caught.
 GUARD_BYTES = 16384
@@ -196,7 +198,8 @@ class Worker:
         self.point_json = {"id": point.id, "op": point.op, "shape": list(point.shape), "dtype": point.dtype,
                            "variant": point.variant, "case": case,
                            "arg_shapes": [list(s) for s in shapes], "case_seed": seed}
-        self.emit("case", point=self.point_json, outputs=outputs, warmup=warmup, iters=iters, seed=seed)
+        self.emit("case", point=self.point_json, outputs=outputs, warmup=warmup, iters=iters, seed=seed,
+                  io_bytes=io_bytes(original))
         budget = self.config.timing
         counts = (budget.warmup if budget.warmup is not None else warmup,
                   budget.iters if budget.iters is not None else iters)
@@ -258,7 +261,8 @@ class Worker:
         # computes once and then returns early is not timed as fast.
         self.emit("phase", name="timing")
         try:
-            timing = self.run.time_point(call, point, op=op, inputs=tuple(args), budget=self.budget(call, counts))
+            timing = time_candidate(self.run, spec["candidate"]["kind"], call, point, op, tuple(args),
+                                    self.budget(call, counts))
             self.kernel.last_error()  # a failed graph capture leaves its error here; the timer handled it
             poison(args, [i for i in outputs if _is_tensor(args[i])])
             call()
