@@ -284,7 +284,7 @@ def as_budget(options) -> TimingBudget:
 #: command-line ``dest`` -> RunConfig field (``timing.X``: a TimingBudget field).
 ARGS = {
     "command": "command", "ops": "ops", "dtype": "dtypes", "backend": "backend", "device": "device", "out": "out", "name": "name",
-    "time_limit": "time_limit_s", "format": "summary_format", "ext": "ext", "no_ext": "no_ext",
+    "time_limit": "time_limit_s", "check": "check_mode", "format": "summary_format", "ext": "ext", "no_ext": "no_ext",
     "gpus": "gpus", "executor": "executor", "ray_address": "ray_address", "retries": "retries",
     "timer": "timing.timer", "warmup_ms": "timing.warmup_ms", "rep_ms": "timing.rep_ms",
     "flush_l2": "timing.flush_l2", "warmup": "timing.warmup", "iters": "timing.iters",
@@ -316,6 +316,8 @@ class RunConfig:
     out: str = "runs"
     name: Optional[str] = None
     time_limit_s: Optional[float] = None
+    #: --check: ``fail`` (a point failing its reference check is FAILED) or ``warn`` (timed, marked UNCHECKED)
+    check_mode: str = attrs.field(default="fail", converter=lambda v: v or "fail")
     summary_format: str = "table"  # --format: how the summary prints (table, markdown, csv, json)
     ext: Optional[tuple] = attrs.field(default=None, converter=_names)
     no_ext: Optional[tuple] = attrs.field(default=None, converter=_names)

@@ -23,6 +23,10 @@ def add_config_argument(parser: argparse.ArgumentParser) -> None:
                              "override the file's (what runs, where it goes and how it prints)")
 
 
+#: --check: what a failed reference check does to a point
+CHECK_MODES = ("fail", "warn")
+
+
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``zlf run`` that core owns (``zlf ab`` passes them through)."""
     parser.add_argument("ops", nargs="*", metavar="OP",
@@ -37,6 +41,9 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--time-limit", type=float, metavar="SEC",
                         help="per-point limit (inputs, check and timing); past it the point is FAILED (time limit) "
                              "and the run goes on; 0: none (default: 600 on GPU backends, 1800 on cpu)")
+    parser.add_argument("--check", choices=CHECK_MODES, default="fail",
+                        help="a point whose result fails the reference check: fail (FAILED, not timed; default) or "
+                             "warn (timed anyway, its record marked UNCHECKED with the check's error)")
     from .output import add_format_argument
 
     add_format_argument(parser)

@@ -112,6 +112,9 @@ class PointRecord:
     #: the device's clock state while the point sampled (backend-defined keys; the cuda backend
     #: writes ``sm_mhz_min``, ``sm_mhz_median``, ``sm_mhz_max``, ``throttle_reasons``, ``source``).
     clock: Optional[dict] = None
+    #: ``--check warn``: the reference check's error of a point that was timed anyway (status ok);
+    #: tables and ``zlf compare`` mark the point ``UNCHECKED``.
+    unchecked: Optional[str] = None
 
     def to_json(self) -> dict:
         d = attrs.asdict(self, recurse=False)
