@@ -39,13 +39,11 @@ SHARING_WHY = {IPC: "CUDA IPC: the worker maps the checker's device buffers",
 
 def sharing_mode(device: str) -> str:
     """How buffers cross for ``device``: ``ipc`` (cuda), ``shm`` (cpu), ``staged`` (any other
-    device type, or every device when ``$ZLF_TASK_SHARING`` is ``staged``, for tests)."""
-    import torch
-
+    device type, or every device when ``$ZLF_TASK_SHARING`` is ``staged``, for tests). Read from
+    the string: a vendor's device type (``musa``) is one torch knows only once its module is loaded."""
     if os.environ.get(SHARING_ENV) == STAGED:
         return STAGED
-    kind = torch.device(device).type
-    return {"cuda": IPC, "cpu": SHM}.get(kind, STAGED)
+    return {"cuda": IPC, "cpu": SHM}.get(str(device).split(":")[0], STAGED)
 
 
 def shm_root() -> Path:
@@ -84,9 +82,7 @@ class SharedArena:
     """The shared buffers of one case, on the checker's side."""
 
     def __init__(self, device: str, label: str = "case"):
-        import torch
-
-        self.device = torch.device(device)
+        self.device = str(device)
         self.mode = sharing_mode(device)
         self.kind = "cuda" if self.mode == IPC else "cpu"  # where the shared buffers live
         self.files: list = []
@@ -99,7 +95,7 @@ class SharedArena:
         import torch
 
         if self.pool is not None:
-            with torch.cuda.use_mem_pool(self.pool, device=self.device):
+            with torch.cuda.use_mem_pool(self.pool, device=torch.device(self.device)):
                 yield
         else:
             yield
