@@ -190,7 +190,9 @@ def open_shared(text: str, staging: "Staging | None" = None) -> list:
 
     args = []
     for kind, payload in pickle.loads(base64.b64decode(text)):
-        if kind == "value":
+        if kind == "value":  # a plain value, or an empty tensor (no buffer): put on the device
+            if staging is not None and _is_tensor(payload) and payload.device.type != "meta":
+                payload = payload.to(staging.device)
             args.append(payload)
         elif payload[0] == "cuda":
             rebuild, rebuild_args = payload[1]
