@@ -14,7 +14,7 @@ import sys
 
 from . import __version__
 from .errors import UsageError
-from .options import check_run_options  # noqa: F401  (zlf ab imports it from here)
+from .options import add_config_argument, check_run_options  # noqa: F401  (zlf ab imports check_run_options from here)
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -23,10 +23,10 @@ class ArgumentParser(argparse.ArgumentParser):
 
     #: names of installed extensions that are not active in this invocation.
     not_active: tuple = ()
-    #: ``{flag: [commands that offer it]}``, filled once every command's parser is built.
-    offered: dict = {}
     #: the command line being parsed (which command refused an option).
     argv: tuple = ()
+    #: ``{command: its parser}``, once built.
+    commands: dict = {}
 
     def error(self, message):
         elsewhere = self._elsewhere(message)
@@ -40,20 +40,22 @@ class ArgumentParser(argparse.ArgumentParser):
     def _elsewhere(self, message: str) -> str:
         if not message.startswith("unrecognized arguments: "):
             return ""
-        command = next((a for a in self.argv if a in self.offered.get("", ())), None)
+        offered = _offered(self.commands)
+        command = next((a for a in self.argv if a in self.commands), None)
         flags = [a.split("=")[0] for a in message.split(": ", 1)[1].split() if a.startswith("--")]
-        parts = [f"{f}: an option of {', '.join(f'zlf {c}' for c in self.offered[f])}"
-                 for f in flags if command and self.offered.get(f) and command not in self.offered[f]]
+        parts = [f"{f}: an option of {', '.join(f'zlf {c}' for c in offered[f])}"
+                 for f in flags if command and offered.get(f) and command not in offered[f]]
         return f"{'; '.join(parts)}, not with zlf {command}" if parts else ""
 
 
-def _offered(sub) -> dict:
-    """``{flag: [commands]}`` over every command's parser; ``""`` lists the commands."""
-    offered = {"": list(sub.choices)}
-    for name, p in sub.choices.items():
-        for a in p._actions:
-            for flag in a.option_strings:
-                offered.setdefault(flag, []).append(name)
+def _offered(commands: dict) -> dict:
+    """``{flag: [commands]}`` over every command's parser (the long flags its usage shows)."""
+    import re
+
+    offered: dict = {}
+    for name, p in commands.items():
+        for flag in dict.fromkeys(re.findall(r"(?<![\w-])(--[A-Za-z0-9][\w-]*)", p.format_usage())):
+            offered.setdefault(flag, []).append(name)
     return offered
 
 
@@ -111,9 +113,11 @@ def build_parser(hooks) -> argparse.ArgumentParser:
             _folded_options(p, hooks, name)  # a campaign passes every run option on to its runs
         elif p.get_default("run_options"):
             hooks.add_options(parser=p, command=name)  # a command that starts runs: the options that apply
+        if p.get_default("config_file"):
+            add_config_argument(p)  # ... or all of its run settings from a file
         if p.get_default("campaign_options"):
             hooks.add_campaign_options(parser=p)
-    parser_class.offered = _offered(sub)
+    parser_class.commands = dict(sub.choices)
     return parser
 
 
@@ -122,9 +126,7 @@ def _folded_options(parser, hooks, command: str) -> None:
     one paragraph of the help (``zlf run --help`` explains each) instead of a group apiece."""
     import textwrap
 
-    before = set(map(id, parser._actions))
-    hooks.add_options(parser=parser, command=command)
-    added = [a for a in parser._actions if id(a) not in before and a.option_strings]
+    added = [a for a in hooks.add_options(parser=parser, command=command) if a.option_strings]
     for a in added:
         a.help = argparse.SUPPRESS
     if added:
@@ -141,38 +143,52 @@ def _preparse(argv) -> argparse.Namespace:
     pre.add_argument("--timer")
     pre.add_argument("--config")
     known, _ = pre.parse_known_args(argv)
-    if known.config and argv and argv[0] == "run":  # the file selects the extensions
+    if known.config and argv:  # the file of a command's run configuration selects the extensions
         from .config import RunConfig
 
-        return RunConfig.read(known.config)
+        config = RunConfig.read(known.config)
+        return config if config.command == argv[0] else known
     return known
 
 
 def run_config(args, parser, hooks):
     """The run's :class:`~zlf.config.RunConfig`: from ``--config FILE`` (then no other run option
-    may differ from its default) or from the command line."""
+    may differ from its default but OPs, ``--out``, ``--name`` and ``--format``) or from the
+    command line."""
     from .config import ARGS, RunConfig
 
     if not getattr(args, "config", None):
         return RunConfig.from_args(args, hooks.option_sets)
-    sub = parser._subparsers._group_actions[0].choices[args.command]
+    sub = type(parser).commands[args.command]
     beside = {"out": args.out, "name": args.name, "format": args.format}  # where it goes, how it prints
-    dests = (set(ARGS) | {o.dest for s in hooks.option_sets for o in s.options}) - set(beside)
-    defaults = {}
-    for a in sub._actions:  # as argparse fills them in: the first action of a dest gives its default
-        defaults.setdefault(a.dest, a.default)
-    given = [a for a in sub._actions if a.dest in dests and a.option_strings
-             and getattr(args, a.dest, None) != defaults[a.dest]]
-    given += [] if not getattr(args, "ops", None) else [argparse.Action(["OP"], "ops")]
+    given = _settings_given(args, hooks.option_sets, set(beside) | {"ops", "command"})
     if given:
-        flags = ", ".join(dict.fromkeys(max(a.option_strings, key=len) for a in given))
+        flags = ", ".join(given)
         raise UsageError(f"--config {args.config}: also given on the command line: {flags}; "
                          "put run settings in the file, or drop --config")
     config = RunConfig.read(args.config).bound(hooks.option_sets)
     if config.command != args.command:
         raise UsageError(f"--config {args.config}: a configuration of zlf {config.command}, not of zlf {args.command}")
-    given = {ARGS[k]: v for k, v in beside.items() if v != defaults[k]}
+    given = {ARGS[k]: v for k, v in beside.items() if v != sub.get_default(k)}
+    if getattr(args, "ops", None):  # what it runs (a campaign's run: the ops of its process)
+        given["ops"] = tuple(args.ops)
     return config.with_changes(**given) if given else config
+
+
+def _settings_given(args, option_sets, beside) -> list:
+    """The flags of the run settings on the command line that are not at their defaults (core's
+    options spell their ``dest``; an extension's, its declared flag)."""
+    from .config import ARGS, RunConfig
+
+    config, plain = RunConfig.from_args(args, option_sets), RunConfig().bound(option_sets)
+
+    def value(c, dest):
+        section, _, name = ARGS[dest].rpartition(".")
+        return getattr(c.timing if section else c, name)
+
+    flags = [f"--{dest.replace('_', '-')}" for dest in sorted(set(ARGS) - set(beside)) if value(config, dest) != value(plain, dest)]
+    ours, theirs = config.options.flat(), plain.options.flat()
+    return flags + [o.flag for s in option_sets for o in s.options if ours.get(o.dest) != theirs.get(o.dest)]
 
 
 def main(argv=None, extra_plugins=()) -> int:

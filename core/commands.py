@@ -56,15 +56,11 @@ def add_commands(subparsers):
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 description="Check every point against its reference, time it, and write a run directory.")
     add_run_arguments(run)
-    run.add_argument("--config", metavar="FILE",
-                     help="run the settings of a RunConfig JSON file (zlf.config; written by RunConfig.write); "
-                          "no other run option may be given with it but --out, --name and --format, which "
-                          "override the file's (where the run goes and how it prints)")
     from .executors import add_scale_arguments
 
     add_scale_arguments(run)
     add_selection_arguments(run)
-    run.set_defaults(handler=cmd_run, run_options=True, measures_points=True)
+    run.set_defaults(handler=cmd_run, run_options=True, measures_points=True, config_file=True)
 
     plugins = subparsers.add_parser("plugins", help="list installed extensions (active, disabled, broken)")
     plugins.add_argument("--json", action="store_true", help="machine-readable list")

@@ -453,10 +453,18 @@ def _verdict_colour(verdict: str) -> Optional[str]:
     return None
 
 
+def unchecked_sides(row: Row) -> str:
+    """``A``, ``B`` or ``A B``: the sides whose point was timed under ``--check warn`` although its
+    reference check failed (record field ``unchecked``)."""
+    return " ".join(side for side, rec in (("A", row.a), ("B", row.b)) if rec is not None and rec.unchecked)
+
+
 def verdict_cell(row: Row, threshold_pct: float, colour: bool) -> str:
     text = clean(row.verdict(threshold_pct))
     if row.status == MIXED_TIMERS:
         text += " (mixed timers)"
+    if unchecked_sides(row):
+        text += f" (UNCHECKED {unchecked_sides(row)})"
     c = _verdict_colour(row.verdict(threshold_pct))
     return paint(text, c) if colour and c else text
 
@@ -526,7 +534,7 @@ def to_json(cmp: Comparison, gate_pct: Optional[float] = None) -> dict:
             {
                 "point": r.point, "op": r.op, "shape": list(r.shape), "dtype": r.dtype, "variant": r.variant,
                 "status": r.status, "verdict": r.verdict(t), "delta_pct": r.delta_pct, "ratio": r.ratio,
-                "ir": r.ir, "clock_differs": r.clock,
+                "ir": r.ir, "clock_differs": r.clock, "unchecked": unchecked_sides(r) or None,
                 "a": _side_values(r.a, cmp.a.ceilings), "b": _side_values(r.b, cmp.b.ceilings),
             }
             for r in cmp.rows

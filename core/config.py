@@ -45,13 +45,17 @@ class Option:
     help: str = ""
 
     @classmethod
-    def from_action(cls, action: argparse.Action) -> "Option":
-        if isinstance(action, (argparse._StoreConstAction, argparse._StoreTrueAction, argparse._StoreFalseAction)):
-            kind = "bool" if isinstance(action.const, bool) else "any"
-        elif isinstance(action, argparse._AppendAction) or action.nargs in ("*", "+"):
+    def from_action(cls, action: argparse.Action, how=None) -> "Option":
+        """The option ``action`` stands for; ``how``: the ``action=`` it was added with
+        (``"append"``, ``"count"`` ...), None for a plain value."""
+        how = how if isinstance(how, str) else None
+        if how in ("append", "append_const", "extend") or action.nargs in ("*", "+") or (
+                isinstance(action.nargs, int) and action.nargs > 1):
             kind = "list"
-        elif isinstance(action, argparse._CountAction):
+        elif how == "count":
             kind = "int"
+        elif action.nargs == 0:  # a flag: store_true / store_false / store_const
+            kind = "bool" if isinstance(action.const, bool) else "any"
         else:  # a converter of the extension's own: its values are whatever it returns
             kind = {int: "int", float: "float", str: "str", None: "str"}.get(action.type, "any")
         flag = max(action.option_strings, key=len) if action.option_strings else action.dest
@@ -88,18 +92,55 @@ class OptionSet:
         return next((o for o in self.options if o.dest == dest), None)
 
 
-def declared_options(pm, parser, command: str = "run") -> tuple:
+class Declaring:
+    """A parser (or one of its groups) as an ``add_options`` implementation is handed it: every
+    argument added through it or the groups it makes is kept in ``added`` as ``(action, how)``
+    (``how``: the ``action=`` given). Everything else is the parser's own."""
+
+    def __init__(self, target, added=None):
+        object.__setattr__(self, "_target", target)
+        object.__setattr__(self, "added", [] if added is None else added)
+
+    def add_argument(self, *args, **kwargs):
+        action = self._target.add_argument(*args, **kwargs)
+        self.added.append((action, kwargs.get("action")))
+        return action
+
+    def add_argument_group(self, *args, **kwargs):
+        return Declaring(self._target.add_argument_group(*args, **kwargs), self.added)
+
+    def add_mutually_exclusive_group(self, *args, **kwargs):
+        return Declaring(self._target.add_mutually_exclusive_group(*args, **kwargs), self.added)
+
+    def __getattr__(self, name):
+        return getattr(self._target, name)
+
+    def __setattr__(self, name, value):
+        setattr(self._target, name, value)
+
+
+def declare(pm, parser, command: str = "run") -> list:
     """Call every ``add_options`` implementation on ``parser`` of ``command`` (in pluggy's call
-    order) and return one :class:`OptionSet` per extension, made from the arguments it added."""
-    sets = []
-    given = {"parser": parser, "command": command}
+    order): ``[(extension, [(action, how), ...])]``, what each added."""
+    declared = []
+    given = {"parser": None, "command": command}
     for impl in reversed(pm.hook.add_options.get_hookimpls()):
-        before = set(map(id, parser._actions))
-        impl.function(**{name: given[name] for name in impl.argnames})
-        added = [a for a in parser._actions if id(a) not in before and a.dest != argparse.SUPPRESS]
+        view = Declaring(parser)
+        impl.function(**{name: view if name == "parser" else given[name] for name in impl.argnames})
+        added = [(a, how) for a, how in view.added if a.dest != argparse.SUPPRESS]
         if added:
-            sets.append(OptionSet(impl.plugin_name, tuple(Option.from_action(a) for a in added)))
-    return tuple(sets)
+            declared.append((impl.plugin_name, added))
+    return declared
+
+
+def declared_options(pm, parser, command: str = "run") -> tuple:
+    """One :class:`OptionSet` per extension, made from the arguments its ``add_options`` added
+    to ``parser`` of ``command`` (:func:`declare`)."""
+    return option_sets_of(declare(pm, parser, command))
+
+
+def option_sets_of(declared) -> tuple:
+    return tuple(OptionSet(owner, tuple(Option.from_action(a, how) for a, how in added)) for owner, added in declared)
 
 
 def merged_option_sets(*groups) -> tuple:
@@ -243,13 +284,13 @@ def as_budget(options) -> TimingBudget:
 #: command-line ``dest`` -> RunConfig field (``timing.X``: a TimingBudget field).
 ARGS = {
     "command": "command", "ops": "ops", "dtype": "dtypes", "backend": "backend", "device": "device", "out": "out", "name": "name",
-    "time_limit": "time_limit_s", "format": "summary_format", "ext": "ext", "no_ext": "no_ext",
+    "time_limit": "time_limit_s", "check": "check_mode", "format": "summary_format", "ext": "ext", "no_ext": "no_ext",
     "gpus": "gpus", "executor": "executor", "ray_address": "ray_address", "retries": "retries",
     "timer": "timing.timer", "warmup_ms": "timing.warmup_ms", "rep_ms": "timing.rep_ms",
     "flush_l2": "timing.flush_l2", "warmup": "timing.warmup", "iters": "timing.iters",
 }
 #: parsed-namespace entries that are the command line's own, never a run setting.
-NOT_SETTINGS = frozenset({"handler", "config", "run_options"})
+NOT_SETTINGS = frozenset({"handler", "config", "run_options", "config_file"})
 
 
 def _split_dtypes(values) -> tuple:
@@ -275,6 +316,8 @@ class RunConfig:
     out: str = "runs"
     name: Optional[str] = None
     time_limit_s: Optional[float] = None
+    #: --check: ``fail`` (a point failing its reference check is FAILED) or ``warn`` (timed, marked UNCHECKED)
+    check_mode: str = attrs.field(default="fail", converter=lambda v: v or "fail")
     summary_format: str = "table"  # --format: how the summary prints (table, markdown, csv, json)
     ext: Optional[tuple] = attrs.field(default=None, converter=_names)
     no_ext: Optional[tuple] = attrs.field(default=None, converter=_names)
@@ -325,6 +368,22 @@ class RunConfig:
         if budget:
             changes["timing"] = self.timing.with_changes(**budget)
         return attrs.evolve(self, **changes)
+
+    def with_options(self, values: Mapping) -> "RunConfig":
+        """A copy with extension option values set: ``{owner: {dest: value}}`` (see
+        :func:`owned_options`); the other values are kept."""
+        merged = {o: dict(d) for o, d in self.options.values.items()}
+        for owner, owned in values.items():
+            merged.setdefault(owner, {}).update(owned)
+        return attrs.evolve(self, options=ExtensionOptions(merged))
+
+    def selecting(self, names) -> "RunConfig":
+        """A copy whose run also selects the extensions ``names`` (``--ext``)."""
+        names = tuple(n for n in names if n not in (self.ext or ()))
+        if not names:
+            return self
+        no_ext = tuple(n for n in self.no_ext or () if n not in names) or None
+        return attrs.evolve(self, ext=(*(self.ext or ()), *names), no_ext=no_ext)
 
     def bound(self, option_sets) -> "RunConfig":
         """The same config with its extension options checked against ``option_sets``."""
@@ -398,6 +457,18 @@ class RunConfig:
         except ValueError as exc:
             raise ConfigError(f"config {path}: not JSON ({exc})") from exc
         return cls.from_json(data, source=f"config {path}")
+
+
+def owned_options(values: Mapping, option_sets, what: str = "option") -> dict:
+    """``{dest: value}`` as ``{owner: {dest: value}}``: each option under the extension that
+    declared it (:class:`ConfigError` for an option no active extension declared)."""
+    out: dict = {}
+    for dest, value in values.items():
+        owner = next((s.owner for s in option_sets if s.get(dest) is not None), None)
+        if owner is None:
+            raise ConfigError(f"{what} {dest!r} is not declared by an active extension")
+        out.setdefault(owner, {})[dest] = value
+    return out
 
 
 def _known(data: Mapping, fields, source: str) -> None:

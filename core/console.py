@@ -60,6 +60,8 @@ COLLAPSE_AT = 3
 def _record_row(r, colour: bool) -> list:
     status = paint(r.status, status_colour(r.status)) if colour else r.status
     note = r.error or ("; ".join(m.split(" ")[0] for m in r.markers) if r.markers else "")
+    if getattr(r, "unchecked", None):  # --check warn: timed although its reference check failed
+        note = f"UNCHECKED: {r.unchecked}" + (f"; {note}" if note else "")
     # a point that did not fit reads OOM where its numbers would be
     numbers = ["OOM"] * 3 if r.status == "OOM" else [number(r.median_ms), number(r.gbps), number(r.tflops)]
     return [clean(r.point), status, clean(r.timer or ""), *numbers, clean(note[:80])]
@@ -80,6 +82,8 @@ def results_table(records, colour: bool = True, fmt: str = "table") -> str:
         w.writerow(RUN_FIELDS)
         for r in records:
             note = r.error or " ".join(m.split(" ")[0] for m in r.markers)
+            if getattr(r, "unchecked", None):
+                note = f"UNCHECKED: {r.unchecked}" + (f"; {note}" if note else "")
             w.writerow([clean("" if v is None else v) for v in (r.point, r.status, r.timer, r.median_ms, r.gbps,
                                                                  r.tflops, note)])
         return buf.getvalue().rstrip("\n")

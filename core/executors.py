@@ -130,9 +130,8 @@ def execute_spec(spec: dict, root, extra_env: Optional[dict] = None) -> dict:
     staging.mkdir(parents=True)
     log.parent.mkdir(parents=True, exist_ok=True)
     argv = list(spec["argv"])
-    for item in spec.get("if_exists", ()):  # what an earlier run of the unit may have written by now
-        if (root / item["path"]).exists():
-            argv += item["args"]
+    if spec.get("config"):  # the run's configuration file: what an earlier run of the unit wrote by now decides
+        argv += ["--config", str(run_config_file(spec, root))]
     cmd = [_place(a, str(root)) for a in argv]
     env = environment({k: _place(v, str(root)) for k, v in {**spec["env"], **(extra_env or {})}.items()})
     started, t0 = _now(), time.monotonic()
@@ -156,6 +155,43 @@ def execute_spec(spec: dict, root, extra_env: Optional[dict] = None) -> dict:
     return {"key": spec["key"], "rc": rc, "made": bool(made), "name": made[0].name if made else None,
             "started": started, "finished": _now(),
             "seconds": round(time.monotonic() - t0, 2), "log": spec["log"]}
+
+def _placed(value, root: str):
+    if isinstance(value, str):
+        return _place(value, root)
+    if isinstance(value, (list, tuple)):
+        return [_placed(v, root) for v in value]
+    if isinstance(value, dict):
+        return {k: _placed(v, root) for k, v in value.items()}
+    return value
+
+
+def config_of(base, changes: dict, if_exists, root):
+    """``base`` (a :class:`~zlf.config.RunConfig`) with a run spec's ``changes`` (``{"options":
+    {owner: {dest: value}}, "extensions": [...]}``) and those of its ``if_exists`` items whose
+    ``path`` exists under ``root``; ``{campaign}`` in a value is ``root``."""
+    root = Path(root)
+    config = base
+    for item in [changes, *(i for i in if_exists or () if (root / i["path"]).exists())]:
+        config = config.with_options(_placed(item.get("options") or {}, str(root)))
+        config = config.selecting(item.get("extensions") or ())
+    return config
+
+
+def run_config_file(spec: dict, root) -> Path:
+    """The configuration file a spec's run gets (``--config``): the spec's ``config["base"]``
+    file, or, when the run needs something changed in it, ``config["file"]`` written from it."""
+    from .config import RunConfig
+
+    root = Path(root)
+    c = spec["config"]
+    base = inside(root, root / c["base"])
+    config = RunConfig.read(base)
+    changed = config_of(config, c, spec.get("if_exists"), root)
+    if changed == config:
+        return base
+    return changed.write(inside(root, root / c["file"]))
+
 
 def _stop(proc, exc: BaseException) -> None:
     """Stop a run this process was waiting for: Ctrl-C reached it too (same process group);

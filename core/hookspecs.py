@@ -61,7 +61,9 @@ def add_commands(subparsers):
         and give it ``set_defaults(handler=callable)``; the callable receives
         ``(args, session)`` and returns the process exit code. A command that starts runs
         also sets ``run_options=True``: every active extension's ``add_options`` is then
-        called on its parser too; a command that runs campaigns sets ``campaign_options=True``
+        called on its parser too, and with ``config_file=True`` it takes ``--config FILE``
+        (its run settings from a :class:`zlf.config.RunConfig` file, as a campaign's runs get
+        them); a command that runs campaigns sets ``campaign_options=True``
         (:func:`add_campaign_options`). Core's own commands (``run``, ``compare``, ``ab`` ...)
         are added through this hook too, first.
     :return: nothing.
@@ -331,7 +333,9 @@ def campaign_setup(plan, options, session):
 
     :param plan: the :class:`zlf.ab.extending.CampaignPlan`: set ``ops`` (e.g. task packages
         instead of OPs), ``side_args`` (arguments that tell side A's runs from B's),
-        ``run_args`` (arguments of every run), ``extensions`` (extensions every run must select),
+        ``options`` (your run options' values in every run's configuration), ``run_args``
+        (arguments of the ops' own command that are no run setting), ``extensions`` (extensions
+        every run must select),
         ``own_options`` (run options the campaign sets itself), ``not_switches``, ``per_op``,
         ``label``, and ``data`` (fields of campaign.json your other hooks read back).
     :param options: the parsed ``zlf ab`` command line (your :func:`add_campaign_options` included).
@@ -342,9 +346,9 @@ def campaign_setup(plan, options, session):
 
 @_spec
 def campaign_run_needs(campaign, op, round, side):
-    """What one run of a campaign needs: extra arguments and earlier runs it reads.
+    """What one run of a campaign needs: run option values, extensions, and earlier runs it reads.
 
-    Called in the driver whenever a run's command line or spec is built, and when the runs are
+    Called in the driver whenever a run's configuration or spec is built, and when the runs are
     grouped into processes and work units; answer from ``campaign.data`` (what your
     :func:`campaign_setup` stored), so that ``--resume`` gets the same answer.
 
@@ -353,8 +357,9 @@ def campaign_run_needs(campaign, op, round, side):
     :param round: the run's round (1-based).
     :param side: ``"A"`` or ``"B"``.
     :return: a list of :class:`zlf.ab.extending.RunNeed` (results of all extensions are joined).
-        A need on an earlier run (``round``/``side``) orders the runs, carries ``path`` to
-        where the run executes, and adds its ``args`` only once ``path`` exists.
+        Its ``options`` and ``extensions`` change the run's configuration file (never its
+        command line). A need on an earlier run (``round``/``side``) orders the runs, carries
+        ``path`` to where the run executes, and applies only once ``path`` exists.
     """
 
 

@@ -252,10 +252,12 @@ class Hooks:
 
     def add_options(self, parser, command: str = "run"):
         """Every extension's options that apply to ``command`` on ``parser``; remembers them as
-        typed option sets (over every command built so far)."""
-        from .config import declared_options, merged_option_sets
+        typed option sets (over every command built so far) and returns the arguments added."""
+        from .config import declare, merged_option_sets, option_sets_of
 
-        self.option_sets = merged_option_sets(self.option_sets, declared_options(self.pm, parser, command))
+        declared = declare(self.pm, parser, command)
+        self.option_sets = merged_option_sets(self.option_sets, option_sets_of(declared))
+        return [action for _, added in declared for action, _ in added]
 
     # hooks whose results core combines or completes
     def register_backends(self) -> list:

@@ -27,7 +27,7 @@ def is_jsonable(value) -> bool:
 
 
 #: parser defaults that wire a command (its handler, which options it takes), not options.
-COMMAND_WIRING = ("handler", "run_options", "campaign_options", "measures_points", "forwards_run_options")
+COMMAND_WIRING = ("handler", "run_options", "campaign_options", "measures_points", "forwards_run_options", "config_file")
 
 
 def jsonable_options(options) -> dict:
@@ -112,6 +112,9 @@ class PointRecord:
     #: the device's clock state while the point sampled (backend-defined keys; the cuda backend
     #: writes ``sm_mhz_min``, ``sm_mhz_median``, ``sm_mhz_max``, ``throttle_reasons``, ``source``).
     clock: Optional[dict] = None
+    #: ``--check warn``: the reference check's error of a point that was timed anyway (status ok);
+    #: tables and ``zlf compare`` mark the point ``UNCHECKED``.
+    unchecked: Optional[str] = None
 
     def to_json(self) -> dict:
         d = attrs.asdict(self, recurse=False)

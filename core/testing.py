@@ -10,6 +10,9 @@ gets these fixtures without a conftest (``-p no:zlf`` turns it off):
 - ``zlf_fake_op``: a :class:`zlf.Op` made of torch calls, for engine-level tests.
 - ``zlf_fake_backend``: a plugin declaring :class:`FakeBackend` (host clock, no device).
 - ``zlf_core_only``: no installed extension is active for this test (``ZLF_DISABLE`` names them all).
+- ``zlf_campaign``: factory of a ``zlf ab`` campaign directory (:func:`campaign_data`, no run
+  started), for tests of what an extension adds to campaigns; with :class:`FakeHooks`,
+  :func:`extension_hooks` and :class:`ExtensionInfo` for the hooks it asks.
 
 Tests marked ``gpu`` skip when no CUDA device is visible; ``slow`` marks tests that spawn
 several zlf processes. docs/extensions.md, "Testing your extension", shows them in use.
@@ -279,6 +282,81 @@ def _refusing_vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
     raise NotImplementedError("held dispatch: vector_norm called")
 
 
+# ----------------------------------------------------------------------------- campaigns (zlf ab)
+def campaign_data(tmp_path, ops=("add",), rounds_first=2, until=False, max_rounds=2, aa=False, **stat) -> dict:
+    """campaign.json's fields of a small campaign (before its runs): sides A (``X=0``) and B
+    (``X=1``), ``ops`` by name, ``rounds_first`` rounds (``until``: adaptive up to ``max_rounds``);
+    ``stat``: more ``statistics`` fields. ``zlf.ab.Campaign.create(parent, label, data, hooks)``
+    makes the directory."""
+    from .ab import OpSpec, Side
+
+    statistics = {"alpha": 0.05, "margin_pct": 2.0, "min_effect_pct": 1.0, "noise_from": None, "floors": {},
+                  "until_confident": until, "first_look": rounds_first, "max_rounds": max_rounds}
+    statistics.update(stat)
+    return {"label": "t", "cwd": str(tmp_path), "aa": aa, "switch": None,
+            "sides": [Side("A", {"X": "0"}).to_json(), Side("B", {"X": "1"}).to_json()],
+            "ops": [OpSpec(o, o).to_json() for o in ops], "run_args": [], "extension_args": [],
+            "replay": False, "backend": None, "device": 0, "require_idle": False, "idle_wait": 0,
+            "fail_on_slower": True, "statistics": statistics, "guards": {"switch_source": []},
+            "triton_cache": str(tmp_path / "cache")}
+
+
+class ExtensionInfo:
+    """An extension as ``hooks.infos`` lists it: its name and status (``active``, ``inactive``, ``disabled``)."""
+
+    def __init__(self, name: str, status: str = "active"):
+        self.name, self.status = name, status
+
+
+class FakeHooks:
+    """What ``zlf ab`` asks of the hooks facade, without a plugin manager: which extensions are
+    on (``infos``: :class:`ExtensionInfo` or names), the run options ``declare(parser)`` adds (as
+    the ``add_options`` of extension ``owner`` would), and campaign hooks that add nothing."""
+
+    def __init__(self, infos=(), declare=None, owner: str = "fake"):
+        import argparse
+
+        self.infos = [i if hasattr(i, "status") else ExtensionInfo(i) for i in infos]
+        self.declare, self.owner = declare, owner
+        self.option_sets: tuple = ()
+        self.add_options(argparse.ArgumentParser())
+
+    def add_options(self, parser, command: str = "run") -> list:
+        from .config import Declaring, merged_option_sets, option_sets_of
+
+        if self.declare is None:
+            return []
+        view = Declaring(parser)
+        self.declare(view)
+        self.option_sets = merged_option_sets(self.option_sets, option_sets_of([(self.owner, view.added)]))
+        return [action for action, _ in view.added]
+
+    def campaign_setup(self, plan, options, session):
+        pass
+
+    def campaign_context(self, data):
+        return []
+
+    def campaign_run_needs(self, campaign, op, round, side):
+        return []
+
+
+def extension_hooks(*names):
+    """The hooks (:class:`zlf.plugins.Hooks`) of these installed extensions only, their run
+    options declared as a command line declares them; skips the test when one is not installed."""
+    import argparse
+
+    from .plugins import Hooks, Selection, build_plugin_manager
+
+    missing = [n for n in names if n not in installed_extensions()]
+    if missing:
+        pytest.skip(f"extension(s) not installed: {', '.join(missing)}")
+    pm, infos = build_plugin_manager(Selection(only=tuple(names)))
+    hooks = Hooks(pm, infos)
+    hooks.add_options(argparse.ArgumentParser(), "run")
+    return hooks
+
+
 # ----------------------------------------------------------------------------- pytest hooks and fixtures
 
 
@@ -336,6 +414,22 @@ def zlf_fake_op():
 def zlf_fake_backend():
     """A :class:`FakeBackendPlugin` declaring :data:`FakeBackend` (``--backend fake``)."""
     return FakeBackendPlugin()
+
+
+@pytest.fixture
+def zlf_campaign(tmp_path):
+    """Factory: ``zlf_campaign(ops=("add",), hooks=None, rounds=0, **data)`` creates a campaign
+    directory under ``tmp_path/campaigns`` from :func:`campaign_data` (``data`` replaces fields),
+    adds ``rounds`` rounds, and returns the :class:`zlf.ab.Campaign` (no run is started)."""
+    from .ab import Campaign
+
+    def make(ops=("add",), hooks=None, rounds: int = 0, configs=None, **data):
+        c = Campaign.create(tmp_path / "campaigns", "t", {**campaign_data(tmp_path, ops=ops), **data}, hooks, configs)
+        for k in range(1, rounds + 1):
+            c.add_round(k)
+        return c
+
+    return make
 
 
 @pytest.fixture

@@ -15,9 +15,14 @@ import pytest
 from zlf import ab, cli, stats
 from zlf.ab import report as ab_report
 from zlf.ab import FAILED, OK, PENDING, SKIPPED, Campaign, OpSpec, Side, device_flags
+from zlf.config import RunConfig
 from zlf.errors import UsageError
 from zlf.records import PointRecord
 from zlf.rundir import RunDir
+from zlf import testing
+from zlf.testing import ExtensionInfo as Info
+from zlf.testing import campaign_data
+from zlf.testing import extension_hooks as real_hooks
 
 from conftest import _env
 
@@ -29,55 +34,17 @@ def parse(*argv):
     return parser.parse_args(list(argv))
 
 
-class FakeHooks:
-    """The two things ab asks the hooks facade: extension options and which extensions are on."""
-
-    def __init__(self, infos=()):
-        self.infos = list(infos)
-
-    def add_options(self, parser, command="run"):
-        g = parser.add_argument_group("seed")
-        g.add_argument("--seed", type=int, default=0)
-        g.add_argument("--shapes", metavar="FILE")
-        g.add_argument("--fast", action="store_true")
-        g.add_argument("--replay-from", metavar="RUN_DIR")
-
-    def campaign_setup(self, plan, options, session):
-        pass
-
-    def campaign_context(self, data):
-        return []
-
-    def campaign_run_needs(self, campaign, op, round, side):
-        return []
+def _seed_like_options(parser):
+    g = parser.add_argument_group("seed")
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--shapes", metavar="FILE")
+    g.add_argument("--fast", action="store_true")
+    g.add_argument("--replay-from", metavar="RUN_DIR")
 
 
-def real_hooks(*names):
-    """The hooks of these installed extensions only (skips the test when one is not installed)."""
-    from zlf.plugins import Hooks, Selection, build_plugin_manager, installed_extensions
-
-    missing = [n for n in names if n not in installed_extensions()]
-    if missing:
-        pytest.skip(f"extension(s) not installed: {', '.join(missing)}")
-    pm, infos = build_plugin_manager(Selection(only=tuple(names)))
-    return Hooks(pm, infos)
-
-
-class Info:
-    def __init__(self, name, status="active"):
-        self.name, self.status = name, status
-
-
-def campaign_data(tmp_path, ops=("add",), rounds_first=2, until=False, max_rounds=2, aa=False, **stat):
-    statistics = {"alpha": 0.05, "margin_pct": 2.0, "min_effect_pct": 1.0, "noise_from": None, "floors": {},
-                  "until_confident": until, "first_look": rounds_first, "max_rounds": max_rounds}
-    statistics.update(stat)
-    return {"label": "t", "cwd": str(tmp_path), "aa": aa, "switch": None,
-            "sides": [Side("A", {"X": "0"}).to_json(), Side("B", {"X": "1"}).to_json()],
-            "ops": [OpSpec(o, o).to_json() for o in ops], "run_args": [], "extension_args": [],
-            "replay": False, "backend": None, "device": 0, "require_idle": False, "idle_wait": 0,
-            "fail_on_slower": True, "statistics": statistics, "guards": {"switch_source": []},
-            "triton_cache": str(tmp_path / "cache")}
+def FakeHooks(infos=()):
+    """Hooks of a "seed" extension with a few run options (zlf.testing.FakeHooks)."""
+    return testing.FakeHooks(infos, declare=_seed_like_options, owner="seed")
 
 
 def fake_run(campaign, run, times: dict, timer="host_wall", status="ok", meta=None):
@@ -133,42 +100,95 @@ def test_op_specs(tmp_path):
     assert OpSpec.parse(str(f)).name == "ops"
 
 
-def test_run_options_are_passed_through_as_typed():
-    hooks = FakeHooks()
+def test_side_configs_carry_the_run_options_typed():
+    from zlf.ab import CampaignPlan
+
+    hooks = FakeHooks([Info("seed")])
     p = argparse.ArgumentParser()
     ab.configure_parser(p)
     hooks.add_options(p)
+    awkward = 'my "shapes" -- --rep-ms 9 \'x\'.yaml'  # flags re-spelt for a shell or argv would break it
     args = p.parse_args(["--switch", "S", "--rep-ms", "5", "--no-flush-l2", "--dtype", "float16", "--dtype", "bfloat16",
-                         "--seed", "3", "--shapes", "s.yaml", "--fast"])
-    assert ab.pass_through_args(args, hooks) == ["--dtype", "float16", "--dtype", "bfloat16", "--rep-ms", "5.0",
-                                                 "--no-flush-l2", "--seed", "3", "--shapes", "s.yaml", "--fast"]
-    args = p.parse_args(["--switch", "S", "--replay-from", "x"])
+                         "--seed", "3", f"--shapes={awkward}", "--fast", "--gpus", "0,1", "--out", "o", "--format", "json",
+                         "--time-limit", "7"])
+    sides = ab.build_sides(args)
+    configs = ab.side_configs(args, hooks, CampaignPlan(ops=[OpSpec("add", "add")]), sides)
+    assert set(configs) == {"A", "B"}
+    config = configs["A"]
+    assert config.timing.rep_ms == 5.0 and config.timing.flush_l2 is False and config.dtypes == ("float16", "bfloat16")
+    assert config.options.seed == 3 and config.options.shapes == awkward and config.options.fast is True
+    assert config.time_limit_s == 7.0 and config.command == "run" and config.ext == ("seed",)
+    # the campaign's own settings never reach its runs
+    assert (config.ops, config.out, config.summary_format, config.gpus) == ((), "runs", "table", None)
+    assert RunConfig.from_json(json.loads(json.dumps(config.to_json()))) == config  # the file holds it exactly
     # an option a campaign sets itself (CampaignPlan.own_options, from an extension's campaign_setup)
-    with pytest.raises(UsageError, match="set by zlf ab itself"):
-        ab.pass_through_args(args, hooks, own=("replay_from",))
+    args = p.parse_args(["--switch", "S", "--replay-from", "x"])
+    with pytest.raises(UsageError, match="--replay-from is set by zlf ab itself"):
+        ab.side_configs(args, hooks, CampaignPlan(own_options=["replay_from"]), sides)
+    # what an extension's campaign_setup sets is a value in the configuration
+    config = ab.side_configs(args, hooks, CampaignPlan(options={"fast": True}), sides)["B"]
+    assert config.options.fast is True and config.options.replay_from == "x"
+    with pytest.raises(UsageError, match="'nope' is not declared"):
+        ab.side_configs(args, hooks, CampaignPlan(options={"nope": 1}), sides)
 
 
 def test_extensions_are_selected_explicitly():
-    assert ab.extension_args(FakeHooks([Info("seed"), Info("shapes", "inactive")])) == ["--ext", "seed"]
-    assert ab.extension_args(FakeHooks([Info("seed", "disabled")])) == ["--no-ext", "seed"]
+    assert ab.selection(FakeHooks([Info("seed"), Info("shapes", "inactive")])) == {"ext": ("seed",), "no_ext": None}
+    assert ab.selection(FakeHooks([Info("seed", "disabled")])) == {"ext": None, "no_ext": ("seed",)}
+    assert ab.selection(FakeHooks([Info("seed")]), ["task"]) == {"ext": ("seed", "task"), "no_ext": None}
 
 
-def test_run_command_records_once_and_replays_everywhere_else(tmp_path):
+def test_a_run_need_changes_the_run_configuration_not_its_command_line(tmp_path):
+    hooks = real_hooks("autotune_replay")
     data = campaign_data(tmp_path)
     data["replay"] = True
-    c = Campaign.create(tmp_path / "out", "t", data, real_hooks("autotune_replay"))
+    c = Campaign.create(tmp_path / "out", "t", data, hooks)
     for k in (1, 2):
         c.add_round(k)
-    assert "--replay-from" not in c.command(c.runs[1], Path("/s"))  # nothing recorded yet
+    assert json.loads((c.path / "_config" / "A.json").read_text()) == RunConfig().to_json()
+    assert c.data["configs"] == {"A": "_config/A.json", "B": "_config/B.json"}
+    assert c.run_config(c.runs[1]).options.get("replay_from") is None  # nothing recorded yet
     (c.path / "add" / "r1_A" / "autotune_records").mkdir(parents=True)
     assert [(r["round"], r["side"]) for r in c.runs] == [(1, "A"), (1, "B"), (2, "B"), (2, "A")]
-    cmds = {(r["round"], r["side"]): c.command(r, Path("/s")) for r in c.runs}
-    assert "--replay-from" not in cmds[(1, "A")]
-    for key in ((1, "B"), (2, "B"), (2, "A")):
-        assert cmds[key][cmds[key].index("--replay-from") + 1] == str(c.path / "add" / "r1_A")
+    assert c.run_config(c.runs[0]) == c.config("A")  # round 1 A records: its side's configuration as written
+    for run in c.runs[1:]:
+        assert c.run_config(run).options.replay_from == str(c.path / "add" / "r1_A")
+        cmd = c.command(run, Path("/s"))
+        assert "--replay-from" not in cmd and cmd[-2:] == ["--config", str(c.path / "_config" / f"{run['side']}.json")]
+    spec = c.run_spec(c.runs[1])
+    assert spec["config"] == {"base": "_config/B.json", "options": {}, "extensions": [], "file": "add/logs/r1_B.json"}
+    assert spec["needs"] == ["_config/B.json", "add/r1_A/autotune_records"]
+    assert spec["if_exists"] == [{"path": "add/r1_A/autotune_records", "extensions": [],
+                                  "options": {"autotune_replay": {"replay_from": "{campaign}/add/r1_A"}}}]
     env_a, env_b = c.environment(c.runs[0]), c.environment(c.runs[1])
     assert env_a["X"] == "0" and env_b["X"] == "1"
     assert env_a["TRITON_CACHE_DIR"] != env_b["TRITON_CACHE_DIR"]
+
+
+def test_the_campaign_fixture_plans_rounds_with_side_configurations(zlf_campaign):
+    c = zlf_campaign(ops=("add", "mm"), rounds=2, configs={"A": RunConfig(backend="cpu"), "B": RunConfig(backend="cpu")})
+    assert [r["dir"] for r in c.runs][:4] == ["add/r1_A", "add/r1_B", "mm/r1_A", "mm/r1_B"] and len(c.runs) == 8
+    assert c.config("A").backend == "cpu" and c.run_config(c.runs[0]) == c.config("A")
+    assert Campaign.open(c.path).data["configs"] == {"A": "_config/A.json", "B": "_config/B.json"}
+
+
+def test_a_run_spec_writes_the_configuration_its_run_gets(tmp_path):
+    from zlf.executors import run_config_file
+
+    root = tmp_path / "c"
+    RunConfig(backend="cpu").with_changes(rep_ms=3.0).write(root / "_config" / "A.json")
+    spec = {"config": {"base": "_config/A.json", "options": {}, "extensions": [], "file": "op/logs/r1_A.json"},
+            "if_exists": [{"path": "op/r1_A/rec", "options": {"x": {"src": "{campaign}/op/r1_A"}}, "extensions": ["x"]}]}
+    assert run_config_file(spec, root) == root / "_config" / "A.json"  # nothing to change: the side's file
+    (root / "op" / "r1_A" / "rec").mkdir(parents=True)
+    path = run_config_file(spec, root)
+    assert path == root / "op" / "logs" / "r1_A.json"
+    config = RunConfig.read(path)
+    assert config.options.values == {"x": {"src": str(root / "op" / "r1_A")}} and config.ext == ("x",)
+    assert config.timing.rep_ms == 3.0 and config.backend == "cpu"
+    spec["config"]["file"] = "../outside.json"  # campaign.json is editable: no file outside the campaign
+    with pytest.raises(UsageError, match="outside"):
+        run_config_file(spec, root)
 
 
 # ----------------------------------------------------------------------------- guards
@@ -508,9 +528,12 @@ def test_an_extensions_side_variable_is_no_switch_and_its_dry_run_names_its_comm
     assert [r["name"] for r in ab.switch_guard(sides, [], ["/nonexistent"])] == ["ZLF_TASK_CANDIDATE"]
     assert ab.switch_guard(sides, [], ["/nonexistent"], not_switches=("ZLF_TASK_CANDIDATE",)) == []
     data = {"statistics": {"first_look": 2, "until_confident": False, "max_rounds": 2}, "replay": False,
-            "extension_args": ["--ext", "seed"], "run_args": []}
-    ab._print_dry_run(data, *sides, [OpSpec("vecadd", "/pkg", "/pkg", command="task")], [])
-    assert "  zlf task /pkg --ext seed" in capsys.readouterr().out
+            "extension_args": [], "run_args": ["--reuse-worker"]}
+    config = RunConfig(command="task", ext=("seed",))
+    ab._print_dry_run(data, *sides, [OpSpec("vecadd", "/pkg", "/pkg", command="task")], [], {"A": config, "B": config})
+    out = capsys.readouterr().out
+    assert "  zlf task /pkg --reuse-worker --config _config/<side>.json" in out
+    assert f"_config/A.json: {json.dumps(config.to_json(), sort_keys=True)}" in out
 
 
 def test_campaign_json_is_fsynced_before_the_rename(tmp_path, monkeypatch):

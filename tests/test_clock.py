@@ -18,7 +18,8 @@ from zlf.errors import UsageError
 from zlf.records import PointRecord
 from zlf.rundir import RunDir
 
-from test_ab import campaign_data, fill
+from zlf.testing import campaign_data
+from test_ab import fill
 
 OP_FILE = '''
 import torch

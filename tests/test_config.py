@@ -128,17 +128,16 @@ def test_zlf_run_config_runs_the_points_the_flags_run(zlf_cli, tmp_path):
     assert meta_b["seed"] == meta_a["seed"] == {"base": 3, "per_point": "sha256(base:point_id)[:4]"}
     assert [e["name"] for e in meta_b["extensions"]] == ["seed"]
     assert meta_b["options"]["rep_ms"] == 1.0
-    # --out, --name and --json may override the file's: where the run goes and how it prints
-    _, dir_c = _records(zlf_cli, "--config", path, "--out", "c", "--name", "mine")
+    # OPs, --out, --name and --json may override the file's: what runs, where it goes and how it prints
+    by_op, dir_c = _records(zlf_cli, "--config", path, "--out", "c", "--name", "mine", "softmax")
     assert dir_c.startswith("c/") and "mine" in dir_c
+    assert by_op == [r for r in by_flags if r[0].startswith("softmax/")] and by_op
 
 
 def test_zlf_run_config_refuses_run_options_beside_it(tmp_path, capsys):
     path = RunConfig(ops=["add"], backend="cpu").write(tmp_path / "run.json")
     assert main(["run", "--config", str(path), "--rep-ms", "5"]) == 2
     assert "also given on the command line: --rep-ms" in capsys.readouterr().err
-    assert main(["run", "--config", str(path), "softmax"]) == 2
-    assert "OP" in capsys.readouterr().err
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"ops": ["add"], "repms": 1}))
     assert main(["run", "--config", str(bad)]) == 2

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -253,6 +254,60 @@ def test_resume_refuses_a_changed_interpreter_unless_named_again(tmp_path, env):
         c.check_resume({"A": None, "B": None})
     c.check_resume({"A": str(python), "B": str(python)})  # the user vouches for it: recorded anew
     c.check_resume({"A": None, "B": None})
+
+
+def test_resume_refuses_an_edited_run_configuration(tmp_path, env):
+    """_config/<side>.json is what every run of the side is given: an edit is refused like an
+    edited interpreter, and so is a campaign.json that points a side at another file."""
+    c = _campaign(tmp_path)
+    c.check_resume({"A": None, "B": None})
+    path = c.path / "_config" / "B.json"
+    path.write_text(path.read_text().replace('"backend": null', '"backend": "evil"'))
+    with pytest.raises(Exception, match=r"side B's run configuration .* changed"):
+        c.check_resume({"A": None, "B": None})
+    c = _campaign(tmp_path / "2")
+    c.data["configs"]["B"] = "_config/A.json"
+    with pytest.raises(Exception, match="are not what zlf ab wrote"):
+        c.check_resume({"A": None, "B": None})
+
+
+def _old_campaign(tmp_path, run_args, ops=None) -> Campaign:
+    """A campaign as an older zlf wrote it: run options as flags, no run configurations."""
+    c = _campaign(tmp_path)
+    shutil.rmtree(c.path / "_config")
+    del c.data["configs"]
+    c.data.update(run_args=run_args, extension_args=[])
+    if ops:
+        c.data["ops"] = ops
+    c.seal()
+    c.save()
+    return c
+
+
+def test_resume_gives_an_old_campaign_its_run_configurations(tmp_path, env):
+    c = _old_campaign(tmp_path, ["--backend", "cpu", "--dtype", "float32", "--warmup-ms", "0", "--rep-ms", "1"])
+    done = run(["ab", "--resume", c.path], tmp_path, env, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    state = json.loads((c.path / "campaign.json").read_text())
+    assert state["configs"] == {"A": "_config/A.json", "B": "_config/B.json"} and state["run_args"] == []
+    for side in "AB":
+        config = json.loads((c.path / "_config" / f"{side}.json").read_text())
+        assert config["backend"] == "cpu" and config["dtypes"] == ["float32"] and config["timing"]["rep_ms"] == 1.0
+        meta = json.loads((c.path / "add" / f"r1_{side}" / "meta.json").read_text())
+        assert meta["options"]["rep_ms"] == 1.0 and meta["options"]["config"] == str(c.path / "_config" / f"{side}.json")
+    assert [r["status"] for r in state["runs"]] == ["ok", "ok"]
+    done = run(["report", c.path], tmp_path, env)
+    assert done.returncode in (0, 1) and "Traceback" not in done.stderr, done.stderr
+
+
+def test_resume_refuses_an_old_campaign_it_cannot_read_in_one_line(tmp_path, env):
+    c = _old_campaign(tmp_path, ["--backend", "cpu", "--no-such-option", "1"])
+    done = run(["ab", "--resume", c.path], tmp_path, env)
+    assert done.returncode == 2 and "gives its runs options this zlf cannot read (--backend cpu --no-such-option 1)" in one_line(done.stderr)
+    assert "configs" not in json.loads((c.path / "campaign.json").read_text())
+    c = _old_campaign(tmp_path / "2", ["--cases", "1"], ops=[OpSpec("pkg", "/pkg", "/pkg", command="task").to_json()])
+    done = run(["ab", "--resume", c.path], tmp_path, env)
+    assert done.returncode == 2 and "gives zlf task its options as flags" in one_line(done.stderr)
 
 
 # ----------------------------------------------------------------------------- 7: workers die with their judge

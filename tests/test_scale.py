@@ -17,7 +17,8 @@ from zlf.rundir import RunDir
 from zlf.scheduler import DONE, GAVE_UP, SKIPPED, Scheduler, Unit
 
 from conftest import read_records, run_dir_from
-from test_ab import campaign_data, real_hooks
+from zlf.testing import campaign_data
+from zlf.testing import extension_hooks as real_hooks
 
 
 # ----------------------------------------------------------------------------- the scheduler alone
@@ -261,7 +262,10 @@ def test_ab_on_two_gpus_replays_round_1_a(zlf_cli, tmp_path, process):
         if r["dir"] == "matmul/r1_A":
             continue
         command = (camp / "matmul" / "logs" / f"r{r['round']}_{r['side']}.txt").read_text().splitlines()[0]
-        assert f"--replay-from {source}" in command, command
+        # the replay is in the run's configuration (the file its command names), not a flag
+        assert "--replay-from" not in command and command.split()[-2] == "--config", command
+        config = json.loads(Path(command.split()[-1]).read_text())
+        assert config["options"]["autotune_replay"]["replay_from"] == str(source)
         assert not (camp / r["dir"] / "autotune_records").exists()
         assert RunDir(camp / r["dir"]).meta()["autotune"]["mode"] == "replay"
 
@@ -355,8 +359,10 @@ def test_shared_campaign_units_are_rounds_and_alone_ops_wait_for_their_record(tm
     assert c.groups["_shared/r1_A"] == ["add/r1_A", "mm/r1_A"]
     # r1_B replays the record of the process that runs r1_A, even before it ran
     spec = c.shared_spec("_shared/r1_B", [c.find("add", 1, "B")])
-    assert spec["needs"] == ["_shared/r1_A/autotune_records"]
-    assert spec["if_exists"] == [{"path": "_shared/r1_A/autotune_records", "args": ["--replay-from", "{campaign}/_shared/r1_A"]}]
+    assert spec["needs"] == ["_config/B.json", "_shared/r1_A/autotune_records"]
+    assert spec["if_exists"] == [{"path": "_shared/r1_A/autotune_records", "extensions": [],
+                                  "options": {"autotune_replay": {"replay_from": "{campaign}/_shared/r1_A"}}}]
+    assert spec["config"]["file"] == "_shared/logs/r1_B.json"
     # mm's round 1 went alone: its runs are per-op pair units, the later one waits for its r1_A
     for side in "AB":
         c.find("mm", 1, side).update(alone=True)

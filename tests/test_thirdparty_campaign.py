@@ -76,8 +76,19 @@ def test_a_third_party_extension_joins_a_campaign(stamp_installed, tmp_path):
             meta = json.loads((camp / op / run / "meta.json").read_text())["stamp"]
             assert meta["mode"] == "read" and meta["token"] == written["token"], (op, run, meta)
             assert meta["source"].endswith("_shared/r1_A")  # the kept process of round 1 A
-            assert "--stamp-from" in (camp / op / "logs" / f"{run}.txt").read_text().splitlines()[0]
-        assert "--stamp-from" not in (camp / op / "logs" / "r1_A.txt").read_text().splitlines()[0]
+            # ... as a value in the run's configuration, not a flag on its command line
+            command = (camp / op / "logs" / f"{run}.txt").read_text().splitlines()[0]
+            assert "--stamp-from" not in command
+            config = json.loads((camp / "_shared" / "logs" / f"{run}.json").read_text())
+            assert command.endswith(f"--config {camp / '_shared' / 'logs' / f'{run}.json'}")
+            assert config["options"]["stamp"]["stamp_from"] == meta["source"]
+            assert json.loads((camp / op / run / "meta.json").read_text())["options"]["stamp_from"] == meta["source"]
+        command = (camp / op / "logs" / "r1_A.txt").read_text().splitlines()[0]
+        assert "--stamp-from" not in command and command.endswith(f"--config {camp / '_config' / 'A.json'}")
+    assert state["configs"] == {"A": "_config/A.json", "B": "_config/B.json"}
+    for side in "AB":  # what the campaign was given, for every run of the side
+        config = json.loads((camp / "_config" / f"{side}.json").read_text())
+        assert config["timing"]["rep_ms"] == 5.0 and config["ext"] == ["stamp"] and config["options"]["stamp"] == {"stamp_from": None}
 
 
 def test_the_campaign_refuses_the_option_it_sets(stamp_installed, tmp_path):

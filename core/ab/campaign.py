@@ -25,7 +25,7 @@ from .. import __version__
 from ..errors import UsageError
 from ..rundir import RunDir, write_atomic
 from .execute import Execution
-from .layout import (C_RUNNING, CAMPAIGN, FAILED, FORMAT_VERSION, LOGS, OK, PENDING, RUNNING, SHARED,
+from .layout import (CONFIGS, C_RUNNING, CAMPAIGN, FAILED, FORMAT_VERSION, LOGS, OK, PENDING, RUNNING, SHARED,
                      SHARED_PROCESS, SKIPPED, STAGING, now)
 
 #: campaign.json fields that become the runs' command lines, environment or code: signed at
@@ -130,13 +130,50 @@ class Campaign(Execution):
 
     # ------------------------------------------------------------------ create / open
     @classmethod
-    def create(cls, parent, label: str, data: dict, hooks=None) -> "Campaign":
+    def create(cls, parent, label: str, data: dict, hooks=None, configs=None) -> "Campaign":
+        """A new campaign directory with campaign.json and each side's run configuration.
+
+        :param configs: ``{side name: RunConfig}`` (:func:`zlf.ab.sides.side_configs`); default:
+            a plain ``zlf run`` configuration for both sides.
+        """
         rundir = RunDir.create(Path(parent).absolute(), f"ab_{label}")  # same naming and no-reuse rule as runs
         c = cls(rundir.path, {"format": FORMAT_VERSION, "zlf_version": __version__, "status": C_RUNNING,
                               "started": now(), "finished": None, "runs": [], "looks": [], **data}, hooks)
+        c.write_configs(configs)
         c.seal()
         c.save()
         return c
+
+    # ------------------------------------------------------------------ the sides' run configurations
+    def write_configs(self, configs=None) -> None:
+        """Write ``_config/<side>.json`` for each side and record them (``configs``) in campaign.json;
+        sealed with the campaign (:meth:`code_files`)."""
+        from ..config import RunConfig
+
+        if configs is None:
+            command = next((o.command for o in self.ops), "run")
+            configs = {name: RunConfig(command=command) for name in self.sides}
+        paths = {}
+        for name, config in configs.items():
+            paths[name] = f"{CONFIGS}/{name}.json"
+            config.write(self.path / paths[name])
+        self.data["configs"] = paths
+
+    def config_path(self, side: str) -> Path:
+        """Side ``side``'s run configuration file (inside the campaign, whatever campaign.json says)."""
+        from ..rundir import inside
+
+        configs = self.data.get("configs")
+        if not isinstance(configs, dict) or not isinstance(configs.get(side), str):
+            raise UsageError(f"campaign {self.path} has no run configuration of side {side} (made by an older zlf: "
+                             "zlf ab --resume upgrades it)")
+        return inside(self.path, self.path / configs[side])
+
+    def config(self, side: str):
+        """Side ``side``'s :class:`~zlf.config.RunConfig`."""
+        from ..config import RunConfig
+
+        return RunConfig.read(self.config_path(side))
 
     # ------------------------------------------------------------------ trust on --resume
     def code_files(self) -> dict:
@@ -152,6 +189,8 @@ class Campaign(Execution):
         for op in self.ops:
             if op.source and os.path.isfile(op.source):
                 files[f"op file of {op.name}"] = op.source
+        for name, path in sorted((self.data.get("configs") or {}).items()):
+            files[f"side {name}'s run configuration"] = str(self.path / path)
         return files
 
     def seal(self) -> None:
@@ -444,7 +483,8 @@ def signing_key(create: bool) -> Optional[bytes]:
 
 
 def _sign(key: bytes, data: dict) -> str:
-    body = json.dumps({k: data.get(k) for k in SIGNED}, sort_keys=True, default=str)
+    signed = SIGNED + ("configs",) if "configs" in data else SIGNED  # a campaign before them: as it was signed
+    body = json.dumps({k: data.get(k) for k in signed}, sort_keys=True, default=str)
     return hmac.new(key, body.encode(), hashlib.sha256).hexdigest()
 
 

@@ -8,6 +8,7 @@ in :mod:`zlf.stats` and docs/ab.md.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import sys
@@ -24,9 +25,9 @@ from .campaign import Campaign, OpSpec, key_path
 from .driving import Printer, Scaled, Stopped, drive
 from .extending import CampaignPlan
 from .guards import busy_backend, campaign_guards, switch_guard, switch_guard_messages
-from .layout import (C_COMPLETE, C_INTERRUPTED, C_RUNNING, PENDING, PER_OP, RUNNING, SHARED, SHARED_PROCESS,
+from .layout import (CONFIGS, C_COMPLETE, C_INTERRUPTED, C_RUNNING, PENDING, PER_OP, RUNNING, SHARED, SHARED_PROCESS,
                      SUMMARY_LOG, now)
-from .sides import build_sides, extension_args, pass_through_args, run_limit_args, run_pass_through
+from .sides import CAMPAIGN_OWN, build_sides, run_pass_through, side_configs
 
 EPILOG = """\
 examples:
@@ -159,6 +160,8 @@ def _check_ops(ops) -> None:
     names = [o.name for o in ops]
     if SHARED in names:
         raise UsageError(f"op name {SHARED!r} is where shared processes write: rename the op (NAME:FILE)")
+    if CONFIGS in names:
+        raise UsageError(f"op name {CONFIGS!r} is where the sides' run configurations are: rename the op (NAME:FILE)")
     for name in names:  # each op's runs live in <campaign>/<op name>/
         if safe_name(name, "") != name:
             raise UsageError(f"op name {name!r} cannot name a directory of the campaign "
@@ -208,9 +211,8 @@ def _campaign_data(args, session, plan, a, b, statistics) -> dict:
         "switch": args.switch,
         "sides": [a.to_json(), b.to_json()],
         "ops": [o.to_json() for o in ops],
-        "run_args": pass_through_args(args, session.hooks, own=plan.own_options) + plan.run_args
-        + run_limit_args(args, ops),
-        "extension_args": extension_args(session.hooks, plan.extensions),
+        "run_args": list(plan.run_args),  # the ops' command's own; run settings are in each side's configuration
+        "extension_args": [],
         "scale": scale_options(args, None),
         "backend": args.backend,
         "device": args.device,
@@ -230,18 +232,19 @@ def _new_campaign(args, session):
     statistics = _statistics(args)
     plan = _plan(args, session)
     a, b = build_sides(args, plan.side_args)
+    configs = side_configs(args, session.hooks, plan, (a, b))
     data = _campaign_data(args, session, plan, a, b, statistics)
     data["context"] = session.hooks.campaign_context(data=data)
     _preflight(data, session)  # refuse before anything is written: a refused campaign cannot be resumed
     guard = switch_guard((a, b), plan.ops, args.switch_source, plan.not_switches)
     data["guards"] = {"switch_source": guard}
     if args.dry_run:
-        _print_dry_run(data, a, b, plan.ops, guard)
+        _print_dry_run(data, a, b, plan.ops, guard, configs)
         return None
     for line in switch_guard_messages(guard):
         warn(line)
     label = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in data["label"])
-    campaign = Campaign.create(args.out, label, data, session.hooks)
+    campaign = Campaign.create(args.out, label, data, session.hooks, configs)
     if not campaign.data.get("triton_cache"):
         campaign.data["triton_cache"] = os.path.abspath(args.triton_cache) if args.triton_cache else str(campaign.path / "triton_cache")
         campaign.seal()  # the cache is where Triton loads compiled launchers from: signed too
@@ -252,20 +255,22 @@ def _new_campaign(args, session):
     return campaign
 
 
-def _print_dry_run(data, a, b, ops, guard) -> None:
+def _print_dry_run(data, a, b, ops, guard, configs) -> None:
     print(f"side A: {a.describe()}\nside B: {b.describe()}")
     s = data["statistics"]
     rounds = f"{s['first_look']} rounds" + (f", then up to {s['max_rounds']} until confident" if s["until_confident"] else "")
     print(f"ops: {', '.join(o.name for o in ops)}; {rounds}")
     for line in data.get("context") or ():
         print(line)
-    extra = " ".join(data["extension_args"] + data["run_args"])
+    extra = " ".join([*data["run_args"], "--config", f"{CONFIGS}/<side>.json"])
     if data.get("process") == SHARED_PROCESS:
         print("one process per round and side for all ops (--process-per-op: one per op):")
         print(f"  zlf run {' '.join(o.run_spec for o in ops)} {extra}".rstrip())
     else:
         for o in ops:
             print(f"  zlf {o.command} {o.run_spec} {extra}".rstrip())
+    for name, config in configs.items():
+        print(f"{CONFIGS}/{name}.json: {json.dumps(config.to_json(), sort_keys=True)}")
     for r in guard:
         where = ", ".join(r["found"]) if r["found"] else "NOT FOUND"
         print(f"switch {r['name']} referenced in: {where}")
@@ -319,6 +324,8 @@ def _resume(args, session) -> Campaign:
         raise UsageError(f"campaign {args.resume!r} is still being run by process {pid}")
     if campaign.data["status"] != C_COMPLETE or any(r["status"] in (PENDING, RUNNING) for r in campaign.runs):
         campaign.check_resume({"A": args.a_python, "B": args.b_python})  # it will start runs
+        if "configs" not in campaign.data:
+            upgrade(campaign, session)
     _preflight({**campaign.data, "scale": scale}, session)
     if args.metric:
         campaign.data["metric"] = args.metric
@@ -333,6 +340,36 @@ def _resume(args, session) -> Campaign:
         campaign.data.update(driver_pid=os.getpid(), status=C_RUNNING)
     campaign.save()
     return campaign
+
+
+def upgrade(campaign, session) -> None:
+    """Give a campaign of an older zlf (its run options as flags in campaign.json's ``run_args``
+    and ``extension_args``) each side's run configuration, read from those flags as ``zlf run``
+    reads them; the flags are dropped. Called once its signature verified. A campaign of another
+    command (``zlf task``: its own arguments among the flags) is refused: start a new one."""
+    import contextlib
+    import io
+
+    from ..cli import build_parser, run_config
+
+    d = campaign.data
+    flags = [*(d.get("extension_args") or ()), *(d.get("run_args") or ())]
+    commands = sorted({o.command for o in campaign.ops})
+    if commands != ["run"]:
+        raise UsageError(f"--resume: campaign {campaign.path} of zlf {d.get('zlf_version')} gives zlf "
+                         f"{' and '.join(commands)} its options as flags, which this zlf no longer does; "
+                         "start a new campaign")
+    parser = build_parser(session.hooks)
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            args = parser.parse_args(["run", *flags])
+        config = run_config(args, parser, session.hooks)
+    except (SystemExit, UsageError):
+        raise UsageError(f"--resume: campaign {campaign.path} of zlf {d.get('zlf_version')} gives its runs options "
+                         f"this zlf cannot read ({' '.join(flags)}); start a new campaign") from None
+    d["run_args"], d["extension_args"] = [], []
+    campaign.write_configs({name: config.with_changes(**CAMPAIGN_OWN) for name in campaign.sides})
+    campaign.seal()
 
 
 def _finish(campaign, scaled, args, session) -> int:

@@ -1,5 +1,6 @@
-"""How a campaign's runs are started and filed: each run a fresh ``zlf run`` process (``zlf task``
-for a task package, ...), described by a JSON-able *run spec* whose paths are relative to
+"""How a campaign's runs are started and filed: each run a fresh ``zlf run --config FILE`` process
+(``zlf task`` for a task package, ...) of its side's configuration (``_config/<side>.json``, with
+what the run needs added), described by a JSON-able *run spec* whose paths are relative to
 ``{campaign}``, so that a worker process or a Ray task elsewhere can execute it
 (:func:`zlf.executors.execute_spec`) and the driver files the outcome (:meth:`Execution.file`).
 The campaign process never imports a kernel.
@@ -11,7 +12,8 @@ import signal
 from pathlib import Path
 from typing import Optional
 
-from ..executors import ROOT, device_identity, environment, execute_spec
+from ..config import owned_options
+from ..executors import ROOT, config_of, device_identity, environment, execute_spec
 from ..rundir import RunDir
 from ..scheduler import Unit
 from .layout import (FAILED, LOGS, OK, PENDING, RUNNING, SHARED, SKIPPED, STAGING, inside_dir, split_run_dir)
@@ -21,36 +23,59 @@ class Execution:
     """The part of :class:`~zlf.ab.campaign.Campaign` that builds command lines and run specs,
     starts runs and files their outcomes."""
 
-    def command(self, run: dict, staging: Path, root=None, optional: bool = True) -> list:
-        """The command line of one run (``zlf <op.command> OP``), without its environment.
+    def command(self, run: dict, staging: Path, root=None) -> list:
+        """The command line of one run, without its environment: ``zlf <op.command> OP --config
+        <the side's configuration> --out STAGING --name r<k>_<side>`` and the side's arguments.
+        What the run's needs add goes into its configuration (:meth:`config_changes`).
 
         :param root: the campaign directory as the executing side sees it (default: this one).
-        :param optional: add the arguments of needs on earlier runs whose files exist now (False:
-            leave them to :func:`zlf.executors.execute_spec`, which decides when the run starts).
         """
-        side = self.sides[run["side"]]
-        op = self.op_spec(run["op"])
         root = Path(root) if root is not None else self.path
-        cmd = [side.interpreter, "-m", "zlf", op.command, op.run_spec, "--out", str(staging),
-               "--name", f"r{run['round']}_{run['side']}"]
-        cmd += self.data["extension_args"] + self.data["run_args"] + list(side.args)
-        cmd += [a for n in self.needs(run) if n.round is None for a in n.args]
-        if optional:  # an earlier run that wrote nothing to read (no autotuned kernel ...): nothing added
-            for need, source in self.sources(run):
-                if (self.path / source / need.path).exists():
-                    cmd += need.argv(str(root / source))
-        return cmd
+        return self._argv(run, [self.op_spec(run["op"]).run_spec], staging, root) + [
+            "--config", str(root / self.config_path(run["side"]).relative_to(self.path))]
 
-    def _if_exists(self, run: dict, root: Path) -> tuple:
-        """``(needs, if_exists)`` of a run spec: the campaign-relative paths the run reads, and
-        ``[{"path", "args"}]``: ``args`` are added when ``path`` exists as the run starts -- a spec
-        is built before its unit runs, when an earlier run of the same unit has not yet written it."""
-        needs, if_exists = [], []
-        for need, source in self.sources(run):
-            path = f"{source}/{need.path}" if need.path else source
-            needs.append(path)
-            if_exists.append({"path": path, "args": need.argv(str(root / source))})
-        return needs, if_exists
+    def _argv(self, run: dict, specs: list, staging, root: Path) -> list:
+        side = self.sides[run["side"]]
+        command = self.op_spec(run["op"]).command
+        return [side.interpreter, "-m", "zlf", command, *specs, "--out", str(staging),
+                "--name", f"r{run['round']}_{run['side']}", *self.data.get("run_args", ()), *side.args]
+
+    def config_changes(self, run: dict, root=None) -> tuple:
+        """``(changes, if_exists)``: what ``run``'s needs change in its side's configuration.
+
+        ``changes``: ``{"options": {owner: {dest: value}}, "extensions": [...]}`` of the needs that
+        always apply; ``if_exists``: ``[{"path", "options", "extensions"}]``, applied when the
+        campaign-relative ``path`` exists as the run starts (an earlier run may not have written
+        it; a spec is built before its unit runs).
+        """
+        root = Path(root) if root is not None else self.path
+        sets = self.hooks.option_sets if self.hooks is not None else ()
+        changes: dict = {"options": {}, "extensions": []}
+        if_exists = []
+        for need in self.needs(run):
+            if need.round is None:
+                for owner, owned in owned_options(need.values(), sets, "a run need's option").items():
+                    changes["options"].setdefault(owner, {}).update(owned)
+                changes["extensions"] += [n for n in need.extensions if n not in changes["extensions"]]
+                continue
+            source = self.source_dir(run["op"], need.round, need.side)
+            if_exists.append({"path": f"{source}/{need.path}" if need.path else source,
+                              "options": owned_options(need.values(str(root / source)), sets, "a run need's option"),
+                              "extensions": list(need.extensions)})
+        return changes, if_exists
+
+    def run_config(self, run: dict, root=None):
+        """The :class:`~zlf.config.RunConfig` ``run`` gets if it starts now (its side's, with
+        what its needs change)."""
+        changes, if_exists = self.config_changes(run, root)
+        return config_of(self.config(run["side"]), changes, if_exists, self.path)
+
+    def _config_spec(self, run: dict, log: str, root: Path) -> tuple:
+        """``(config, needs, if_exists)`` of a run spec (see :func:`zlf.executors.execute_spec`)."""
+        base = str(self.config_path(run["side"]).relative_to(self.path))
+        changes, if_exists = self.config_changes(run, root)
+        config = {"base": base, **changes, "file": str(Path(log).with_suffix(".json"))}
+        return config, [base] + [item["path"] for item in if_exists], if_exists
 
     def env_overrides(self, run: dict, root=None) -> dict:
         """What a run's environment adds to the executing process's own."""
@@ -220,32 +245,30 @@ class Execution:
     def run_spec(self, run: dict) -> dict:
         """Everything needed to execute ``run`` anywhere: paths relative to ``{campaign}``.
 
-        ``needs``: campaign-relative paths the run reads (from earlier runs, :class:`RunNeed`);
-        ``if_exists``: see :meth:`_if_exists`.
+        ``config``: the side's configuration file and what the run's needs change in it;
+        ``needs``: campaign-relative paths the run reads (that file, earlier runs' files,
+        :class:`RunNeed`); ``if_exists``: see :meth:`config_changes`.
         """
         root = Path(ROOT)
         staging = self._staging(run).relative_to(self.path)
-        argv = self.command(run, root / staging, root=root, optional=False)
-        needs, if_exists = self._if_exists(run, root)
-        return {"key": run["dir"], "argv": argv, "env": self.env_overrides(run, root=root), "cwd": self.data["cwd"],
-                "staging": str(staging), "dir": run["dir"], "log": str(self.log_path(run).relative_to(self.path)),
-                "needs": needs, "if_exists": if_exists}
+        log = str(self.log_path(run).relative_to(self.path))
+        config, needs, if_exists = self._config_spec(run, log, root)
+        return {"key": run["dir"], "argv": self._argv(run, [self.op_spec(run["op"]).run_spec], root / staging, root),
+                "env": self.env_overrides(run, root=root), "cwd": self.data["cwd"], "staging": str(staging),
+                "dir": run["dir"], "log": log, "config": config, "needs": needs, "if_exists": if_exists}
 
     def shared_spec(self, key: str, runs: list) -> dict:
         """The run spec of one process that runs every op of ``runs`` (one round, one side, one
         :meth:`origin`)."""
         run = runs[0]
-        side = self.sides[run["side"]]
         root = Path(ROOT)
         name = Path(key).name
         staging = f"{SHARED}/{STAGING}/{name}"
-        argv = [side.interpreter, "-m", "zlf", "run", *[self.op_spec(r["op"]).run_spec for r in runs],
-                "--out", str(root / staging), "--name", f"r{run['round']}_{run['side']}"]
-        argv += self.data["extension_args"] + self.data["run_args"] + list(side.args)
-        argv += [a for n in self.needs(run) if n.round is None for a in n.args]
-        needs, if_exists = self._if_exists(run, root)  # the same for every op of the group (shared_groups)
+        log = f"{SHARED}/{LOGS}/{name}.txt"
+        argv = self._argv(run, [self.op_spec(r["op"]).run_spec for r in runs], root / staging, root)
+        config, needs, if_exists = self._config_spec(run, log, root)  # the same for every op of the group (shared_groups)
         return {"key": key, "argv": argv, "env": self.env_overrides(run, root=root), "cwd": self.data["cwd"],
-                "staging": staging, "dir": key, "log": f"{SHARED}/{LOGS}/{name}.txt", "needs": needs,
+                "staging": staging, "dir": key, "log": log, "config": config, "needs": needs,
                 "if_exists": if_exists, "shared": [r["dir"] for r in runs]}
 
 

@@ -9,6 +9,9 @@ Layout::
       summary.log          the summary table and every guard's message (plain text)
       summary.json         per-point statistics (read by ``--noise-from``)
       report.md            markdown report; delta_intervals.png its plot
+      _config/<A|B>.json   each side's run configuration (zlf.config.RunConfig): every run of
+                           the side is ``zlf run --config`` of it (with what a run needs added,
+                           in <op>/logs/r<k>_<A|B>.json beside its log)
       <op>/r<k>_<A|B>/     one run directory per op, round and side (``zlf run`` wrote it)
       <op>/logs/r<k>_<A|B>.txt   that run's stdout and stderr
       _shared/logs/r<k>_<A|B>.txt  output of a process that ran every op of a round and side
@@ -35,6 +38,8 @@ STAGING = ".staging"
 LOGS = "logs"
 FORMAT_VERSION = 1
 
+#: where each side's run configuration is (an op may not have this name).
+CONFIGS = "_config"
 #: where processes that run several ops write (an op may not have this name).
 SHARED = "_shared"
 #: ``campaign.json``'s ``process``: one process per (op, round, side), or per (round, side).

@@ -90,7 +90,9 @@ def _context_lines(campaign, alpha, results=()) -> list:
     if metric != metrics.DEFAULT:
         lines.append(f"  metric: {metric} ({metrics.unit(metric)}: {metrics.METRICS[metric].summary})")
     lines += [f"  {line}" for line in d.get("context") or ()]  # the extensions' (campaign_context)
-    run_args = " ".join(d["extension_args"] + d["run_args"])
+    run_args = " ".join(d.get("extension_args", []) + d.get("run_args", []))
+    if d.get("configs"):  # the run settings are each side's configuration file
+        run_args = " ".join([*d.get("run_args", []), "--config", "_config/<side>.json"])
     # An extension's ops run its command (`zlf task PKG ... --candidate FILE`: the side's arguments last).
     commands = sorted({o.get("command", "run") for o in d.get("ops", [])}) or ["run"]
     for command in commands:

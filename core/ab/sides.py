@@ -1,13 +1,15 @@
 """The two sides of a campaign and what every run is given: the environment, interpreter and
-arguments that tell A from B, the run options re-spelt for ``zlf run``, and the extensions every
-run selects."""
+arguments that tell A from B, and each side's run configuration (:class:`zlf.config.RunConfig`:
+the run options given to ``zlf ab``, the extensions every run selects, what extensions set)."""
 from __future__ import annotations
 
 import argparse
 import os
 
+from ..config import RunConfig, owned_options
 from ..console import warn
 from ..errors import UsageError
+from ..options import add_timing_arguments
 from ..redact import credential_in
 from .campaign import Side
 
@@ -19,12 +21,8 @@ def run_pass_through(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--dtypes", dest="dtype", action="append", help=argparse.SUPPRESS)  # FlagGems' spelling
     g.add_argument("--backend", metavar="NAME", help="cpu, cuda, or an extension's backend")
     g.add_argument("--device", type=int, default=0, metavar="N", help="device index (default 0)")
-    g.add_argument("--timer", metavar="EXT", help="which extension's time_fn to use")
-    g.add_argument("--warmup-ms", type=float, metavar="MS", help="warm-up budget per point")
-    g.add_argument("--rep-ms", type=float, metavar="MS", help="measurement budget per point")
-    l2 = g.add_mutually_exclusive_group()
-    l2.add_argument("--flush-l2", dest="flush_l2", action="store_true", default=None, help="flush L2 before every sample")
-    l2.add_argument("--no-flush-l2", dest="flush_l2", action="store_false", help="keep L2 warm between samples")
+    add_timing_arguments(g, helps={"timer": "which extension's time_fn to use", "warmup_ms": "warm-up budget per point",
+                                   "rep_ms": "measurement budget per point", "flush_l2": "flush L2 before every sample"})
 
 
 def _parse_env(items, flag) -> dict:
@@ -73,62 +71,40 @@ def build_sides(args, side_args=None) -> tuple:
     return a, b
 
 
-def pass_through_args(args, hooks, add_core=run_pass_through, own=(), skip=()) -> list:
-    """The run options given to ``zlf ab`` (core's and the active extensions'), re-spelt for
-    ``zlf run``: argparse actions know how each was written.
+#: run settings of the ``zlf ab`` command line that are the campaign's, never its runs'.
+CAMPAIGN_OWN = {"ops": (), "out": "runs", "name": None, "summary_format": "table", "gpus": None, "executor": None,
+                "ray_address": None, "retries": None}
 
-    :param add_core: adds the core options to pass on; ``own``: options that are an error here;
-        ``skip``: destinations never passed on (a sharded ``zlf run`` sets its own ``--out``).
+
+def side_configs(args, hooks, plan, sides) -> dict:
+    """``{side name: RunConfig}``: what every run of each side is given (``zlf run --config``).
+
+    The run options given to ``zlf ab`` (core's and the extensions', typed as declared), the
+    extensions every run selects, and the plan's option values (:class:`CampaignPlan.options`);
+    a run option the campaign sets itself (``plan.own_options``) is refused when given here.
     """
-    scratch = argparse.ArgumentParser(add_help=False)
-    add_core(scratch)
-    hooks.add_options(scratch, "ab")
-    out, done = [], set()
-    for action in scratch._actions:
-        dest = action.dest
-        if dest in done or dest in skip or not action.option_strings or not hasattr(args, dest):
-            continue
-        value = getattr(args, dest)
-        if value is None or value == action.default:
-            continue
-        if dest in own:
-            raise UsageError(f"{action.option_strings[0]} is set by zlf ab itself (an extension gives it to the runs)")
-        flag = action.option_strings[0]
-        if isinstance(action, (argparse._StoreConstAction, argparse._StoreTrueAction, argparse._StoreFalseAction)):
-            if value != action.const:
-                continue  # the other flag of a pair (--flush-l2 / --no-flush-l2) spells it
-            out.append(flag)
-        elif isinstance(action, argparse._CountAction):
-            out.extend([flag] * int(value))
-        elif isinstance(action, argparse._AppendAction):
-            for item in value:
-                out.extend([flag, *map(str, item)] if isinstance(item, (list, tuple)) else [flag, str(item)])
-        elif isinstance(value, (list, tuple)):
-            out.extend([flag, *map(str, value)])
-        else:
-            out.extend([flag, str(value)])
-        done.add(dest)
-    return out
+    sets = hooks.option_sets
+    for dest in plan.own_options:
+        option = next((o for s in sets for o in s.options if o.dest == dest), None)
+        if option is not None and getattr(args, dest, None) not in (None, option.default):
+            raise UsageError(f"{option.flag} is set by zlf ab itself (an extension gives it to the runs)")
+    commands = sorted({o.command for o in plan.ops})
+    if len(commands) > 1:
+        raise UsageError(f"the ops of one campaign run one command, not {' and '.join(commands)}")
+    config = RunConfig.from_args(args, sets).with_changes(command=commands[0] if commands else "run", **CAMPAIGN_OWN,
+                                                         **selection(hooks, plan.extensions))
+    config = config.with_options(owned_options(plan.options, sets, "a campaign's option"))
+    config.check()
+    if config.time_limit_s is not None and not config.time_limit_s >= 0:
+        raise UsageError(f"--time-limit {config.time_limit_s:g}: expected seconds >= 0 (0: no limit)")
+    return {side.name: config for side in sides}
 
 
-def extension_args(hooks, extra=()) -> list:
-    """Select in every run exactly the extensions active here (install order never decides),
-    and the ``extra`` ones a campaign's runs need (:attr:`CampaignPlan.extensions`)."""
+def selection(hooks, extra=()) -> dict:
+    """``ext`` / ``no_ext`` of every run: exactly the extensions active here (install order
+    never decides), and the ``extra`` ones a campaign's runs need (:attr:`CampaignPlan.extensions`)."""
     active = [i.name for i in hooks.infos if i.status == "active"]
     active += [name for name in extra if name not in active]
     if active:
-        return [a for name in active for a in ("--ext", name)]
-    return [a for i in hooks.infos for a in ("--no-ext", i.name)]
-
-
-def run_limit_args(args, ops) -> list:
-    """``--time-limit``: each ``zlf run``'s per-point limit; ops of other commands (an
-    extension's) get it from the extension, as that command spells it."""
-    limit = getattr(args, "time_limit", None)
-    if limit is None:
-        return []
-    if not limit >= 0:
-        raise UsageError(f"--time-limit {limit:g}: expected seconds >= 0 (0: no limit)")
-    return ["--time-limit", str(limit)] if all(o.command == "run" for o in ops) else []
-
-
+        return {"ext": tuple(active), "no_ext": None}
+    return {"ext": None, "no_ext": tuple(i.name for i in hooks.infos)}

@@ -1,7 +1,8 @@
 """A third-party extension core has never heard of: a replay-like "stamp".
 
 Round 1's A run of a campaign writes ``stamp/stamp.txt`` (a fresh token) into its run directory;
-every other run of the op is given ``--stamp-from <that run>`` and records the token it read in
+every other run of the op gets ``stamp_from`` (its ``--stamp-from``) set to that run in its run
+configuration, and records the token it read in
 meta.json. It takes part in ``zlf ab`` only through the ``campaigns`` hooks, as an extension
 shipped by someone else would (tests/test_thirdparty_campaign.py installs it by an entry point).
 """
@@ -47,7 +48,7 @@ class StampExtension:
     def campaign_run_needs(self, campaign, op, round, side):
         if not campaign.data.get("stamp") or (round, side) == (1, "A"):
             return []
-        return [RunNeed(args=("--stamp-from", SOURCE), round=1, side="A", path=STAMP_DIR)]
+        return [RunNeed(options={"stamp_from": SOURCE}, round=1, side="A", path=STAMP_DIR)]
 
     @hookimpl
     def campaign_context(self, data):

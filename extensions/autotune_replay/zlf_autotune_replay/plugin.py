@@ -108,7 +108,7 @@ class AutotuneReplay:
         """Every run but round 1 A replays round 1 A's record (when it wrote one)."""
         if not campaign.data.get("replay") or (round, side) == (1, "A"):
             return []
-        return [RunNeed(args=("--replay-from", SOURCE), round=1, side="A", path=RECORDS_DIR)]
+        return [RunNeed(options={"replay_from": SOURCE}, round=1, side="A", path=RECORDS_DIR)]
 
     @hookimpl
     def campaign_context(self, data):

@@ -15,9 +15,20 @@ BASE = DATA / "flaggems_fixture_base"
 FAST = ("--warmup-ms", "1", "--rep-ms", "3")
 
 
-def flaggems_run(zlf_cli, checkout, *args, check_rc=None, env=None):
-    return zlf_cli("run", "--ext", "flaggems", "--ext", "shapes", "--ext", "seed", "--flaggems-dir", checkout,
+def flaggems_run(zlf_cli, checkout, *args, check_rc=None, env=None, exts=()):
+    """zlf run with flaggems and the extensions ``exts`` only (see :func:`needs`)."""
+    with_exts = [a for name in exts for a in ("--ext", name)]
+    return zlf_cli("run", "--ext", "flaggems", *with_exts, "--flaggems-dir", checkout,
                    *FAST, *args, check_rc=check_rc, env=env)
+
+
+def needs(*names) -> tuple:
+    """The other extensions a test truly needs (``--shapes FILE`` is the shapes extension's, an
+    inputs fingerprint the seed extension's): skipped where one is not installed, so these tests
+    pass with zlf and zlf-flaggems alone."""
+    for name in names:
+        pytest.importorskip(f"zlf_{name}", reason=f"needs the {name} extension (zlf-{name}) installed")
+    return names
 
 
 def by_point(records) -> dict:
@@ -33,7 +44,8 @@ def test_shape_injection_for_every_kind_of_benchmark_class(zlf_cli, tmp_path):
         "upsample_bicubic2d_aa_backward:\n  shapes: [[1, 1, 4, 4, 8, 8]]\n"  # special inputs: bespoke
         "unused: *red\n")
     proc = flaggems_run(zlf_cli, V5, "softmax:reduction_perf", "avg_pool2d", "softmax_topk:special_perf",
-                        "upsample_bicubic2d_aa_backward", "--shapes", shapes, "--dtypes", "float32", check_rc=0)
+                        "upsample_bicubic2d_aa_backward", "--shapes", shapes, "--dtypes", "float32", check_rc=0,
+                        exts=needs("shapes", "seed"))
     run = run_dir_from(proc.stdout, tmp_path)
     recs = by_point(read_records(run))
     assert sorted(recs) == [
@@ -71,9 +83,13 @@ def test_nested_shape_entries_become_flat_points_and_are_rebuilt(zlf_cli, tmp_pa
     op = json.loads((run / "meta.json").read_text())["flaggems"]["ops"]["constant_pad"]
     assert op["nested_layouts"] == {"4": {"l0": "[2], [2]", "l1": "[3], [0, n]"}, "5": {"": "[3], [2]"}}
     assert op["dropped_shape_entries"] == []
+
+
+def test_a_shape_files_nested_shapes_take_the_builtin_layouts(zlf_cli, tmp_path):
     shapes = tmp_path / "pad.yaml"
     shapes.write_text("ConstantPadBenchmark:\n  shapes: [[4, 16, 2, 3], [2, 4, 6, 3, 3]]\n")
-    proc = flaggems_run(zlf_cli, V5, "constant_pad", "--shapes", shapes, "--dtypes", "float32", check_rc=0)
+    proc = flaggems_run(zlf_cli, V5, "constant_pad", "--shapes", shapes, "--dtypes", "float32", check_rc=0,
+                        exts=needs("shapes"))
     recs = by_point(read_records(run_dir_from(proc.stdout, tmp_path)))
     assert all(r["status"] == "ok" for r in recs.values())
     # a shape file's shape runs every layout of its number of ints
@@ -109,9 +125,13 @@ def test_nested_entries_with_differing_constants_become_labelled_variants(zlf_cl
     assert "{'mode': 'constant'}" in recs["pad_mode/3x8x1x2/float32/constant"]["extra"]["size_detail"]
     op = json.loads((run / "meta.json").read_text())["flaggems"]["ops"]["pad_mode"]
     assert op["nested_layouts"]["4"] == {"constant": "[2], [2], 'constant'", "replicate": "[2], [2], 'replicate'"}
+
+
+def test_a_shape_files_shape_runs_every_labelled_layout(zlf_cli, tmp_path):
     shapes = tmp_path / "pad.yaml"
     shapes.write_text("pad_mode:\n  shapes: [[4, 16, 2, 3]]\n")
-    proc = flaggems_run(zlf_cli, V5, "pad_mode", "--shapes", shapes, "--dtypes", "float32", check_rc=0)
+    proc = flaggems_run(zlf_cli, V5, "pad_mode", "--shapes", shapes, "--dtypes", "float32", check_rc=0,
+                        exts=needs("shapes"))
     recs = by_point(read_records(run_dir_from(proc.stdout, tmp_path)))
     assert sorted(recs) == ["pad_mode/4x16x2x3/float32/constant", "pad_mode/4x16x2x3/float32/replicate"]
 
@@ -138,9 +158,13 @@ def test_a_class_fixing_its_own_inputs_gives_one_point_per_input(zlf_cli, tmp_pa
     assert all(r["status"] == "ok" and r["extra"]["flaggems"]["kind"] == "fixed" for r in recs.values())
     assert "{'diagonal': 1}" in recs["triu_fixed/8x6/float32/v1"]["extra"]["size_detail"]
     assert "torch.Size([8, 6])" in recs["triu_fixed/8x6/float32/v1"]["extra"]["size_detail"]
+
+
+def test_a_class_fixing_its_own_inputs_refuses_a_shape_file(zlf_cli, tmp_path):
     shapes = tmp_path / "triu.yaml"
     shapes.write_text("triu_fixed:\n  shapes: [[16, 16]]\n")
-    proc = flaggems_run(zlf_cli, V5, "triu_fixed", "--shapes", shapes, "--dtypes", "float32", check_rc=2)
+    proc = flaggems_run(zlf_cli, V5, "triu_fixed", "--shapes", shapes, "--dtypes", "float32", check_rc=2,
+                        exts=needs("shapes"))
     assert "fixes its own inputs; shape 16x16 is not one of them (4x4, 8x6)" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
 
@@ -202,7 +226,7 @@ def test_seeds_apply_and_flagtune_passes_through(zlf_cli, tmp_path):
     fps = []
     for name in ("a", "b"):
         proc = flaggems_run(zlf_cli, BASE, "softmax", "--dtypes", "float32", "--name", name,
-                            "--flaggems-flagtune", "1", check_rc=0)
+                            "--flaggems-flagtune", "1", check_rc=0, exts=needs("seed"))
         run = run_dir_from(proc.stdout, tmp_path)
         fps.append([r["extra"]["inputs_fingerprint"] for r in read_records(run)])
         meta = json.loads((run / "meta.json").read_text())
@@ -234,3 +258,52 @@ def test_checkout_from_environment(zlf_cli, tmp_path):
     proc = zlf_cli("run", "--ext", "flaggems", *FAST, "avg_pool2d", "--dtype", "float32",
                    env={"FLAGGEMS_DIR": str(BASE)}, check_rc=0)
     assert "avg_pool2d/2x3x32x32/float32" in proc.stdout
+
+
+def test_counting_inputs_on_meta_makes_no_cpu_tensor(zlf_cli):
+    """FlagGems' integer inputs are made on the CPU then moved (bitwise_left_shift): counting a
+    point's inputs must not build them (a 2**30-element shape took minutes before any point)."""
+    import sys
+
+    proc = zlf_cli.inprocess("ops", "--ext", "flaggems", "--flaggems-dir", BASE, "cpu_made_shift", check_rc=0)
+    assert "cpu_made_shift" in proc.stdout
+    made_on = sys.modules["benchmark.test_cpu_made_shift"].MADE_ON
+    assert made_on and set(made_on) == {"meta"}, made_on
+    proc = flaggems_run(zlf_cli, BASE, "cpu_made_shift", check_rc=0)
+    assert set(made_on) == {"meta"}  # the run itself was a child process: real inputs there
+
+
+def test_fractional_max_pooling_is_random_output_not_compared(zlf_cli, tmp_path):
+    """Its pooling regions are drawn per call, torch's and FlagGems' each their own: the check
+    would fail every point (as fractional_max_pool2d's first point did on the H200)."""
+    proc = flaggems_run(zlf_cli, BASE, "fractional_max_pool2d", "--dtypes", "float32", check_rc=0)
+    recs = read_records(run_dir_from(proc.stdout, tmp_path))
+    assert recs and all(r["status"] == "ok" and r["max_rel_err"] is None for r in recs)
+    assert all(r["extra"]["check"].startswith("not checked: fractional_max_pool2d has random") for r in recs)
+
+
+def test_max_shapes_keeps_the_smallest_builtin_shapes(zlf_cli, tmp_path):
+    proc = flaggems_run(zlf_cli, BASE, "flaky_exp", "--dtypes", "float32", "--flaggems-max-shapes", "1", check_rc=0)
+    assert [r["point"] for r in read_records(run_dir_from(proc.stdout, tmp_path))] == ["flaky_exp/64x64/float32"]
+    proc = flaggems_run(zlf_cli, BASE, "flaky_exp", "--flaggems-max-shapes", "0", check_rc=2)
+    assert proc.stderr.strip().endswith("--flaggems-max-shapes 0: expected a count >= 1")
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_reference_mismatch_is_named_only_when_nearly_every_point_is_far_off():
+    from zlf.records import PointRecord
+    from zlf_flaggems.plugin import reference_mismatch
+
+    def rec(i, err, tol=1e-4, unchecked=False):
+        text = f"wrong result (output 0): relative error {err:g} > {tol:g}" if err is not None else None
+        return PointRecord(point=f"rope/{i}/float32", op="rope", shape=(i,), dtype="float32",
+                           status="ok" if unchecked or text is None else "FAILED",
+                           error=None if unchecked else text, unchecked=text if unchecked else None)
+
+    far = [rec(i, 1.19) for i in range(9)]
+    assert reference_mismatch(far + [rec(9, None)]) == (
+        "the benchmark's reference and the FlagGems op disagree (rel. error 1.19 on 9/10 points)")
+    assert reference_mismatch(far[:8] + [rec(8, None), rec(9, None)]) is None       # 80 %: a kernel bug, say
+    assert reference_mismatch([rec(i, 5e-3) for i in range(10)]) is None            # 50x the tolerance only
+    assert reference_mismatch([rec(i, 1.19, unchecked=True) for i in range(3)]).endswith("on 3/3 points)")
+    assert reference_mismatch([]) is None

@@ -41,6 +41,8 @@ import attrs
 
 from zlf import Op, UsageError
 
+from .phases import phase
+
 #: relative L2 error allowed against the torch reference, by point dtype; other dtypes (ints,
 #: bool) must match exactly. fp32 is 10x core's default: the reference is torch's own fp32
 #: kernel, not a float64 one, and long reductions (prod, cumsum over 64K elements) in another
@@ -50,6 +52,10 @@ TOLERANCE = {"float64": 1e-7, "float32": 1e-4, "float16": 2e-3, "bfloat16": 1.6e
 #: words of op names (split at "_") whose output is random or uninitialised: never compared.
 UNCHECKED_WORDS = {"rand", "randn", "randint", "randperm", "dropout", "normal", "uniform", "exponential",
                    "multinomial", "bernoulli", "poisson", "geometric", "cauchy", "empty"}
+#: ops whose output is random though no word of their name says so: fractional max pooling draws
+#: its pooling regions (``_random_samples``) per call, torch's and FlagGems' each their own. Their
+#: backward gets the forward's indices and stays checked.
+RANDOM_OPS = {"fractional_max_pool2d", "fractional_max_pool3d"}
 
 KIND_YAML = "yaml"
 KIND_SET_SHAPES = "set_shapes"
@@ -312,6 +318,26 @@ def _same_nonfinite(actual, expected) -> tuple:
     return torch.where(same, 0, actual), torch.where(same, 0, expected)
 
 
+def _on_meta():
+    """Every torch call given a ``device=`` makes its tensor on the meta device instead.
+
+    Counting a point's inputs on the meta device must allocate nothing, but FlagGems' input
+    functions make integer inputs on the CPU and then move them (``torch.randint(...,
+    device="cpu").to(device)``: ``utils.generate_tensor_input``, bitwise_left_shift's shift
+    amounts). For a 2**30-element shape that is seconds of CPU random numbers per tensor, per
+    dtype, before the run's first point: ``bitwise_left_shift`` printed nothing for a minute."""
+    from torch.overrides import TorchFunctionMode
+
+    class OnMeta(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if kwargs.get("device") is not None:
+                kwargs = {**kwargs, "device": "meta"}
+            return func(*args, **kwargs)
+
+    return OnMeta()
+
+
 class BenchCall:
     """The per-point callables: FlagGems (the point under test) and torch (recorded alongside).
 
@@ -334,6 +360,7 @@ class BenchCall:
         self.note = ""                        # how the point was checked, or why not
         self._dout = None                     # backward: the same output gradient on both sides
         self._checked = True
+        self._calls = 0                       # FlagGems calls so far: the first compiles and tunes
 
     def compute_reference(self) -> None:
         """The torch op on clones of the inputs; call outside FlagGems' dispatch."""
@@ -373,6 +400,10 @@ class BenchCall:
         if self._gems is None:
             bench = self.adapter.bench
             self._gems = self._build(bench.gems_op or bench.torch_op)
+        self._calls += 1
+        if self._calls <= 2:
+            phase(*(("compile", f"{self.adapter.label}: first FlagGems call (compile, tuning)") if self._calls == 1
+                    else ("measure", f"{self.adapter.label}: timing the FlagGems op")))
         if self._checked:
             return self._gems()
         self._checked = True
@@ -425,6 +456,7 @@ class BenchmarkOp:
         self._gems_ctx: Optional[contextlib.ExitStack] = None
         self.registration_log: dict = {}  # what FlagGems logged while registering: message -> times
         self.empty: list = []  # points the benchmark yields no input for (no point made)
+        self.label = bench.op_name  # what the phase lines call the current point
         try:
             bench.init_user_config()  # dtypes, metrics and shapes as FlagGems would set them
         except Exception as exc:
@@ -491,8 +523,19 @@ class BenchmarkOp:
             own = f"{self.shape_desc}; " if self.shape_desc and plain else ""  # the class's, for its plain entries
             self.shape_desc = f"{own}nested entries, flattened: {'; '.join(parts)}"
         self.dtypes = [_dtype_name(d) for d in bench.to_bench_dtypes]
-        random = sorted(UNCHECKED_WORDS & set(bench.op_name.split("_")))
+        random = sorted(UNCHECKED_WORDS & set(bench.op_name.split("_"))) or bench.op_name in RANDOM_OPS
         self.unchecked = f"not checked: {bench.op_name} has random or uninitialised output" if random else ""
+
+    def keep_smallest(self, n: int) -> None:
+        """Keep the ``n`` built-in shapes with the fewest elements (``--flaggems-max-shapes``), in order."""
+        def size(shape):
+            total = 1
+            for d in shape:
+                total *= d
+            return total
+
+        keep = set(sorted(self.shapes, key=size)[:n])
+        self.shapes = [s for s in self.shapes if s in keep]
 
     # ------------------------------------------------------------------ shapes -> inputs
     def _fixed_items(self) -> dict:
@@ -590,7 +633,8 @@ class BenchmarkOp:
         if device is not None:
             bench.device = device  # instance attribute shadows the class's device
         try:
-            return sum(1 for _ in self.input_iter(shape, dtype, label))
+            with (_on_meta() if device == "meta" else contextlib.nullcontext()):
+                return sum(1 for _ in self.input_iter(shape, dtype, label))
         finally:
             bench.__dict__.pop("device", None)
 
@@ -614,6 +658,7 @@ class BenchmarkOp:
             return [""] if len(found) == 1 else [f"v{i}" for i in range(len(found))]
         dtype = torch_dtype(dtype_name)
         labels = []
+        phase("plan", f"counting the inputs of {self.bench.op_name} {'x'.join(map(str, shape))}/{dtype_name}")
         for layout in self.layout_labels(shape):
             try:
                 n = self._count(shape, dtype, "meta", layout)

@@ -24,6 +24,7 @@ import attrs
 from zlf import UsageError
 
 from .checkout import Checkout
+from .phases import phase
 
 #: pytest's own marks: never an op name.
 BUILTIN_MARKS = {"parametrize", "skip", "skipif", "xfail", "usefixtures", "filterwarnings",
@@ -138,7 +139,9 @@ def load(checkout: Checkout, settings: Settings) -> Harness:
     if root not in sys.path:
         sys.path.insert(0, root)
     _purge_foreign(checkout.root)
+    phase("import", "importing flag_gems")
     flag_gems = _import_flag_gems(checkout)
+    phase("import", "importing the benchmark harness")
     try:
         consts = importlib.import_module(f"{PACKAGE}.{checkout.consts_module}")
         conftest = importlib.import_module(f"{PACKAGE}.conftest")
@@ -236,6 +239,7 @@ def matches(case: Case, op: str, test: Optional[str]) -> bool:
 
 
 def import_test_module(harness: Harness, path: Path):
+    phase("import", f"importing benchmark/{path.name}")
     return importlib.import_module(f"{PACKAGE}.{path.stem}")
 
 

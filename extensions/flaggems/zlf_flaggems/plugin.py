@@ -17,6 +17,7 @@ keep working); ``OP:OP_FILE`` without a checkout is an error.
 from __future__ import annotations
 
 import os
+import re
 from typing import Optional
 
 from zlf import UsageError, hookimpl
@@ -24,6 +25,7 @@ from zlf import UsageError, hookimpl
 from . import checkout as _checkout
 from . import harness as _harness
 from .adapter import TOLERANCE, BenchmarkOp
+from .phases import phase
 from .table import render
 
 ENV_FLAGTUNE = "USE_FLAGTUNE"
@@ -32,6 +34,33 @@ MODES = ("kernel", "operator", "wrapper", "cudagraph")
 #: the commands whose ops FlagGems can provide (zlf ab passes them on to its runs)
 COMMANDS = ("run", "ab", "ops")
 RESULTS_FILE = "flaggems_results.txt"
+#: a reference mismatch is named when this share of an op's points fail the check ...
+MISMATCH_SHARE = 0.9
+#: ... each by at least this many times the tolerance (and a relative error of at least MISMATCH_MIN)
+MISMATCH_FACTOR = 100.0
+MISMATCH_MIN = 0.01
+_WRONG = re.compile(r"wrong result \(output \d+\): relative error ([0-9.eE+-]+) > ([0-9.eE+-]+)")
+
+
+def reference_mismatch(records) -> Optional[str]:
+    """``the benchmark's reference and the FlagGems op disagree (rel. error 1.19 on 15/15 points)``
+    when (nearly) every point of one op fails the check by far more than the tolerance: the
+    benchmark's torch op is not the same function as the FlagGems op (FlagGems' own harness never
+    compares them). Points timed anyway under ``--check warn`` count (their ``unchecked`` text)."""
+    records = list(records)
+    errors = []
+    for r in records:
+        m = _WRONG.search(getattr(r, "unchecked", None) or r.error or "")
+        if m is None:
+            continue
+        err, tol = float(m.group(1)), float(m.group(2))
+        if err >= max(MISMATCH_FACTOR * tol, MISMATCH_MIN):
+            errors.append(err)
+    if not records or not errors or len(errors) < MISMATCH_SHARE * len(records):
+        return None
+    errors.sort()
+    return (f"the benchmark's reference and the FlagGems op disagree (rel. error {errors[len(errors) // 2]:.3g} "
+            f"on {len(errors)}/{len(records)} points)")
 
 
 def _tolerances(values) -> dict:
@@ -62,8 +91,26 @@ class FlagGems:
         self.ops: dict = {}         # op name -> BenchmarkOp
         self.flagtune: Optional[str] = None
         self.tolerance: dict = {}
+        self.points_begun = 0
+        self.max_shapes: Optional[int] = None
 
     # ------------------------------------------------------------------ command line
+    @hookimpl
+    def add_commands(self, subparsers):
+        import argparse
+
+        from . import sweep
+
+        p = subparsers.add_parser("sweep", help="run every benchmark op of a FlagGems checkout, each in its own "
+                                  "zlf run, into one table (resumable)",
+                                  description=sweep.__doc__.strip().splitlines()[0], epilog=sweep.EPILOG,
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+        sweep.configure_parser(p)
+        from zlf.options import add_selection_arguments
+
+        add_selection_arguments(p)
+        p.set_defaults(handler=sweep.main)
+
     @hookimpl
     def add_options(self, parser, command):
         if command not in COMMANDS:
@@ -81,6 +128,8 @@ class FlagGems:
                        help="relative L2 error allowed against the torch reference, e.g. float32=1e-3 for TF32 "
                             "kernels (repeatable; defaults: " +
                             ", ".join(f"{k} {v:g}" for k, v in TOLERANCE.items()) + ", others exact)")
+        g.add_argument("--flaggems-max-shapes", type=int, metavar="N",
+                       help="run each op's N smallest built-in shapes only (a quick pass over many ops; default all)")
         g.add_argument("--flaggems-flagtune", choices=("0", "1"),
                        help=f"set {ENV_FLAGTUNE} before flag_gems is imported (default: the environment's)")
 
@@ -110,6 +159,9 @@ class FlagGems:
         self.flagtune = os.environ.get(ENV_FLAGTUNE)
         self.settings = _harness.Settings(level=opts.flaggems_level, mode=mode, dtypes=dtypes)
         self.tolerance = _tolerances(opts.flaggems_tolerance or ())
+        self.max_shapes = opts.get("flaggems_max_shapes")
+        if self.max_shapes is not None and self.max_shapes < 1:
+            raise UsageError(f"--flaggems-max-shapes {self.max_shapes}: expected a count >= 1")
 
     # ------------------------------------------------------------------ ops
     @hookimpl
@@ -153,6 +205,7 @@ class FlagGems:
             raise UsageError(f"FlagGems skips every test of op {op!r} here: {reasons}")
         ops = []
         for case in runnable:
+            phase("plan", f"building the Benchmark of {case.node_id}")
             benches = _harness.capture(self.harness, case)
             if not benches:
                 raise UsageError(f"FlagGems test {case.node_id} built no Benchmark (it never called run())")
@@ -162,6 +215,8 @@ class FlagGems:
                     raise UsageError(f"FlagGems op name {bench.op_name!r} is built by both {twin.case.node_id} and "
                                      f"{case.node_id}: their points would share ids; select one with OP:OP_FILE::TEST")
                 adapter = BenchmarkOp(self.harness, bench, case, self.tolerance)
+                if self.max_shapes:
+                    adapter.keep_smallest(self.max_shapes)
                 self.ops[bench.op_name] = adapter
                 ops.append(adapter.to_op())
         return ops
@@ -190,6 +245,15 @@ class FlagGems:
                 run.log.info(f"flaggems: {name} ({a.class_name}): built-in shape entries that are not int "
                              f"lists were left out: {', '.join(a.dropped)}")
 
+    @hookimpl
+    def before_point(self, run, point):
+        adapter = self.ops.get(point.op)
+        if adapter is None:
+            return
+        self.points_begun += 1
+        adapter.label = f"point {self.points_begun}/{len(run.plan)} {point.id}"
+        phase("inputs", f"{adapter.label}: inputs and torch reference")
+
     @hookimpl(tryfirst=True)
     def after_point(self, run, point, record):
         adapter = self.ops.get(point.op)
@@ -205,6 +269,7 @@ class FlagGems:
             run.annotate("check", call.note)
         if record.status != "ok":
             return
+        phase("measure", f"{adapter.label}: timing the torch op")
         try:
             timing = run.hooks.time_fn(call.torch, point, run.backend, run.config.timing,
                                        op=run.current_op, inputs=run.current_inputs)
@@ -227,6 +292,7 @@ class FlagGems:
     def after_run(self, run, results):
         if not self.ops:
             return
+        phase("done", f"run {run.status}")
         logged: dict = {}
         for adapter in self.ops.values():
             adapter.exit_gems()
@@ -234,6 +300,15 @@ class FlagGems:
                 logged[message] = logged.get(message, 0) + times
         for message, times in logged.items():  # kept off the terminal, once each here
             run.log.info(f"flaggems: use_gems() logged while registering its kernels ({times}x): {message}")
+        for name in self.ops:
+            finding = reference_mismatch(r for r in results if r.op == name)
+            if finding:
+                from zlf.console import warn
+
+                run.meta["flaggems"]["ops"][name]["reference_mismatch"] = finding
+                run.log.warning(f"flaggems: {name}: {finding}")
+                hint = "" if getattr(run.config, "check_mode", "fail") == "warn" else "; --check warn times them anyway, marked UNCHECKED"
+                warn(f"{name}: {finding}{hint}")
         text = render(results, self.settings.mode, self.settings.level)
         if text:
             (run.dir / RESULTS_FILE).write_text(text)

@@ -1,5 +1,9 @@
 """The profile extension: ncu's CSV (real output recorded on an H200), the profiled process,
-zlf profile and zlf triage end to end with a stand-in ncu that prints the recorded CSV."""
+zlf profile and zlf triage end to end with a stand-in ncu that prints the recorded CSV.
+
+With core and this extension alone every test here runs but those that need another extension:
+the IR diff (ir_dump's IR tree) and the end-to-end runs (a profiled process selects ``shapes``;
+the runs profiled use seed, autotune_replay and ir_dump) skip, naming what is missing."""
 from __future__ import annotations
 
 import json
@@ -16,7 +20,7 @@ from zlf_profile import ncu
 from zlf_profile.child import ProfiledPoint
 from zlf_profile.launches import LaunchRecorder, from_ir_index
 from zlf_profile.profile import folder_name, parse_point
-from zlf_profile.triage import beyond_noise, counter_phrases, ir_changes, key_change
+from zlf_profile.triage import NO_IR_DUMP, beyond_noise, counter_phrases, ir_changes, key_change
 
 DATA = Path(__file__).parent / "data" / "ncu"
 BASE = DATA / "ncu_matmul_base.csv"  # default build, H200, 3 launches of matmul_kernel
@@ -195,7 +199,17 @@ def _ir_tree(run: Path, body: str, dtype="fp16"):
         f"64x64x64\tmatmul_kernel\tw8s3\t64x64x64/matmul_kernel/w8s3\tlaunched\t*{dtype},*{dtype},*{dtype},i32\n")
 
 
+def needs(*names):
+    """Skip unless these extensions are installed (what the test runs uses them)."""
+    from zlf.plugins import installed_extensions
+
+    missing = [n for n in names if n not in installed_extensions()]
+    if missing:
+        pytest.skip(f"needs the extension(s) {', '.join(missing)}, not installed")
+
+
 def test_ir_diff_of_a_point_names_the_key_op_change(tmp_path):
+    needs("ir_dump")
     _ir_tree(tmp_path / "A", "%0 = ttng.warp_group_dot %a, %b\n%1 = ttng.warp_group_dot_wait %0\n")
     _ir_tree(tmp_path / "B", "%0 = tt.dot %a, %b\n")
     rows, changes, why = ir_changes(tmp_path / "A", tmp_path / "B", Point("matmul", (64, 64, 64), "float16"), tmp_path / "out")
@@ -207,6 +221,16 @@ def test_ir_diff_of_a_point_names_the_key_op_change(tmp_path):
     rows, _, why = ir_changes(tmp_path / "A", tmp_path / "B", Point("matmul", (64, 64, 64), "bfloat16"), tmp_path / "o2")
     assert rows == [] and "no IR file" in why
     assert from_ir_index(tmp_path / "A", (64, 64, 64), "float16").kernels == ("matmul_kernel",)
+
+
+def test_without_ir_dump_a_bundle_says_there_is_no_ir_comparison(tmp_path, monkeypatch):
+    _ir_tree(tmp_path / "A", "%0 = tt.dot %a, %b\n")
+    _ir_tree(tmp_path / "B", "%0 = tt.dot %a, %b\n")
+    monkeypatch.setitem(sys.modules, "zlf_ir_dump", None)  # not installed: importing it fails
+    monkeypatch.setitem(sys.modules, "zlf_ir_dump.irtree", None)
+    assert ir_changes(tmp_path / "A", tmp_path / "B", Point("matmul", (64, 64, 64), "float16"), tmp_path / "o") == \
+        ([], [], NO_IR_DUMP)
+    assert not from_ir_index(tmp_path / "A", (64, 64, 64), "float16").known  # no kernel names from its index
 
 
 def test_the_profiled_process_wraps_only_the_first_calls_and_restores_the_op():
@@ -254,6 +278,7 @@ EXTS = ["--ext", "seed", "--ext", "autotune_replay", "--ext", "ir_dump", "--ext"
 
 @pytest.fixture(scope="module")
 def cpu_run(tmp_path_factory):
+    needs("seed", "autotune_replay", "ir_dump", "shapes")
     tmp = tmp_path_factory.mktemp("profile_run")
     proc = _zlf(["run", "matmul", "--dtype", "float32", *EXTS, "--out", tmp / "runs"], tmp, _env(tmp))
     assert proc.returncode == 0, proc.stderr
@@ -266,8 +291,8 @@ def test_zlf_profile_runs_the_point_alone_under_ncu_as_the_run_ran_it(cpu_run, t
     proc = _zlf(["profile", run, "matmul/64x64x64/float32", "--out", tmp_path / "p", *EXTS], tmp_path, env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     folder = tmp_path / "p" / "profile" / "matmul_64x64x64_float32"
-    assert sorted(p.name for p in folder.iterdir()) == ["child.log", "command.sh", "metrics.json", "metrics.md", "ncu.csv",
-                                                        "run", "shapes.yaml"]
+    assert sorted(p.name for p in folder.iterdir()) == ["child.log", "command.sh", "config.json", "metrics.json", "metrics.md",
+                                                        "ncu.csv", "run", "shapes.yaml"]
     m = json.loads((folder / "metrics.json").read_text())
     assert m["ok"] and m["profiler"] == "ncu" and m["kernels"][0]["mean"]["registers"] == 200
     assert m["replay_from"] == str(run.resolve())  # the run recorded its autotune choices: replayed
@@ -276,9 +301,15 @@ def test_zlf_profile_runs_the_point_alone_under_ncu_as_the_run_ran_it(cpu_run, t
     assert call["point"] == "matmul/64x64x64/float32"
     assert args[args.index("--clock-control") + 1] == "none" and "--profile-from-start" in args
     app = args[args.index("-m") - 1:]
-    assert app[1:4] == ["-m", "zlf", "run"] and app[app.index("--dtype") + 1] == "float32"
-    assert app[app.index("--replay-from") + 1] == str(run.resolve()) and app[app.index("--timer") + 1] == "core"
-    assert {"seed", "autotune_replay", "ir_dump", "profile", "shapes"} <= {app[i + 1] for i, a in enumerate(app) if a == "--ext"}
+    assert app[1:] == ["-m", "zlf", "run", "--config", app[5], "--out", app[-1]] and app[5].endswith("config.json")
+    # the profiled process's configuration: the run's, for the one point, kept beside command.sh
+    config = json.loads((folder / "config.json").read_text())
+    assert config["ops"] == ["matmul"] and config["dtypes"] == ["float32"] and config["timing"]["timer"] == "core"
+    assert config["options"]["autotune_replay"]["replay_from"] == str(run.resolve())
+    assert config["options"]["shapes"]["shapes"] == str(folder / "shapes.yaml")
+    assert config["options"]["seed"]["seed"] == json.loads((run / "meta.json").read_text())["options"]["seed"]  # the run's seed
+    assert {"seed", "autotune_replay", "ir_dump", "profile", "shapes"} <= set(config["ext"])
+    assert f"--config {folder / 'config.json'}" in (folder / "command.sh").read_text()
     child = json.loads((folder / "run" / "results.jsonl").read_text().splitlines()[0])
     assert [r for r in [child["point"]]] == ["matmul/64x64x64/float32"]  # the profiled process ran that one point
     assert child["extra"]["profiled"]["calls"] == 3
@@ -335,6 +366,7 @@ def test_zlf_profile_reports_ncus_own_error_when_nothing_was_profiled(cpu_run, t
 
 @pytest.fixture(scope="module")
 def campaign(tmp_path_factory):
+    needs("seed", "autotune_replay", "ir_dump", "shapes")
     tmp = tmp_path_factory.mktemp("triage_campaign")
     proc = _zlf(["ab", "--switch", "DISABLE_MMA_V3", "--rounds", "2", "matmul", "--dtype", "float32", *EXTS,
                  "--out", tmp / "runs", "--triage"], tmp, _env(tmp))
@@ -360,7 +392,11 @@ def test_zlf_triage_writes_a_bundle_that_explains_the_point(campaign):
     b = json.loads((bundle / "bundle.json").read_text())
     assert b["counters"] == "ok" and "registers 200 → 255" in b["summary"]
     assert ["side env DISABLE_MMA_V3", "0", "1"] in b["env"]
-    assert "DISABLE_MMA_V3=1" in b["repro"]["B"] and "--replay-from" in b["repro"]["B"] and "--shapes" in b["repro"]["B"]
+    assert "DISABLE_MMA_V3=1" in b["repro"]["B"] and b["repro"]["B"].endswith(f"--config {bundle / 'repro_B.json'}")
+    repro_config = json.loads((bundle / "repro_B.json").read_text())  # side B's configuration for the one point
+    assert repro_config["options"]["autotune_replay"]["replay_from"] == str(path / "matmul" / "r1_A")
+    assert repro_config["options"]["shapes"]["shapes"] == str(bundle / "shapes.yaml")
+    assert repro_config["dtypes"] == ["float32"] and repro_config["ops"] == ["matmul"]
     assert all("(replayed)" in line for line in b["autotune"]["B"])
     md = (bundle / "triage.md").read_text()
     assert "**1.27×**" in md  # registers beyond their (zero) noise: bold

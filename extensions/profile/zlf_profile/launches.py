@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Optional
 
 import attrs
-from zlf_ir_dump.irtree import ir_root, read_index
 from zlf.records import shape_str
 
 KEY = "launches"
@@ -74,7 +73,11 @@ def from_record(record) -> LaunchInfo:
 
 def from_ir_index(run_dir, shape, dtype: str) -> LaunchInfo:
     """Kernel names ir_dump saw launched under the point's shape (and dtype, when the
-    signatures tell): no order and no count."""
+    signatures tell): no order and no count. Nothing without the ir_dump extension installed."""
+    try:
+        from zlf_ir_dump.irtree import ir_root, read_index
+    except ImportError:
+        return LaunchInfo()
     root = ir_root(run_dir) if run_dir else None
     if root is None:
         return LaunchInfo()

@@ -1,14 +1,15 @@
 """Profile a point's kernels under Nsight Compute, in a fresh process, as the run ran them.
 
 ``zlf profile RUN_DIR POINT...`` (or ``zlf profile OP POINT...``) starts, per point, one
-``ncu ... python -m zlf run OP --dtype D --shapes <that shape>`` with the run's seed, extensions,
-options and environment, and with its autotune decisions replayed (``--replay-from``) when the run
-recorded or replayed them. Profiling is on only around the point's first calls (the checked call,
+``ncu ... python -m zlf run --config config.json`` whose configuration is the run's (its seed,
+extensions and options) for that op, dtype and shape alone, with the run's environment, and with
+its autotune decisions replayed (``replay_from``) when the run recorded or replayed them. Profiling is on only around the point's first calls (the checked call,
 then the direct timer's first calls), never during input creation, other points or the timing
 loop. Writes ``<out>/profile/<point>/``: ``ncu.csv`` (the raw report), ``metrics.md`` and
 ``metrics.json`` (duration, SM and DRAM throughput, occupancy, registers, shared memory,
 local-memory traffic, L2 hit rate, instructions, launch grid and block), ``command.sh`` (the
-exact profiling command), ``child.log`` and ``run/`` (the profiled process's run directory).
+exact profiling command), ``config.json`` (the profiled process's run configuration),
+``child.log`` and ``run/`` (the profiled process's run directory).
 """
 from __future__ import annotations
 
@@ -51,15 +52,18 @@ REPORT = "report"  # ncu adds .ncu-rep
 COMMAND = "command.sh"
 CHILD_LOG = "child.log"
 CHILD_RUN = "run"
+CHILD_CONFIG = "config.json"
 SHAPES = "shapes.yaml"
 #: launches profiled per call when the run does not say how many the call makes (a safety cap).
 MAX_PER_CALL = 64
 #: extensions a profiled process always needs: one shape (``--shapes``) and the profiling switch.
 NEEDED = ("shapes", "profile")
 REPLAY_EXTENSION = "autotune_replay"
-#: run options a profiled process sets itself (the rest of the run's options are passed on).
-OWN = {"dtype", "timer", "warmup_ms", "rep_ms", "flush_l2", "shapes", "replay_from", "ops", "out", "name", "json",
-       "ext", "no_ext", "gpus", "executor", "ray_address", "retries", "unit", "command", "handler"}
+#: the run options a profiled process sets itself, by the extension that declares them.
+SHAPES_OPTION = ("shapes", "shapes")
+REPLAY_OPTION = (REPLAY_EXTENSION, "replay_from")
+#: the budgets of a profiled process: the smallest zlf run accepts (the profiled calls are the first few anyway).
+TIMING = {"timer": "core", "warmup_ms": 0.0, "rep_ms": 0.001, "flush_l2": None, "warmup": None, "iters": None}
 #: variables of the current machine that a run's recorded environment never replaces.
 KEEP_ENV = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
             "ZLF_NO_PROGRESS", ENV_POINT, ENV_CALLS)
@@ -164,7 +168,7 @@ def folder_name(point_id: str) -> str:
 
 
 # ----------------------------------------------------------------------------- the profiled process
-def child_extensions(target: Target, session, replay: bool) -> list:
+def child_extensions(target: Target, session, replay: bool) -> tuple:
     installed = {i.name: i for i in session.hooks.infos}
     if target.run_dir is not None and target.meta.get("extensions") is not None:
         names = [e["name"] for e in target.meta["extensions"]]
@@ -175,17 +179,30 @@ def child_extensions(target: Target, session, replay: bool) -> list:
     missing = [n for n in names if n not in installed]
     if missing:
         raise UsageError(f"profiling {target.point.id} needs extension(s) {', '.join(missing)}, not installed here")
-    return [a for n in names for a in ("--ext", n)]
+    return tuple(names)
 
 
-def passed_options(target: Target, session) -> list:
-    """The run's own options (core's and its extensions'), re-spelt for the profiled zlf run."""
-    from zlf.ab import pass_through_args
+def child_config(target: Target, session, shapes_file: Path, replay: Optional[str]):
+    """The profiled process's :class:`zlf.config.RunConfig`: the run's recorded settings and
+    extension options (those the active extensions declare), for the point's op, dtype and
+    shape alone, with the smallest budgets, replaying the run's autotune record."""
+    from zlf.config import ExtensionOptions, RunConfig
 
-    options = (target.meta.get("options") or {}) if target.run_dir is not None else {}
-    if not options:
-        return []
-    return pass_through_args(argparse.Namespace(**options), session.hooks, own=(), skip=OWN)
+    hooks = session.hooks
+    if not hooks.option_sets:  # zlf profile starts no run itself: declare the run options here
+        hooks.add_options(argparse.ArgumentParser(add_help=False), "run")
+    recorded = (target.meta.get("options") or {}) if target.run_dir is not None else {}
+    config = RunConfig.from_args(argparse.Namespace(**recorded), hooks.option_sets)
+    config = config.with_changes(command="run", ops=(target.op_spec,), dtypes=(target.point.dtype,), out="runs",
+                                 name="profiled", summary_format="table", gpus=None, executor=None, ray_address=None,
+                                 retries=None, ext=child_extensions(target, session, replay is not None), no_ext=None,
+                                 **TIMING)
+    # only the options of the extensions it selects; a replay the run did is the one given here, or none
+    values = {owner: owned for owner, owned in config.options.values.items() if owner in config.ext}
+    values[SHAPES_OPTION[0]] = {**values.get(SHAPES_OPTION[0], {}), SHAPES_OPTION[1]: str(shapes_file)}
+    if replay is not None or REPLAY_OPTION[0] in values:
+        values[REPLAY_OPTION[0]] = {**values.get(REPLAY_OPTION[0], {}), REPLAY_OPTION[1]: str(replay) if replay else None}
+    return attrs.evolve(config, options=ExtensionOptions(values))
 
 
 def child_environment(target: Target, extra: Optional[dict] = None, prefixes=None) -> dict:
@@ -212,7 +229,8 @@ def child_environment(target: Target, extra: Optional[dict] = None, prefixes=Non
 
 @attrs.frozen
 class Plan:
-    """The zlf run command of the profiled process, its environment, where it runs, and why."""
+    """The zlf run command of the profiled process, its configuration, environment, where it
+    runs, and why."""
 
     argv: list
     env: dict
@@ -220,10 +238,13 @@ class Plan:
     shapes_yaml: dict
     replay_from: Optional[str]
     notes: tuple = ()
+    config: object = None
 
 
 def plan(target: Target, session, folder: Path, work: Path, calls: int, python: Optional[str] = None,
          extra_env: Optional[dict] = None) -> Plan:
+    """The profiled process; its configuration goes to ``folder/config.json`` (written by
+    :func:`profile_point`), its run directory under ``work``."""
     notes = []
     replay = target.replay_from
     if replay is not None and not (Path(replay) / "autotune_records").is_dir():
@@ -234,19 +255,14 @@ def plan(target: Target, session, folder: Path, work: Path, calls: int, python: 
     elif replay is None:
         notes.append("the run has no autotune record (autotune_replay was not active): the profiled process tuned for itself")
     point = target.point
-    argv = [python or sys.executable, "-m", "zlf", "run", target.op_spec, "--dtype", point.dtype,
-            "--shapes", str(folder / SHAPES), "--out", str(work), "--name", "profiled",
-            # the smallest budgets zlf run accepts: the profiled calls are the first few anyway
-            "--timer", "core", "--warmup-ms", "0", "--rep-ms", "0.001"]
-    argv += child_extensions(target, session, replay is not None) + passed_options(target, session)
-    if replay is not None:
-        argv += ["--replay-from", str(replay)]
+    config = child_config(target, session, folder / SHAPES, replay)
+    argv = [python or sys.executable, "-m", "zlf", "run", "--config", str(folder / CHILD_CONFIG), "--out", str(work)]
     env = child_environment(target, extra_env, session.hooks.env_prefixes())
     env.update({ENV_POINT: point.id, ENV_CALLS: str(calls)})
     cwd = target.meta.get("cwd") if target.run_dir is not None else None
     cwd = cwd if cwd and os.path.isdir(cwd) else os.getcwd()
     shapes = {point.op: {"shapes": [list(point.shape)]}}
-    return Plan(argv, env, cwd, shapes, str(replay) if replay else None, tuple(notes))
+    return Plan(argv, env, cwd, shapes, str(replay) if replay else None, tuple(notes), config)
 
 
 def env_prefix(env: dict, base=None) -> str:
@@ -332,6 +348,7 @@ def profile_point(target: Target, parent: Path, session, calls: int = 3, ncu_pat
     info = launch_info(target.record, target.run_dir, target.point) if target.run_dir is not None else LaunchInfo()
     p = plan(target, session, tmp, work, calls, python, extra_env)
     write_atomic(tmp / SHAPES, yaml.safe_dump(p.shapes_yaml, default_flow_style=None))
+    p.config.write(tmp / CHILD_CONFIG)
     # a host wall-clock time (cpu backend) is no kernel time: no ratio against ncu's
     median = getattr(target.record, "median_ms", None) if getattr(target.record, "timer", None) != "host_wall" else None
     shown = Path(shown_as) if shown_as is not None else final
@@ -344,6 +361,8 @@ def profile_point(target: Target, parent: Path, session, calls: int = 3, ncu_pat
         write_atomic(tmp / METRICS_JSON, json.dumps(result.to_json(), indent=2) + "\n")
         write_atomic(tmp / METRICS_MD, render_markdown(result))
         shutil.rmtree(work, ignore_errors=True)
+        # command.sh runs it again from where the folder is kept
+        write_atomic(tmp / CHILD_CONFIG, (tmp / CHILD_CONFIG).read_text().replace(_json_text(tmp), _json_text(shown)))
         replace_dir(tmp, final)
         return result
 
@@ -395,6 +414,11 @@ def profile_point(target: Target, parent: Path, session, calls: int = 3, ncu_pat
     if rc != 0:
         notes.append(f"the profiled process exited with code {rc}")
     return finish(True, kernels=ncu.summarise(groups), profiler="ncu")
+
+
+def _json_text(path: Path) -> str:
+    """``path`` as it reads inside a JSON string."""
+    return json.dumps(str(path))[1:-1]
 
 
 def _tail(path: Path) -> str:

@@ -22,7 +22,6 @@ from typing import Optional
 
 from tabulate import tabulate
 from zlf import UsageError
-from zlf_ir_dump.irtree import CHANGED, ONLY_A, ONLY_B, diff_kernels, format_counts, ir_root, op_count_delta, read_index, unified_diff
 from zlf.records import Point, shape_str
 from zlf.rundir import RunDir, write_atomic
 
@@ -116,12 +115,23 @@ def _autotune_lines(record, run_dir: Optional[Path] = None, meta: Optional[dict]
     return out
 
 
+#: why a bundle has no IR comparison when the ir_dump extension (its IR tree format) is not installed.
+NO_IR_DUMP = "no IR comparison: the ir_dump extension is not installed here"
+
+
 def _index_rows(root) -> dict:
+    from zlf_ir_dump.irtree import read_index
+
     return {r.get("file"): r for r in read_index(root) if r.get("file")} if root else {}
 
 
 def ir_changes(run_a: Path, run_b: Path, point: Point, out_dir: Path) -> tuple:
-    """The point's IR diff: ``(rows, key changes, why empty)`` with unified diffs under ``out_dir``."""
+    """The point's IR diff: ``(rows, key changes, why empty)`` with unified diffs under ``out_dir``
+    (read with the ir_dump extension: without it, only why)."""
+    try:
+        from zlf_ir_dump.irtree import CHANGED, ONLY_A, ONLY_B, diff_kernels, format_counts, ir_root, op_count_delta, unified_diff
+    except ImportError:
+        return [], [], NO_IR_DUMP
     a_root, b_root = ir_root(run_a), ir_root(run_b)
     if a_root is None or b_root is None:
         return [], [], "no IR tree on " + ("either side" if a_root is b_root is None else ("side A" if a_root is None else "side B")) + \
@@ -203,23 +213,50 @@ def env_diff(campaign, meta_a: dict, meta_b: dict) -> list:
     return rows
 
 
-def repro_command(campaign, op, side_name: str, shapes_file: Path, dtype: str) -> str:
-    """One shell line that measures the point alone as the campaign's run of this side did."""
+def repro_command(campaign, op, side_name: str, shapes_file: Path, dtype: str, write_to: Optional[Path] = None) -> str:
+    """One shell line that measures the point alone as the campaign's run of this side did.
+
+    A campaign with run configurations (``_config/<side>.json``): the line is ``zlf run --config
+    repro_<side>.json``, that file (the side's configuration for this op, dtype and shape) written
+    into ``write_to`` (default: beside ``shapes_file``, where the line names it).
+    """
     side = campaign.sides[side_name]
     env = {**side.env, "TRITON_CACHE_DIR": str(Path(campaign.data["triton_cache"]) / side.cache_key())}
-    cmd = [side.interpreter, "-m", "zlf", op.command, op.run_spec]
-    if op.command == "run":
-        cmd += ["--dtype", dtype, "--shapes", str(shapes_file)]
-    run_args = list(campaign.data.get("run_args") or [])
-    if op.command == "run":  # the point's one dtype replaces the campaign's --dtype list
-        run_args = [a for i, a in enumerate(run_args) if a != "--dtype" and (i == 0 or run_args[i - 1] != "--dtype")]
-    cmd += list(campaign.data.get("extension_args") or []) + run_args + list(side.args)
-    if op.command == "run" and "--ext" in cmd and "shapes" not in cmd:
-        cmd += ["--ext", "shapes"]
-    if campaign.data.get("replay") and (campaign.path / op.name / "r1_A" / "autotune_records").is_dir():
-        cmd += ["--replay-from", str(campaign.path / op.name / "r1_A")]
+    cmd = [side.interpreter, "-m", "zlf", op.command]
+    replay = campaign.path / op.name / "r1_A"
+    replay = replay if campaign.data.get("replay") and (replay / "autotune_records").is_dir() else None
+    if campaign.data.get("configs"):
+        name = f"repro_{side_name}.json"
+        repro_config(campaign, op, side_name, shapes_file, dtype, replay).write(Path(write_to or shapes_file.parent) / name)
+        cmd += ([] if op.command == "run" else [op.run_spec]) + ["--config", str(shapes_file.parent / name)]
+        cmd += list(campaign.data.get("run_args") or []) + list(side.args)
+    else:  # a campaign of an older zlf: its runs' flags
+        cmd += [op.run_spec] + (["--dtype", dtype, "--shapes", str(shapes_file)] if op.command == "run" else [])
+        run_args = list(campaign.data.get("run_args") or [])
+        if op.command == "run":  # the point's one dtype replaces the campaign's --dtype list
+            run_args = [a for i, a in enumerate(run_args) if a != "--dtype" and (i == 0 or run_args[i - 1] != "--dtype")]
+        cmd += list(campaign.data.get("extension_args") or []) + run_args + list(side.args)
+        if op.command == "run" and "--ext" in cmd and "shapes" not in cmd:
+            cmd += ["--ext", "shapes"]
+        if replay is not None:
+            cmd += ["--replay-from", str(replay)]
     prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
     return f"cd {shlex.quote(campaign.data.get('cwd') or '.')} && {prefix} {shlex.join(cmd)}"
+
+
+def repro_config(campaign, op, side_name: str, shapes_file: Path, dtype: str, replay: Optional[Path]):
+    """Side ``side_name``'s run configuration for ``op``'s one point: its dtype, its shape
+    (``shapes``) and, where round 1 A recorded one, the autotune record to replay."""
+    from .profile import REPLAY_OPTION, SHAPES_OPTION
+
+    config = campaign.config(side_name)
+    if op.command != "run":
+        return config
+    config = config.with_changes(ops=(op.run_spec,), dtypes=(dtype,)).selecting([SHAPES_OPTION[0]])
+    values = {SHAPES_OPTION[0]: {SHAPES_OPTION[1]: str(shapes_file)}}
+    if replay is not None:
+        values[REPLAY_OPTION[0]] = {REPLAY_OPTION[1]: str(replay)}
+    return config.with_options(values)
 
 
 # ----------------------------------------------------------------------------- counters side by side
@@ -329,7 +366,7 @@ def triage_point(campaign, stat: dict, session, parent: Path, calls: int = 3, nc
     ir_rows, changes, ir_why = ir_changes(dir_a, dir_b, point, tmp / "ir")
     ir_key = key_change(changes)
     env_rows = env_diff(campaign, meta_a, meta_b)
-    repro = {s: repro_command(campaign, op, s, final / SHAPES, point.dtype) for s in ("A", "B")}
+    repro = {s: repro_command(campaign, op, s, final / SHAPES, point.dtype, write_to=tmp) for s in ("A", "B")}
 
     profiles, why_no_counters = {}, ""
     if op.command != "run":

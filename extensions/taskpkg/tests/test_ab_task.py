@@ -8,8 +8,11 @@ from pathlib import Path
 import pytest
 
 from zlf import ab
-from zlf.ab import OK, Campaign, CampaignPlan, OpSpec, Side
+from zlf.ab import OK, Campaign, CampaignPlan, Side
 from zlf.errors import UsageError
+from zlf.testing import ExtensionInfo as Info
+from zlf.testing import FakeHooks, campaign_data
+from zlf.testing import extension_hooks as real_hooks
 
 pytest.importorskip("zlf_taskpkg")
 from zlf_taskpkg import campaign as task_campaign  # noqa: E402
@@ -36,59 +39,6 @@ def build_sides(args):
     return ab.build_sides(args, plan_of(args).side_args)
 
 
-# helpers of core's A/B tests (tests/test_ab.py), copied: an extension's tests import no core test module
-class FakeHooks:
-    """The two things ab asks the hooks facade: extension options and which extensions are on."""
-
-    def __init__(self, infos=()):
-        self.infos = list(infos)
-
-    def add_options(self, parser):
-        g = parser.add_argument_group("seed")
-        g.add_argument("--seed", type=int, default=0)
-        g.add_argument("--shapes", metavar="FILE")
-        g.add_argument("--fast", action="store_true")
-        g.add_argument("--replay-from", metavar="RUN_DIR")
-
-    def campaign_setup(self, plan, options, session):
-        pass
-
-    def campaign_context(self, data):
-        return []
-
-    def campaign_run_needs(self, campaign, op, round, side):
-        return []
-
-
-def real_hooks(*names):
-    """The hooks of these installed extensions only (skips the test when one is not installed)."""
-    from zlf.plugins import Hooks, Selection, build_plugin_manager, installed_extensions
-
-    missing = [n for n in names if n not in installed_extensions()]
-    if missing:
-        pytest.skip(f"extension(s) not installed: {', '.join(missing)}")
-    pm, infos = build_plugin_manager(Selection(only=tuple(names)))
-    return Hooks(pm, infos)
-
-
-class Info:
-    def __init__(self, name, status="active"):
-        self.name, self.status = name, status
-
-
-def campaign_data(tmp_path, ops=("add",), rounds_first=2, until=False, max_rounds=2, aa=False, **stat):
-    statistics = {"alpha": 0.05, "margin_pct": 2.0, "min_effect_pct": 1.0, "noise_from": None, "floors": {},
-                  "until_confident": until, "first_look": rounds_first, "max_rounds": max_rounds}
-    statistics.update(stat)
-    return {"label": "t", "cwd": str(tmp_path), "aa": aa, "switch": None,
-            "sides": [Side("A", {"X": "0"}).to_json(), Side("B", {"X": "1"}).to_json()],
-            "ops": [OpSpec(o, o).to_json() for o in ops], "run_args": [], "extension_args": [],
-            "replay": False, "backend": None, "device": 0, "require_idle": False, "idle_wait": 0,
-            "fail_on_slower": True, "statistics": statistics, "guards": {"switch_source": []},
-            "triton_cache": str(tmp_path / "cache")}
-
-
-
 def test_candidates_define_the_sides():
     a, b = build_sides(parse("--task", str(PKG), "--a-candidate", str(CANDIDATES / "correct.py"),
                                 "--b-candidate", str(CANDIDATES / "correct_triton.py")))
@@ -111,9 +61,9 @@ def test_task_op_and_its_command_line(tmp_path):
     args = parse("--task", str(PKG), "--a-candidate", str(CANDIDATES / "correct.py"),
                  "--b-candidate", str(CANDIDATES / "correct.py"), "--cases", "1,2")
     plan = plan_of(args)
-    assert plan.ops == [op] and plan.run_args == ["--cases", "1,2"] and plan.extensions == ["task"]
+    assert plan.ops == [op] and plan.run_args == ["--reuse-worker", "--cases", "1,2"] and plan.extensions == ["task"]
     assert plan.per_op and plan.label == "vecadd"
-    assert ab.extension_args(FakeHooks([Info("seed")]), plan.extensions) == ["--ext", "seed", "--ext", "task"]
+    assert ab.selection(FakeHooks([Info("seed")]), plan.extensions) == {"ext": ("seed", "task"), "no_ext": None}
     # the candidate variable differs by design: no switch the guard looks for
     sides = (Side("A", {"ZLF_TASK_CANDIDATE": "/a.py"}), Side("B", {"ZLF_TASK_CANDIDATE": "/b.py"}))
     assert ab.switch_guard(sides, [], ["/nonexistent"], plan.not_switches) == []
@@ -125,11 +75,13 @@ def test_task_op_and_its_command_line(tmp_path):
     data["ops"] = [op.to_json()]
     data["sides"][0]["args"] = ["--candidate", "/c/a.py"]
     data["sides"][1]["args"] = ["--candidate", "/c/b.py"]
+    data["run_args"] = plan.run_args
     c = Campaign.create(tmp_path / "o", "t", data, real_hooks("task"))
     c.add_round(1)
     cmd = c.command(c.runs[1], Path("/s"))
-    assert cmd[3:5] == ["task", str(PKG)] and cmd[-3:] == ["--candidate", "/c/b.py", "--reuse-worker"]
-    assert cmd.index("--candidate") == len(cmd) - 3  # the side's candidate is the last --candidate
+    assert cmd[3:5] == ["task", str(PKG)] and cmd[-4:] == ["--candidate", "/c/b.py", "--config", str(c.path / "_config" / "B.json")]
+    assert cmd.index("--candidate") == len(cmd) - 4  # the side's candidate is the last --candidate
+    assert "--reuse-worker" in cmd and c.config("B").command == "task"  # zlf task --config reads it
     assert [r["dir"] for r in c.runs] == ["vecadd/r1_A", "vecadd/r1_B"]
 
 
@@ -145,6 +97,11 @@ def test_two_correct_candidates_end_to_end(zlf_cli, tmp_path):
     for r in state["runs"]:
         meta = json.loads((camp / r["dir"] / "meta.json").read_text())
         assert meta["task"]["candidate"]["path"].endswith("correct.py" if r["side"] == "A" else "correct_triton.py")
+        # every run judged with its side's configuration file: the campaign's run options, no flags
+        command = (camp / "vecadd" / "logs" / f"r{r['round']}_{r['side']}.txt").read_text().splitlines()[0]
+        assert command.endswith(f"--config {camp / '_config' / (r['side'] + '.json')}") and "--rep-ms" not in command
+        ran = json.loads((camp / r["dir"] / "task" / "config.json").read_text())
+        assert ran["command"] == "task" and ran["timing"]["rep_ms"] == 5.0 and "task" in ran["ext"]
     summary = json.loads((camp / "summary.json").read_text())
     assert sorted(p["point"] for p in summary["points"]) == ["vecadd/1000/float32/case1", "vecadd/4096/float32/case2"]
     assert "verdicts:" in proc.stdout and "--candidate" in proc.stderr

@@ -1,7 +1,8 @@
 """``zlf ab --task PKG --a-candidate A --b-candidate B``: task packages as the ops of a campaign.
 
-Each run is ``zlf task PKG --candidate <side's> --reuse-worker`` with the task options given to
-``zlf ab``; the op's name is the package's.
+Each run is ``zlf task PKG --config <the side's run configuration> --reuse-worker --candidate
+<side's>`` with the task options given to ``zlf ab`` (``--cases``, ``--rtol``, ``--atol``: arguments
+of ``zlf task`` itself); the op's name is the package's.
 """
 from __future__ import annotations
 
@@ -10,12 +11,12 @@ import os
 from zlf import UsageError
 from zlf.ab import add_example
 from zlf.ab.campaign import OpSpec
-from zlf.ab.extending import RunNeed
 
 #: this extension's entry-point name: every run of a task campaign selects it.
 EXTENSION = "task"
-#: ``zlf task`` options a task campaign passes on to every run (dest, flag).
-TASK_OPTIONS = (("cases", "--cases"), ("rtol", "--rtol"), ("atol", "--atol"), ("time_limit", "--time-limit"))
+#: ``zlf task``'s own options a task campaign passes on to every run (dest, flag); its run
+#: settings (``--time-limit``, the timing options ...) are in each side's run configuration.
+TASK_OPTIONS = (("cases", "--cases"), ("rtol", "--rtol"), ("atol", "--atol"))
 #: the variable that names a side's candidate: no compiler switch.
 CANDIDATE_ENV = "ZLF_TASK_CANDIDATE"
 
@@ -69,7 +70,7 @@ def setup(plan, options) -> None:
     sides = {s: candidate_args(options, s) for s in ("A", "B")}
     if not getattr(options, "task", None):
         for dest, flag in TASK_OPTIONS:
-            if dest != "time_limit" and getattr(options, dest, None) is not None:
+            if getattr(options, dest, None) is not None:
                 raise UsageError(f"{flag} needs --task PKG_DIR")
         return
     if options.ops:
@@ -85,13 +86,8 @@ def setup(plan, options) -> None:
                                  f"(--{side.lower()}-candidate FILE or --{side.lower()}-env {CANDIDATE_ENV}=FILE)")
     plan.ops = [task_op(t) for t in options.task]
     plan.side_args = sides
-    plan.run_args += task_args(options)
+    plan.run_args += ["--reuse-worker", *task_args(options)]  # one worker process per run, as a zlf run is one
     plan.extensions.append(EXTENSION)
     plan.not_switches.append(CANDIDATE_ENV)  # differs by design; read by zlf task, not the code under test
     plan.per_op = True
     plan.label = plan.ops[0].name
-
-
-def run_needs(op) -> list:
-    """One worker process per ``zlf task`` run (as a ``zlf run`` is one process)."""
-    return [RunNeed(args=("--reuse-worker",))] if op.command == "task" else []

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 
 from zlf import hookimpl
+from zlf.options import add_timing_arguments
 from zlf.output import add_format_argument
 
 EPILOG = """\
@@ -51,12 +52,10 @@ def add_commands(subparsers):
     t = p.add_argument_group("timing")
     t.add_argument("--warmup", type=int, metavar="N", help="warm-up calls, overriding the package's")
     t.add_argument("--iters", type=int, metavar="N", help="timed calls, overriding the package's")
-    t.add_argument("--timer", metavar="EXT", help="which extension's time_fn to use when several are active")
-    t.add_argument("--warmup-ms", type=float, metavar="MS", help="warm-up budget in ms (overrides --warmup)")
-    t.add_argument("--rep-ms", type=float, metavar="MS", help="measurement budget in ms (overrides --iters)")
-    l2 = t.add_mutually_exclusive_group()
-    l2.add_argument("--flush-l2", dest="flush_l2", action="store_true", default=None, help="flush L2 before every sample")
-    l2.add_argument("--no-flush-l2", dest="flush_l2", action="store_false", help="keep L2 warm between samples")
+    add_timing_arguments(t, helps={"timer": "which extension's time_fn to use when several are active",
+                                   "warmup_ms": "warm-up budget in ms (overrides --warmup)",
+                                   "rep_ms": "measurement budget in ms (overrides --iters)",
+                                   "flush_l2": "flush L2 before every sample"})
     c = p.add_argument_group("CUDA C++ candidates")
     c.add_argument("--nvcc-arch", metavar="SM", help="nvcc -arch (default: the device's, e.g. sm_90a; sm_90a without a GPU)")
     c.add_argument("--nvcc-flag", action="append", metavar="FLAG", help="extra nvcc flag (repeatable)")
@@ -64,7 +63,7 @@ def add_commands(subparsers):
     s = p.add_argument_group("extension selection")
     s.add_argument("--ext", action="append", metavar="NAME", help="use exactly these extensions (repeatable)")
     s.add_argument("--no-ext", action="append", metavar="NAME", help="disable an extension before it is imported")
-    p.set_defaults(handler=_cmd_task, run_options=True)
+    p.set_defaults(handler=_cmd_task, run_options=True, config_file=True)
 
 
 # ---------------------------------------------------------------------- zlf ab --task (campaign.py)
@@ -80,13 +79,6 @@ def campaign_setup(plan, options, session):
     from . import campaign
 
     campaign.setup(plan, options)
-
-
-@hookimpl
-def campaign_run_needs(campaign, op, round, side):
-    from . import campaign as task_campaign
-
-    return task_campaign.run_needs(op)
 
 
 def _cmd_task(args, session) -> int:

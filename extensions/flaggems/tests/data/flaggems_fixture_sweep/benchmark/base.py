@@ -1,0 +1,1 @@
+../../flaggems_fixture_base/benchmark/base.py

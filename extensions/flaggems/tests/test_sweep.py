@@ -1,0 +1,180 @@
+"""zlf sweep over a fixture checkout whose ops crash, hang, disagree with their reference, are
+skipped by FlagGems, and pass; resume; the table. Each op is a real ``zlf run`` child process."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from zlf_flaggems import sweep
+
+DATA = Path(__file__).resolve().parent / "data"
+SWEEP = DATA / "flaggems_fixture_sweep"
+BASE = DATA / "flaggems_fixture_base"
+# flaggems alone in the child runs: these tests pass with zlf and zlf-flaggems installed
+CHILD = ("--run-ext", "none", "--run-args", "--warmup-ms 1 --rep-ms 3 --dtype float32")
+
+
+def sweep_dir(stdout: str, tmp_path) -> Path:
+    line = next(ln for ln in stdout.splitlines() if ln.startswith("sweep dir: "))
+    path = Path(line[len("sweep dir: "):].split(" (")[0])
+    return path if path.is_absolute() else tmp_path / path
+
+
+def rows_of(root: Path) -> dict:
+    return {r["op"]: r for r in sweep.read_rows(root)}
+
+
+def test_sweep_survives_every_kind_of_op_and_names_what_each_did(zlf_cli, tmp_path):
+    proc = zlf_cli("sweep", "--flaggems-dir", SWEEP, "--op-time-limit", "20", *CHILD, check_rc=0)
+    root = sweep_dir(proc.stdout, tmp_path)
+    rows = rows_of(root)
+    assert set(rows) == {"crash_op", "hang_op", "needs_vllm", "rope_mismatch", "softmax", "softmax_backward"}
+    assert rows["softmax"]["status"] == "ok" and rows["softmax"]["ok"] == 2 and rows["softmax"]["failed"] == 0
+    assert rows["softmax"]["timers"] == "host_wall:2"
+    crash = rows["crash_op"]
+    assert crash["status"] == "crashed" and crash["rc"] == 139
+    assert "while: point 1/2 crash_op/64x64/float32: first FlagGems call" in crash["first_error"]
+    hang = rows["hang_op"]
+    assert hang["status"] == "hung" and hang["rc"] is None
+    assert hang["first_error"] == ("no end within 20 s; killed while: point 1/2 hang_op/64x64/float32: "
+                                   "first FlagGems call (compile, tuning)")
+    assert hang["compile_s"] >= 10  # the time went where the op hung (the limit, less imports)
+    log = (root / "logs" / "hang_op_hang_op.log").read_text()
+    assert "test_hang_op.py" in log and "in hang_op" in log  # SIGUSR1: its stack, before the kill
+    skip = rows["needs_vllm"]
+    assert skip["status"] == "refused" and skip["first_error"] == ""
+    assert skip["skip_reason"].endswith("test_needs_vllm.py::test_needs_vllm: vllm is not installed")
+    mismatch = rows["rope_mismatch"]
+    assert mismatch["status"] == "failed" and mismatch["failed"] == 2
+    assert mismatch["reference_mismatch"].endswith("on 2/2 points)")
+    assert mismatch["first_error"].startswith(mismatch["reference_mismatch"] + ": wrong result (output 0): relative error 2 > 0.0001")
+    run_log = (root / "logs" / "rope_mismatch_rope_mismatch.log").read_text()
+    assert run_log.count("the benchmark's reference and the FlagGems op disagree (rel. error 2 on 2/2 points)") == 1
+    assert "on 2/2 points); --check warn times them anyway" in run_log
+    # the table: every op once, in the sweep's order, tab-separated, the summary line under it
+    tsv = (root / "sweep.tsv").read_text().splitlines()
+    assert tsv[0].split("\t") == list(sweep.FIELDS)
+    assert [ln.split("\t")[0] for ln in tsv[1:]] == [s.split(":")[0] for s in json.loads((root / "sweep.json").read_text())["ops"]]
+    assert "6 ops: 2 ok, 1 failed, 1 refused, 1 hung, 1 crashed; 4 ok points (0 UNCHECKED): 0.0 % on a device timer" in proc.stdout
+    assert "where the time went: startup" in proc.stdout
+    assert "[6/6]" in proc.stderr
+
+
+def test_check_warn_times_a_mismatching_op_marked_unchecked(zlf_cli, tmp_path):
+    proc = zlf_cli("sweep", "--flaggems-dir", SWEEP, "--ops", "rope_mismatch,softmax", "--check", "warn",
+                   *CHILD, "--format", "json", check_rc=0)
+    doc = json.loads(proc.stdout)
+    rows = {r["op"]: r for r in doc["ops"]}
+    assert rows["rope_mismatch"]["status"] == "ok" and rows["rope_mismatch"]["unchecked"] == 2
+    assert rows["softmax"]["unchecked"] == 0
+    records = [json.loads(line) for line in
+               (Path(rows["rope_mismatch"]["run_dir"]) / "results.jsonl").read_text().splitlines()]
+    assert all(r["status"] == "ok" and r["median_ms"] > 0 for r in records)
+    assert all(r["unchecked"].startswith("wrong result (output 0): relative error 2 > 0.0001") for r in records)
+    assert "2 ops: 2 ok; 4 ok points (2 UNCHECKED)" in doc["summary"]
+    assert rows["rope_mismatch"]["reference_mismatch"].startswith(
+        "the benchmark's reference and the FlagGems op disagree (rel. error 2 on 2/2 points)")
+    assert rows["rope_mismatch"]["first_error"] == rows["rope_mismatch"]["reference_mismatch"]
+
+
+def test_resume_runs_only_the_ops_not_finished(zlf_cli, tmp_path):
+    proc = zlf_cli("sweep", "--flaggems-dir", BASE, "--sample", "3", "--seed", "7", *CHILD, check_rc=0)
+    root = sweep_dir(proc.stdout, tmp_path)
+    chosen = json.loads((root / "sweep.json").read_text())["ops"]
+    assert len(chosen) == 3 and len(set(chosen)) == 3
+    assert chosen == sweep.choose_ops(sweep.list_ops(sweep._checkout.find_checkout(str(BASE), "x")), None, 3, 7)
+    lines = (root / "sweep.jsonl").read_text().splitlines()
+    kept = lines[:1] + ['{"op": "torn', "3", "null", '{"spec": 5}']  # one op done; a torn line, lines that are no row
+    (root / "sweep.jsonl").write_bytes(("\n".join(kept) + "\n").encode() + b"\xff\xfe not utf-8\n")
+    import shutil
+
+    shutil.copytree(DATA, tmp_path / "moved", symlinks=True)  # the checkout elsewhere on the next machine
+    moved = (tmp_path / "moved" / BASE.name).resolve()
+    proc = zlf_cli("sweep", "--resume", root, "--flaggems-dir", moved, "--format", "json", check_rc=0)
+    assert "2 of 3 ops to run (1 finished before)" in proc.stderr
+    doc = json.loads(proc.stdout)
+    assert [r["spec"] for r in doc["ops"]] == chosen
+    assert len(sweep.read_rows(root)) == 3
+    for spec in chosen[1:]:  # the ops run again ran from the checkout given now
+        assert f"--flaggems-dir {moved} " in (root / "logs" / f"{sweep._safe(spec)}.log").read_text()
+
+
+def test_list_ops_of_both_layouts():
+    co = sweep._checkout.find_checkout(str(SWEEP), "x")
+    assert sweep.list_ops(co) == ["crash_op:crash_op", "hang_op:hang_op", "needs_vllm:needs_vllm",
+                                  "rope_mismatch:rope_mismatch", "softmax:softmax", "softmax_backward:softmax"]
+    v5 = sweep.list_ops(sweep._checkout.find_checkout(str(DATA / "flaggems_fixture_v5"), "x"))
+    assert {"mm:blas_perf", "flaky_exp:reduction_perf", "avg_pool2d:special_perf"} <= set(v5)
+    assert not any(s.startswith(("parametrize:", "skipif:", "attri_util:")) for s in v5)
+    # marks made at run time (getattr(pytest.mark, name), the v5 layout's grouped files) are not
+    # in the text: such ops are swept with --ops softmax:reduction_perf
+    assert "softmax:reduction_perf" not in v5
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--flaggems-dir", "nowhere"], "not found: looked for a directory holding"),
+    (["--flaggems-dir", str(SWEEP), "--ops", "no_such_op"], "--ops 'no_such_op': no benchmark file of the checkout marks it"),
+    (["--flaggems-dir", str(SWEEP), "--sample", "0"], "--sample 0: expected a count >= 1"),
+    (["--flaggems-dir", str(SWEEP), "--gpus", "0,x"], "--gpus '0,x': expected GPU indices"),
+    (["--flaggems-dir", str(SWEEP), "--run-args", "'unclosed"], "--run-args"),
+    (["--resume", "nowhere"], "--resume 'nowhere': not a sweep directory"),
+    (["--resume", "list"], "--resume 'list': sweep.json is not a sweep's"),
+    (["--resume", "ops5"], "--resume 'ops5': sweep.json is not a sweep's"),
+    (["--resume", "binary"], "--resume 'binary': not a sweep directory"),
+    ([], "no FlagGems checkout given"),
+])
+def test_bad_input_is_one_line_exit_2(zlf_cli, tmp_path, args, expected):
+    for name, data in (("list", b"[1, 2]"), ("ops5", b'{"ops": 5, "flaggems_dir": "x"}'), ("binary", b"\xff\xfe")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "sweep.json").write_bytes(data)
+    proc = zlf_cli("sweep", *args, env={"FLAGGEMS_DIR": ""})
+    assert proc.returncode == 2, proc.stderr
+    assert expected in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "sweeps").exists()
+
+
+def test_cost_breakdown_adds_up_the_phase_lines(tmp_path):
+    f = tmp_path / "p"
+    f.write_text("10.0\timport\timporting flag_gems\n12.5\tplan\tcounting\n13.0\tcompile\tpoint 1\ntorn\n"
+                 "20.0\tmeasure\tpoint 1\n")
+    lines = sweep._phases.read(f)
+    assert sweep._phases.durations(lines, 21.0) == {"import": 2.5, "plan": 0.5, "compile": 7.0, "measure": 1.0}
+
+
+def test_an_interrupted_sweep_kills_its_running_op_and_resume_runs_it_again(tmp_path):
+    """SIGINT (``timeout -s INT``, a budgeted GPU call): the running op's process group is killed
+    and not recorded, the finished ops' table is printed, exit 130; --resume runs the rest."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "zlf", "sweep", "--flaggems-dir", str(SWEEP), "--ops",
+                             "softmax,hang_op", "--op-time-limit", "300", *CHILD],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "ZLF_NO_PROGRESS": "1"})
+    phases = None
+    for _ in range(600):  # until the hanging op is in its first FlagGems call
+        found = list(tmp_path.glob("sweeps/*/logs/hang_op_hang_op.phases"))
+        if found and "first FlagGems call" in found[0].read_text():
+            phases = found[0]
+            break
+        time.sleep(0.2)
+    assert phases is not None, proc.stderr.read() if proc.poll() is not None else "no phase line"
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    root = phases.parent.parent
+    assert [r["op"] for r in sweep.read_rows(root)] == ["softmax"]
+    assert "1 of 2 ops finished; the rest: zlf sweep --resume" in err
+    assert "softmax" in out and "hang_op" not in out
+    # the op's process is gone (its command line names this sweep's directory)
+    left = subprocess.run(["pgrep", "-f", str(root / "runs" / "hang_op_hang_op")], capture_output=True, text=True)
+    assert left.stdout.strip() == ""
+    proc = subprocess.run([sys.executable, "-m", "zlf", "sweep", "--resume", str(root), "--op-time-limit", "1"],
+                          cwd=tmp_path, capture_output=True, text=True)
+    assert "1 of 2 ops to run (1 finished before)" in proc.stderr

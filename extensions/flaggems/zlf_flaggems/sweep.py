@@ -1,0 +1,521 @@
+"""Run every benchmark op of a FlagGems checkout, each in its own zlf run process, into one table.
+
+    zlf sweep --flaggems-dir ~/FlagGems                          every op of benchmark/test_*.py
+    zlf sweep --flaggems-dir ~/FlagGems --sample 100 --seed 22 --gpus 0,1,2,3
+    zlf sweep --resume sweeps/flaggems_20261202-0412             finish what a stopped sweep left
+
+Each op runs as ``zlf run --ext flaggems --ext cudagraph --ext cupti --ext seed OP:FILE`` in a
+process group of its own: a crash, a refusal or a hang of one op never stops the sweep. An op
+past ``--op-time-limit`` has its Python stacks dumped to its log (SIGUSR1), then its process
+group is killed; the table names what it was doing (its last phase line, see
+:mod:`zlf_flaggems.phases`). ``sweep.jsonl`` gets one line per finished op as it finishes
+(``--resume`` skips those), ``sweep.tsv`` the table at the end.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Optional
+
+from zlf import UsageError
+
+from . import checkout as _checkout
+from . import phases as _phases
+
+EPILOG = """\
+examples:
+  zlf sweep --flaggems-dir ~/FlagGems                        every op, one GPU
+  zlf sweep --flaggems-dir ~/FlagGems --ops softmax,mm       a list
+  zlf sweep --flaggems-dir ~/FlagGems --sample 100 --seed 22 --gpus 0,1,2,3
+  zlf sweep --resume sweeps/flaggems_20261202-041233         skip the ops already finished
+status: ok (every point ok), failed (a point FAILED), refused (FlagGems skips it here, or zlf
+        refused it: exit 2), hung (killed past --op-time-limit, or a point hung past --time-limit),
+        crashed (any other exit)
+exit codes: 0 the sweep ran (whatever its ops did), 2 bad input, 130 interrupted (SIGINT: running ops
+            are killed and run again by --resume; the table of the finished ones is printed)
+"""
+
+STATE = "sweep.json"
+LINES = "sweep.jsonl"
+TABLE = "sweep.tsv"
+DEFAULT_RUN_EXTS = ("cudagraph", "cupti", "seed")
+DEFAULT_OP_LIMIT = 600.0
+#: timers that read the device (the issue's target share); the others include host time
+DEVICE_TIMERS = ("cudagraph", "cupti")
+BUILTIN_MARKS = {"parametrize", "skip", "skipif", "xfail", "usefixtures", "filterwarnings",
+                 "timeout", "tryfirst", "trylast"}
+FIELDS = ("op", "status", "points", "ok", "failed", "unchecked", "timers", "fallback", "reference_mismatch", "skip_reason",
+          "first_error", "wall_s", "startup_s", "import_s", "plan_s", "inputs_s", "compile_s", "measure_s",
+          "last_phase", "rc")
+TABLE_FIELDS = ("op", "status", "ok", "failed", "unchecked", "timers", "wall_s", "import_s", "compile_s",
+                "measure_s", "skip_reason", "first_error")
+
+
+def configure_parser(p) -> None:
+    from zlf.output import add_format_argument
+
+    p.add_argument("--flaggems-dir", metavar="DIR", help=f"FlagGems source checkout (also {_checkout.ENV_DIR})")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--ops", metavar="A,B", help="these ops (marks, or MARK:FILE) instead of every op")
+    which.add_argument("--sample", type=int, metavar="N", help="a random sample of N ops (with --seed)")
+    p.add_argument("--seed", type=int, default=0, metavar="S", help="seed of --sample (default 0)")
+    p.add_argument("--gpus", metavar="LIST", help="one op at a time per listed GPU (CUDA_VISIBLE_DEVICES of "
+                   "each op's process; repeat an index for two ops on one GPU), e.g. 0,1,2,3")
+    p.add_argument("--op-time-limit", type=float, metavar="SEC",
+                   help="wall seconds per op process, past which its process group is killed and the op "
+                        "recorded as hung with its last phase (default 600; with --resume: the sweep's own "
+                        "unless given)")
+    p.add_argument("--time-limit", type=float, default=60.0, metavar="SEC",
+                   help="zlf run --time-limit of every point (default 60)")
+    p.add_argument("--max-shapes", type=int, metavar="N",
+                   help="zlf run --flaggems-max-shapes: each op's N smallest built-in shapes")
+    p.add_argument("--check", choices=("fail", "warn"), default="fail",
+                   help="zlf run --check: warn times points whose reference check fails, marked UNCHECKED (default fail)")
+    p.add_argument("--run-ext", action="append", metavar="NAME",
+                   help=f"extensions of each op's zlf run besides flaggems (repeatable; none: flaggems alone; default: "
+                        f"{' '.join(DEFAULT_RUN_EXTS)})")
+    p.add_argument("--run-args", metavar="ARGS", default="",
+                   help="more zlf run options for every op, one shell-quoted string (e.g. '--dtype float16')")
+    p.add_argument("--out", default="sweeps", metavar="PARENT", help="parent of the sweep directory (default: sweeps/)")
+    p.add_argument("--name", metavar="LABEL", help="label of the sweep directory (default: flaggems)")
+    p.add_argument("--resume", metavar="DIR", help="a sweep directory: run the ops it has not finished, "
+                   "with its settings (--flaggems-dir and --op-time-limit, when given, replace the sweep's)")
+    add_format_argument(p, json_alias=False)
+
+
+# ----------------------------------------------------------------------------- ops of a checkout
+_MARK = re.compile(r"(?<!\w)mark\.([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def list_ops(checkout) -> list:
+    """Every benchmark op of ``checkout`` as ``MARK:FILE`` specs, in file order: the pytest marks
+    of each ``benchmark/test_*.py`` (FlagTune's ``test_*_parallel.py`` drivers aside); a mark
+    found in several files runs from the first. Marks made at run time (``getattr(pytest.mark,
+    name)`` in v5.0.2's grouped files) are not in the text: name those ops with ``--ops``."""
+    out, seen = [], set()
+    for path in sorted(checkout.bench_dir.glob("test_*.py")):
+        if path.stem.endswith("_parallel"):
+            continue
+        try:
+            text = path.read_text(errors="replace")
+        except OSError:
+            continue
+        for mark in _MARK.findall(text):
+            if mark in BUILTIN_MARKS or mark in seen:
+                continue
+            seen.add(mark)
+            out.append(f"{mark}:{path.stem[len('test_'):]}")
+    return out
+
+
+def choose_ops(all_ops: list, ops, sample, seed) -> list:
+    if ops:
+        by_mark = {s.split(":")[0]: s for s in all_ops}
+        chosen = []
+        for name in (o.strip() for o in ops.split(",") if o.strip()):
+            if ":" in name:
+                chosen.append(name)
+            elif name in by_mark:
+                chosen.append(by_mark[name])
+            else:
+                raise UsageError(f"--ops {name!r}: no benchmark file of the checkout marks it")
+        if not chosen:
+            raise UsageError("--ops: no op given")
+        return list(dict.fromkeys(chosen))
+    if sample is not None:
+        if sample < 1:
+            raise UsageError(f"--sample {sample}: expected a count >= 1")
+        return random.Random(seed).sample(all_ops, min(sample, len(all_ops)))
+    return list(all_ops)
+
+
+# ----------------------------------------------------------------------------- one op
+def op_name(spec: str) -> str:
+    return spec.split(":")[0]
+
+
+def _safe(spec: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", spec)
+
+
+def child_command(settings: dict, spec: str, out: Path) -> list:
+    cmd = [sys.executable, "-m", "zlf", "run", "--ext", "flaggems"]
+    for ext in settings["run_exts"]:
+        if ext != "none":
+            cmd += ["--ext", ext]
+    cmd += ["--flaggems-dir", settings["flaggems_dir"], "--out", str(out), "--name", op_name(spec),
+            "--time-limit", f"{settings['time_limit']:g}"]
+    if settings.get("check", "fail") != "fail":
+        cmd += ["--check", settings["check"]]
+    if settings.get("max_shapes"):
+        cmd += ["--flaggems-max-shapes", str(settings["max_shapes"])]
+    return cmd + shlex.split(settings.get("run_args") or "") + [spec]
+
+
+def _kill(proc, log) -> None:
+    """SIGUSR1 (the child dumps its stacks: :mod:`zlf_flaggems.phases`), then SIGKILL to the group."""
+    for sig, wait in ((getattr(signal, "SIGUSR1", None), 3.0), (signal.SIGKILL, 10.0)):
+        if sig is None:
+            continue
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        try:
+            proc.wait(timeout=wait)
+            if sig == signal.SIGKILL:
+                return
+        except subprocess.TimeoutExpired:
+            continue
+    log.write(f"\nzlf sweep: process group {proc.pid} did not end after SIGKILL\n")
+
+
+def run_op(settings: dict, root: Path, spec: str, gpu, running: Optional[dict] = None) -> dict:
+    """One op in its own process group; the row the table shows for it. ``running`` (spec ->
+    process) holds the process while it runs, for a sweep that is stopped to end it."""
+    safe = _safe(spec)
+    out = root / "runs" / safe
+    shutil.rmtree(out, ignore_errors=True)  # an attempt a stopped sweep left: this one replaces it
+    logs = root / "logs"
+    logs.mkdir(exist_ok=True)
+    phase_file = logs / f"{safe}.phases"
+    phase_file.unlink(missing_ok=True)
+    env = dict(os.environ, ZLF_NO_PROGRESS="1", NO_COLOR="1", **{_phases.ENV: str(phase_file)})
+    if gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = str(gpu)
+    started = time.time()
+    hung = False
+    with open(logs / f"{safe}.log", "w") as log:
+        log.write(f"$ {shlex.join(child_command(settings, spec, out))}\n")
+        log.flush()
+        proc = subprocess.Popen(child_command(settings, spec, out), stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+        if running is not None:
+            running[spec] = proc
+        try:
+            proc.wait(timeout=settings["op_time_limit"] or None)
+        except subprocess.TimeoutExpired:
+            hung = True
+            _kill(proc, log)
+        finally:
+            if running is not None:
+                running.pop(spec, None)
+    ended = time.time()
+    return summarize(spec, proc.returncode, hung, started, ended, out, logs / f"{safe}.log", phase_file,
+                     settings["op_time_limit"], gpu)
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    return " ".join(str(text).split())[:limit]
+
+
+def _run_dir(out: Path):
+    dirs = sorted(p for p in out.glob("*") if p.is_dir()) if out.is_dir() else []
+    return dirs[-1] if dirs else None
+
+
+def _records(run_dir) -> list:
+    if run_dir is None:
+        return []
+    out = []
+    try:
+        lines = (run_dir / "results.jsonl").read_text().splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return out
+
+
+def _last_error_line(log_path: Path) -> str:
+    try:
+        lines = [ln for ln in log_path.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    for line in reversed(lines):
+        if line.startswith("zlf: error:") or re.match(r"[A-Za-z_.]*(Error|Exception)\b", line):
+            return line
+    return lines[-1].strip() if lines else ""
+
+
+def _finding(run_dir) -> str:
+    """The run's named reference mismatch (meta.json, ``flaggems.ops.<op>.reference_mismatch``)."""
+    try:
+        ops = json.loads((run_dir / "meta.json").read_text())["flaggems"]["ops"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return ""
+    return "; ".join(f"{name}: {o['reference_mismatch']}" if len(ops) > 1 else o["reference_mismatch"]
+                     for name, o in ops.items() if isinstance(o, dict) and o.get("reference_mismatch"))
+
+
+def summarize(spec, rc, hung, started, ended, out, log_path, phase_file, op_limit, gpu=None) -> dict:
+    run_dir = _run_dir(out)
+    recs = _records(run_dir)
+    finding = _finding(run_dir) if run_dir is not None else ""
+    ok = [r for r in recs if r.get("status") == "ok"]
+    failed = [r for r in recs if r.get("status") != "ok"]
+    unchecked = [r for r in ok if r.get("unchecked")]
+    timers: dict = {}
+    for r in ok:
+        timers[r.get("timer") or "?"] = timers.get(r.get("timer") or "?", 0) + 1
+    fallbacks = sorted({_one_line(r["fallback_reason"], 80) for r in recs if r.get("fallback_reason")})
+    lines = _phases.read(phase_file)
+    costs = _phases.durations(lines, ended)
+    last = lines[-1][2] if lines else "starting (python, torch, zlf imports)"
+    skip, first_error = "", ""
+    if hung:
+        status = "hung"
+        first_error = f"no end within {op_limit:g} s; killed while: {last}"
+    elif rc == 124:
+        status = "hung"
+        first_error = next((r.get("error") for r in failed if r.get("error")), "") or _last_error_line(log_path)
+    elif rc == 2:
+        status = "refused"
+        line = _last_error_line(log_path)
+        line = line[len("zlf: error:"):].strip() if line.startswith("zlf: error:") else line
+        if "FlagGems skips" in line:
+            skip = line
+        else:
+            first_error = line
+    elif rc in (0, 1) and recs:
+        status = "ok" if not failed else "failed"
+        first_error = next((r.get("error") for r in failed if r.get("error")), "")
+        if finding:  # what the failures mean, before the first of them
+            first_error = f"{finding}: {first_error}" if first_error else finding
+    else:
+        status = "crashed"
+        first_error = f"exit {rc} while: {last}; last log line: {_last_error_line(log_path)}"
+    startup = (lines[0][0] - started) if lines else (ended - started)
+    row = {
+        "op": op_name(spec), "spec": spec, "status": status, "points": len(recs), "ok": len(ok),
+        "failed": len(failed), "unchecked": len(unchecked),
+        "timers": " ".join(f"{t}:{n}" for t, n in sorted(timers.items())),
+        "device_timed": sum(n for t, n in timers.items() if t in DEVICE_TIMERS),
+        "fallback": "; ".join(fallbacks), "reference_mismatch": finding, "skip_reason": _one_line(skip), "first_error": _one_line(first_error),
+        "wall_s": round(ended - started, 2), "startup_s": round(max(0.0, startup), 2),
+        "import_s": round(costs.get("import", 0.0), 2), "plan_s": round(costs.get("plan", 0.0), 2),
+        "inputs_s": round(costs.get("inputs", 0.0), 2), "compile_s": round(costs.get("compile", 0.0), 2),
+        "measure_s": round(costs.get("measure", 0.0), 2), "last_phase": _one_line(last, 120),
+        "rc": rc if not hung else None, "gpu": gpu, "run_dir": str(run_dir) if run_dir else None,
+    }
+    return row
+
+
+# ----------------------------------------------------------------------------- the sweep
+def _new_sweep(args) -> tuple:
+    co = _checkout.checkout_from_options({"flaggems_dir": args.flaggems_dir})
+    if co is None:
+        raise UsageError(f"zlf sweep: no FlagGems checkout given: use --flaggems-dir DIR or {_checkout.ENV_DIR}=DIR")
+    all_ops = list_ops(co)
+    if not all_ops:
+        raise UsageError(f"zlf sweep: no benchmark op (pytest mark) in {co.bench_dir}/test_*.py")
+    chosen = choose_ops(all_ops, args.ops, args.sample, args.seed)
+    if args.op_time_limit is None:
+        args.op_time_limit = DEFAULT_OP_LIMIT
+    if args.op_time_limit < 0 or args.time_limit < 0:
+        raise UsageError("zlf sweep: --op-time-limit and --time-limit take seconds >= 0 (0: no limit)")
+    if args.max_shapes is not None and args.max_shapes < 1:
+        raise UsageError(f"--max-shapes {args.max_shapes}: expected a count >= 1")
+    try:
+        shlex.split(args.run_args or "")
+    except ValueError as exc:
+        raise UsageError(f"--run-args {args.run_args!r}: {exc}") from exc
+    settings = {
+        "flaggems_dir": str(co.root), "layout": co.layout, "ops": chosen, "all_ops": len(all_ops),
+        "sample": args.sample, "seed": args.seed, "op_time_limit": args.op_time_limit,
+        "time_limit": args.time_limit, "max_shapes": args.max_shapes, "check": args.check,
+        "run_exts": list(args.run_ext or DEFAULT_RUN_EXTS), "run_args": args.run_args or "",
+    }
+    from zlf.rundir import RunDir
+
+    root = RunDir.create(args.out, args.name or "flaggems").path.resolve()
+    (root / STATE).write_text(json.dumps(settings, indent=2) + "\n")
+    return root, settings
+
+
+def _resume(path: str) -> tuple:
+    root = Path(path).resolve()
+    try:
+        settings = json.loads((root / STATE).read_text())
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"--resume {path!r}: not a sweep directory (no readable {STATE})") from exc
+    ops = settings.get("ops") if isinstance(settings, dict) else None
+    if (not isinstance(ops, list) or not all(isinstance(o, str) for o in ops)
+            or not isinstance(settings.get("flaggems_dir"), str)):
+        raise UsageError(f"--resume {path!r}: {STATE} is not a sweep's (expected an object with a list of ops "
+                         "and flaggems_dir)")
+    defaults = {"op_time_limit": DEFAULT_OP_LIMIT, "time_limit": 60.0, "check": "fail", "max_shapes": None,
+                "run_exts": list(DEFAULT_RUN_EXTS), "run_args": ""}
+    return root, {**defaults, **settings}
+
+
+def read_rows(root: Path) -> list:
+    """The finished ops' rows of ``sweep.jsonl``; a line that is not one (torn by a kill, not
+    UTF-8, not an object with a spec) is skipped, so that op runs again on ``--resume``."""
+    rows = []
+    try:
+        text = (root / LINES).read_text(errors="replace")
+    except OSError:
+        return rows
+    for line in text.splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict) and isinstance(row.get("spec"), str):
+            rows.append(row)
+    return rows
+
+
+def _gpus(text):
+    if not text:
+        return [None]
+    gpus = [g.strip() for g in text.split(",") if g.strip()]
+    if not gpus or not all(g.isdigit() for g in gpus):
+        raise UsageError(f"--gpus {text!r}: expected GPU indices, e.g. 0,1,2,3")
+    return gpus
+
+
+def _worker_names(gpus) -> list:
+    """Scheduler names of the workers: the GPU index (``0``), ``0+1`` for a second worker on GPU 0."""
+    names, seen = [], {}
+    for g in gpus:
+        key = "0" if g is None else str(g)
+        seen[key] = seen.get(key, 0) + 1
+        names.append(key if seen[key] == 1 else f"{key}+{seen[key] - 1}")
+    return names
+
+
+def summary_line(rows: list) -> str:
+    counts: dict = {}
+    for r in rows:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    ok_points = sum(r["ok"] for r in rows)
+    device = sum(r.get("device_timed", 0) for r in rows)
+    unchecked = sum(r.get("unchecked", 0) for r in rows)
+    share = f"{100.0 * device / ok_points:.1f} %" if ok_points else "n/a"
+    host = f"{100.0 * (ok_points - device) / ok_points:.1f} %" if ok_points else "n/a"
+    parts = ", ".join(f"{counts[s]} {s}" for s in ("ok", "failed", "refused", "hung", "crashed") if s in counts)
+    wall = sum(r["wall_s"] for r in rows)
+    return (f"{len(rows)} ops: {parts or 'none'}; {ok_points} ok points ({unchecked} UNCHECKED): {share} on a "
+            f"device timer ({'/'.join(DEVICE_TIMERS)}), {host} on host-inclusive timers; "
+            f"{wall:.0f} s of op wall time")
+
+
+def cost_line(rows: list) -> str:
+    keys = ("startup_s", "import_s", "plan_s", "inputs_s", "compile_s", "measure_s")
+    total = sum(r["wall_s"] for r in rows) or 1.0
+    parts = [f"{k[:-2]} {sum(r.get(k, 0.0) for r in rows):.0f} s ({100 * sum(r.get(k, 0.0) for r in rows) / total:.0f} %)"
+             for k in keys]
+    return "where the time went: " + ", ".join(parts)
+
+
+def write_table(root: Path, rows: list) -> None:
+    def cell(v):
+        return "" if v is None else str(v).replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n")
+
+    text = "\t".join(FIELDS) + "\n" + "".join("\t".join(cell(r.get(f)) for f in FIELDS) + "\n" for r in rows)
+    tmp = root / (TABLE + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(root / TABLE)
+
+
+def main(args, session) -> int:
+    from zlf.console import clean
+    from zlf.output import render
+
+    gpus = _gpus(args.gpus)
+    if args.resume:
+        root, settings = _resume(args.resume)
+        if args.op_time_limit is not None:
+            if args.op_time_limit < 0:
+                raise UsageError(f"--op-time-limit {args.op_time_limit:g}: expected seconds >= 0 (0: no limit)")
+            settings["op_time_limit"] = args.op_time_limit
+        if args.flaggems_dir:  # the same checkout at another place (a fresh machine)
+            settings["flaggems_dir"] = str(_checkout.find_checkout(args.flaggems_dir, "--flaggems-dir").root)
+    else:
+        root, settings = _new_sweep(args)
+    done = {r["spec"] for r in read_rows(root)}
+    todo = [s for s in settings["ops"] if s not in done]
+    total, start = len(settings["ops"]), time.time()
+    print(f"sweep dir: {root}\n{len(todo)} of {total} ops to run"
+          + (f" ({len(done)} finished before)" if done else "")
+          + f", {len(gpus)} at a time", file=sys.stderr, flush=True)
+    from zlf.scheduler import Scheduler, Unit
+
+    # core's scheduler (zlf run --gpus): one unit per op; a crash is the op's outcome, never retried
+    sched = Scheduler([Unit(id=spec, keys=(spec,)) for spec in todo], retries=0)
+    names = _worker_names(gpus)
+    for name in names:
+        sched.add_worker(name)
+    lock = threading.Lock()
+    finished = [len(done)]
+    running: dict = {}
+    stopped = threading.Event()
+
+    def worker(gpu, name):
+        while not stopped.is_set():
+            with lock:
+                unit = sched.take(name)
+            if unit is None:
+                return
+            row = run_op(settings, root, unit.id, gpu, running)
+            if stopped.is_set():
+                return  # killed by the stop, not by itself: --resume runs it again
+            with lock:
+                sched.done(unit.id, name, seconds=row["wall_s"], runs=1, failed_runs=int(row["status"] != "ok"))
+                with open(root / LINES, "a") as f:
+                    f.write(json.dumps(row) + "\n")
+                finished[0] += 1
+                print(f"[{finished[0]}/{total}] {clean(row['op'])}: {row['status']} ({row['ok']} ok, "
+                      f"{row['failed']} failed) {row['wall_s']:.1f} s; elapsed {time.time() - start:.0f} s",
+                      file=sys.stderr, flush=True)
+
+    threads = [threading.Thread(target=worker, args=(g, n), daemon=True) for g, n in zip(gpus, names)]
+    for t in threads:
+        t.start()
+    interrupted = False
+    try:
+        for t in threads:
+            while t.is_alive():
+                t.join(0.5)
+    except KeyboardInterrupt:
+        interrupted = True
+        stopped.set()
+        for proc in list(running.values()):
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        for t in threads:
+            t.join(15)
+    by_spec = {r["spec"]: r for r in read_rows(root)}
+    rows = [by_spec[s] for s in settings["ops"] if s in by_spec]
+    write_table(root, rows)
+    if len(gpus) > 1:
+        print(sched.summary_table(), file=sys.stderr)
+    if args.format == "json":
+        print(json.dumps({"sweep_dir": str(root), "settings": settings, "ops": rows,
+                          "summary": summary_line(rows), "finished": len(rows), "total": total}, indent=2))
+        return 130 if interrupted else 0
+    print(render(TABLE_FIELDS, [[r.get(f) for f in TABLE_FIELDS] for r in rows], args.format))
+    print(clean(summary_line(rows)))
+    print(clean(cost_line(rows)))
+    print(f"sweep dir: {root} ({TABLE}, {LINES}, logs/, runs/)")
+    if interrupted or len(rows) < total:
+        print(f"interrupted: {len(rows)} of {total} ops finished; the rest: zlf sweep --resume {root}", file=sys.stderr)
+        return 130 if interrupted else 0
+    return 0
