@@ -1,5 +1,6 @@
-"""zlf task on a GPU: the checker's buffers cross to the candidate's process by CUDA IPC, and the
-graph timer replays the rotation over input sets in the order the calls were made.
+"""zlf task on a GPU: the checker's buffers cross to the candidate's process by CUDA IPC (or
+staged, forced), and the graph timer replays the rotation over input sets in the order the calls
+were made.
 
 Run on a CUDA machine: ``python -m pytest -q -m gpu extensions/taskpkg/tests/test_checker_gpu.py``.
 """
@@ -80,6 +81,7 @@ def test_paged_kv_candidates_are_accepted_through_the_checker(zlf_cli, tmp_path,
     assert any(n.startswith("checker-case") for n in logs) and any(n.startswith("worker-case") for n in logs)
     meta = json.loads((run_dir / "meta.json").read_text())
     assert meta["task"]["verdicts"]["Accepted"] == 12
+    assert meta["task"]["sharing"] == "ipc"
 
 
 @pytest.mark.parametrize("candidate, messages", [
@@ -93,3 +95,25 @@ def test_paged_kv_forging_candidate_is_rejected(zlf_cli, tmp_path, candidate, me
     records = read_records(run_dir_from(proc.stdout, tmp_path))
     assert [r["extra"]["verdict"] for r in records] == ["Wrong Answer", "Wrong Answer"], proc.stdout
     assert all(any(m in r["extra"]["judge_output"] for m in messages) for r in records)
+
+
+@pytest.mark.parametrize("candidate, verdicts", [
+    ("naive_triton.py", ["Accepted", "Accepted"]),
+    ("paged_decode.cu", ["Accepted", "Accepted"]),
+    ("paged_memo.py", ["Wrong Answer", "Wrong Answer"]),
+])
+def test_staged_sharing_on_the_gpu(zlf_cli, tmp_path, candidate, verdicts):
+    """Staged sharing (what a device without IPC gets), forced on CUDA: the worker's own device
+    tensors, copied from and back to the checker's host buffers around the calls."""
+    where = FORGING if candidate == "paged_memo.py" else PAGED_KV / "candidates"
+    proc = zlf_cli("task", PAGED_KV, "--candidate", where / candidate, "--ext", "task", "--ext", "cudagraph",
+                   "--cases", "1,12", "--reuse-worker", "--backend", "cuda", "--out", tmp_path / "runs",
+                   env={"ZLF_TASK_SHARING": "staged"})
+    run_dir = run_dir_from(proc.stdout, tmp_path)
+    records = read_records(run_dir)
+    assert [r["extra"]["verdict"] for r in records] == verdicts, proc.stdout + proc.stderr
+    assert json.loads((run_dir / "meta.json").read_text())["task"]["sharing"] == "staged"
+    if verdicts[0] == "Wrong Answer":
+        assert all("stale result" in r["extra"]["judge_output"] for r in records)
+    else:
+        assert all(r["extra"]["distinct_input_sets"] == 4 for r in records)

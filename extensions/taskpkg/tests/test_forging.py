@@ -1,11 +1,15 @@
 """zlf task: a candidate that forges its verdict from inside its own process is not Accepted.
 
 Each attack is run twice: as the attack (Wrong Answer or Runtime Error) and as its honest twin
-(``FORGE_HONEST=1``: the same kind of thing, then the answer computed) -- Accepted.
+(``FORGE_HONEST=1``: the same kind of thing, then the answer computed) -- Accepted. Both run with
+the CPU's shared memory and with staged sharing (a device without IPC: the worker copies the
+checker's host buffers to its own tensors and back; forced on CPU with ``$ZLF_TASK_SHARING``).
 """
 from __future__ import annotations
 
 from pathlib import Path
+
+import json
 
 import pytest
 
@@ -24,6 +28,22 @@ FORGING = Path(__file__).resolve().parent / "data" / "forging"
 def _quiet(monkeypatch):
     monkeypatch.setenv("ZLF_NO_PROGRESS", "1")
     monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.delenv("ZLF_TASK_SHARING", raising=False)
+
+
+@pytest.fixture(params=["shm", "staged"])
+def sharing(request, monkeypatch):
+    """How the checker's buffers reach the candidate: CPU shared memory, or staged (forced)."""
+    if request.param == "staged":
+        monkeypatch.setenv("ZLF_TASK_SHARING", "staged")
+    return request.param
+
+
+def sharing_of(run_dir) -> str:
+    meta = json.loads((run_dir / "meta.json").read_text())
+    log = (run_dir / "run.log").read_text()
+    assert f"sharing: {meta['task']['sharing']} (" in log
+    return meta["task"]["sharing"]
 
 
 def judge(tmp_path, capsys, candidate, *extra):
@@ -47,9 +67,10 @@ ATTACKS = [
 
 @pytest.mark.slow
 @pytest.mark.parametrize("candidate, message", ATTACKS)
-def test_forging_attempt_is_not_accepted(tmp_path, capsys, monkeypatch, candidate, message):
+def test_forging_attempt_is_not_accepted(tmp_path, capsys, monkeypatch, sharing, candidate, message):
     monkeypatch.delenv("FORGE_HONEST", raising=False)
     rc, records, run_dir = judge(tmp_path, capsys, candidate, "--cases", "2")
+    assert sharing_of(run_dir) == sharing
     verdict = records[0]["extra"]["verdict"]
     assert rc == 1 and verdict in ("Wrong Answer", "Runtime Error"), records[0]
     assert message in records[0]["extra"]["judge_output"]
@@ -58,20 +79,22 @@ def test_forging_attempt_is_not_accepted(tmp_path, capsys, monkeypatch, candidat
 
 @pytest.mark.slow
 @pytest.mark.parametrize("candidate", [a[0] for a in ATTACKS])
-def test_honest_twin_is_accepted(tmp_path, capsys, monkeypatch, candidate):
+def test_honest_twin_is_accepted(tmp_path, capsys, monkeypatch, sharing, candidate):
     monkeypatch.setenv("FORGE_HONEST", "1")
     rc, records, run_dir = judge(tmp_path, capsys, candidate, "--cases", "2")
+    assert sharing_of(run_dir) == sharing
     assert rc == 0 and records[0]["extra"]["verdict"] == "Accepted", records[0]["extra"]["judge_output"]
     assert records[0]["max_rel_err"] == 0.0 and records[0]["median_ms"] > 0
     assert records[0]["extra"]["input_sets"] == 3 and records[0]["extra"]["distinct_input_sets"] == 4
 
 
 @pytest.mark.slow
-def test_stale_result_survives_worker_reuse(tmp_path, capsys, monkeypatch):
+def test_stale_result_survives_worker_reuse(tmp_path, capsys, monkeypatch, sharing):
     """A reused worker keeps its memo across cases: still stale on the second case, and the
     honest twin stays Accepted on both."""
     monkeypatch.delenv("FORGE_HONEST", raising=False)
     rc, records, run_dir = judge(tmp_path, capsys, "memo_pointer.py", "--cases", "1-2", "--reuse-worker")
+    assert sharing_of(run_dir) == sharing
     assert [r["extra"]["verdict"] for r in records] == ["Wrong Answer", "Wrong Answer"], records
     assert all("stale result" in r["extra"]["judge_output"] for r in records)
     assert len(list((run_dir / "task").glob("worker-case*.log"))) == 1  # Wrong Answer keeps the worker
@@ -130,3 +153,89 @@ def test_the_checker_never_loads_candidate_code():
             "print('zlf_taskpkg.candidate' in sys.modules, 'zlf_taskpkg.worker' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]
+
+
+# ----------------------------------------------------------------------------- staged sharing
+VECADD = REPO / "tests" / "data" / "taskpkg_vecadd" / "candidates"
+
+
+def test_sharing_mode_by_device_type(monkeypatch):
+    from zlf_taskpkg.shared import sharing_mode
+
+    monkeypatch.delenv("ZLF_TASK_SHARING", raising=False)
+    assert [sharing_mode(d) for d in ("cuda:1", "cuda", "cpu")] == ["ipc", "ipc", "shm"]
+    assert [sharing_mode(d) for d in ("musa:0", "privateuseone:0", "xpu")] == ["staged"] * 3
+    monkeypatch.setenv("ZLF_TASK_SHARING", "staged")
+    assert sharing_mode("cpu") == sharing_mode("cuda:0") == "staged"
+
+
+def test_a_device_without_ipc_gets_staging_buffers(monkeypatch):
+    """A vendor backend's device (``musa``: no CUDA IPC) is staged, not refused: the checker's
+    buffers are host files; the worker's tensors are its own (here on the CPU, standing in for the
+    device), filled by upload and read back by download -- canaries and inputs included."""
+    import torch
+
+    from zlf_taskpkg.shared import SharedArena, Staging, open_shared
+
+    monkeypatch.delenv("ZLF_TASK_SHARING", raising=False)
+    arena = SharedArena("musa:0", "test")  # the judge refused this device type before
+    try:
+        assert arena.mode == "staged" and arena.pool is None
+        x = arena.copy_of(torch.arange(6, dtype=torch.float32).reshape(2, 3).t())
+        guard = arena.empty((10,), (1,), torch.float32)
+        guard.fill_(-1.0)
+        out = guard[2:8].view(2, 3)
+        staging = Staging("cpu")
+        dx, dout = open_shared(arena.describe([x, out, 7]), staging)[:2]
+        assert open_shared(arena.describe([x, out, 7]), Staging("cpu"))[2] == 7
+        assert dx.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
+        assert (dx.stride(), dout.storage_offset()) == (x.stride(), out.storage_offset())
+        staging.upload()
+        assert torch.equal(dx, x) and bool((dout == -1).all())
+        dout.copy_(dx.t() * 2)
+        dout.as_strided((1,), (1,), 0).fill_(0.0)  # a write before the output: a canary hit
+        assert bool((out == -1).all())  # nothing reaches the checker before download
+        staging.download()
+        assert torch.equal(out, x.t() * 2) and guard[0].item() == 0.0 and guard[1].item() == -1.0
+    finally:
+        arena.close()
+
+
+@pytest.mark.slow
+def test_staged_write_outside_output_retires_a_reused_worker(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("ZLF_TASK_SHARING", "staged")
+    rc = main(["task", str(PKG), "--candidate", str(VECADD / "overflow.py"), "--ext", "task", "--cases", "1-2",
+               "--reuse-worker", "--out", str(tmp_path / "runs")])
+    run_dir = run_dir_from(capsys.readouterr().out)
+    records = read_records(run_dir)
+    assert rc == 1 and sharing_of(run_dir) == "staged"
+    assert [r["extra"]["verdict"] for r in records] == ["Runtime Error", "Runtime Error"]
+    assert "wrote outside its output" in records[0]["extra"]["judge_output"]
+    assert len(list((run_dir / "task").glob("worker-case*.log"))) == 2  # a fresh process after the error
+
+
+@pytest.mark.slow
+def test_staged_hang_is_time_limit_exceeded(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("ZLF_TASK_SHARING", "staged")
+    rc = main(["task", str(PKG), "--candidate", str(VECADD / "hang.py"), "--ext", "task", "--cases", "1",
+               "--time-limit", "2", "--out", str(tmp_path / "runs")])
+    run_dir = run_dir_from(capsys.readouterr().out)
+    records = read_records(run_dir)
+    assert rc == 1 and sharing_of(run_dir) == "staged"
+    assert [r["extra"]["verdict"] for r in records] == ["Time Limit Exceeded"]
+    assert "time limit of 2 s" in records[0]["extra"]["judge_output"]
+
+
+@pytest.mark.slow
+def test_staged_reused_worker_accepts_and_refreshes_inputs(tmp_path, capsys, monkeypatch):
+    """Staged with --reuse-worker: one worker for every case, each Accepted after the rotation
+    over fresh input sets (a stale copy-in would be a stale result)."""
+    monkeypatch.setenv("ZLF_TASK_SHARING", "staged")
+    rc = main(["task", str(PKG), "--candidate", str(VECADD / "correct.py"), "--ext", "task", "--cases", "1-3",
+               "--reuse-worker", "--out", str(tmp_path / "runs")])
+    run_dir = run_dir_from(capsys.readouterr().out)
+    records = read_records(run_dir)
+    assert rc == 0 and sharing_of(run_dir) == "staged"
+    assert [r["extra"]["verdict"] for r in records] == ["Accepted"] * 3
+    assert all(r["max_rel_err"] == 0.0 and r["extra"]["distinct_input_sets"] == 4 for r in records)
+    assert len(list((run_dir / "task").glob("worker-case*.log"))) == 1

@@ -8,8 +8,8 @@ candidate, and for each case:
   baseline on each and keeps the expected outputs and pristine inputs to itself;
 - times the baseline (the run lifecycle's ``time_fn``, as every point is timed);
 - allocates the buffers the candidate gets -- input copies, guarded and poisoned outputs -- in
-  shared memory (:mod:`zlf_taskpkg.shared`) and describes them to the judge, which hands the
-  description to the worker;
+  shared memory (:mod:`zlf_taskpkg.shared`; host staging buffers on a device without IPC) and
+  describes them to the judge, which hands the description to the worker;
 - when the judge says the candidate has called, reads those buffers itself: canaries, inputs,
   the package's ``check``; a result that equals another input set's expected output is a stale
   result.
@@ -321,6 +321,7 @@ class Checker:
         backend.synchronize()
         self.max_err = None
         self.emit("shared", slots=[self.arena.describe(s.args) for s in self.slots], outputs=outputs,
+                  sharing=self.arena.mode,
                   counts=list(counts), input_sets=INPUT_SETS, distinct_sets=self.distinct_sets)
 
     def _same_layout(self, original, other, k: int) -> None:
@@ -401,8 +402,10 @@ class Checker:
             if bad:
                 return V.RUNTIME_ERROR, (f"{lead}wrote outside its output: {bad} guard bytes around "
                                          f"{_describe(i, slot.args[i])} were overwritten (out-of-bounds write)"), True
-        # the check reads private copies: the pristine inputs and a snapshot of the outputs
-        got = {i: slot.args[i].clone() for i in self.outputs if _is_tensor(slot.args[i])}
+        # the check reads private copies: the pristine inputs and a snapshot of the outputs (on
+        # the device the package's tensors are on: staged buffers live on the host)
+        got = {i: slot.args[i].to(want.original[i].device, copy=True) for i in self.outputs
+               if _is_tensor(slot.args[i])}
         ok, text = self.run_check(want, got)
         if first:
             self.max_err = self.max_rel_err(got, want)

@@ -45,7 +45,7 @@ from .candidate import KIND_CUDA, Candidate, compile_cuda, default_arch, default
 from .checker import INPUT_SETS
 from .outcome import timing_from_json
 from .package import TaskPackage, parse_cases
-from .shared import shm_root
+from .shared import SHARING_WHY, sharing_mode, shm_root
 
 #: limit for everything before the candidate runs (worker start, genTestCase, baseline timing).
 PACKAGE_TIME_LIMIT_S = 600.0
@@ -288,6 +288,7 @@ class Judge:
         plan = [types.SimpleNamespace(op=types.SimpleNamespace(name=self.package.name))] * len(self.cases)
         self.run = Run(self.session, self.rundir, plan, argv=["zlf", *sys.argv[1:]])
         backend, meta = self.backend, self.run.meta
+        self.sharing = sharing_mode(backend.device)
         meta["fingerprint"] = backend.fingerprint()
         meta["device_name"] = meta["fingerprint"].get("device_name")
         state = backend.device_state()
@@ -306,7 +307,8 @@ class Judge:
             "time_limit_s": self.time_limit, "compile_time_limit_s": self.compile_time_limit, "isolation": "one worker per case" if not args.reuse_worker
             else "one worker reused until a case fails",
             "checker": "the package, inputs, baseline and check in a process that never runs the candidate; "
-                       "buffers shared with the worker (CUDA IPC / shared memory)",
+                       "buffers shared with the worker (CUDA IPC / shared memory / staged host buffers)",
+            "sharing": self.sharing,
             "input_sets": INPUT_SETS,
             "warmup_iters_override": [args.warmup, args.iters],
             "timer": self.timer.to_json(),
@@ -327,6 +329,7 @@ class Judge:
         print(clean(self.timer.why), file=sys.stderr)  # said once the input was found good
         self.run.log.info(f"task {self.package.name}: candidate {self.candidate.path} ({self.candidate.kind}), "
                           f"cases {self.cases}, time limit {self.time_limit:g} s per case")
+        self.run.log.info(f"sharing: {self.sharing} ({SHARING_WHY[self.sharing]})")
 
     # ------------------------------------------------------------------ cases
     def _pair_for(self, case: int) -> tuple:

@@ -9,6 +9,10 @@ copies and guarded output buffers -- in memory both processes map, and keeps eve
   nothing but the shared buffers; the checker keeps them alive while the worker uses them.
 - CPU tensors live in files under ``/dev/shm`` mapped by both processes (``torch.from_file``,
   ``shared=True``); the checker deletes the files once the case is over (the mappings stay).
+- Any other device (a vendor backend: no IPC torch can use) is *staged*: the checker's buffers
+  are host staging files as for CPU; the worker allocates device tensors of the same layout
+  (:class:`Staging`), copies the staging files in before the candidate runs and the device
+  tensors back out after each checked call, and the checker reads the staging files.
 
 A description (:meth:`SharedArena.describe`) travels to the worker as base64 pickle: only from
 the checker to the worker, never the other way.
@@ -24,6 +28,22 @@ import tempfile
 from pathlib import Path
 
 SHM_DIR = "/dev/shm"
+#: for tests only: ``staged`` makes every device use staged sharing (so CPU runs exercise it)
+SHARING_ENV = "ZLF_TASK_SHARING"
+IPC, SHM, STAGED = "ipc", "shm", "staged"
+SHARING_WHY = {IPC: "CUDA IPC: the worker maps the checker's device buffers",
+               SHM: "shared memory: both processes map the same /dev/shm files",
+               STAGED: "staged: the checker's host buffers in /dev/shm, copied to and from the worker's "
+                       "device tensors by the worker, outside the timed calls"}
+
+
+def sharing_mode(device: str) -> str:
+    """How buffers cross for ``device``: ``ipc`` (cuda), ``shm`` (cpu), ``staged`` (any other
+    device type, or every device when ``$ZLF_TASK_SHARING`` is ``staged``, for tests). Read from
+    the string: a vendor's device type (``musa``) is one torch knows only once its module is loaded."""
+    if os.environ.get(SHARING_ENV) == STAGED:
+        return STAGED
+    return {"cuda": IPC, "cpu": SHM}.get(str(device).split(":")[0], STAGED)
 
 
 def shm_root() -> Path:
@@ -62,13 +82,9 @@ class SharedArena:
     """The shared buffers of one case, on the checker's side."""
 
     def __init__(self, device: str, label: str = "case"):
-        import torch
-
-        self.device = torch.device(device)
-        self.kind = self.device.type
-        if self.kind not in ("cpu", "cuda"):
-            raise RuntimeError(f"device {device!r}: the judge shares buffers with the candidate's process on "
-                               "cpu (shared memory) and cuda (CUDA IPC) only")
+        self.device = str(device)
+        self.mode = sharing_mode(device)
+        self.kind = "cuda" if self.mode == IPC else "cpu"  # where the shared buffers live
         self.files: list = []
         self.tensors: list = []  # every shared base tensor, alive until close()
         self.pool = _pool() if self.kind == "cuda" else None
@@ -79,13 +95,13 @@ class SharedArena:
         import torch
 
         if self.pool is not None:
-            with torch.cuda.use_mem_pool(self.pool, device=self.device):
+            with torch.cuda.use_mem_pool(self.pool, device=torch.device(self.device)):
                 yield
         else:
             yield
 
     def empty(self, shape, stride, dtype):
-        """A tensor of ``shape``/``stride`` in shared memory (uninitialised)."""
+        """A tensor of ``shape``/``stride`` in shared memory (uninitialised); on the host when staged."""
         import torch
 
         probe = torch.empty_strided(shape, stride, dtype=dtype, device="meta")
@@ -126,7 +142,7 @@ class SharedArena:
         k = next(k for k, b in enumerate(self.tensors)
                  if b.untyped_storage().data_ptr() == t.untyped_storage().data_ptr())
         base, path = self.tensors[k], self.files[k]
-        return ("file", str(path), base.untyped_storage().nbytes(), t.dtype, tuple(t.shape), tuple(t.stride()),
+        return ("staged" if self.mode == STAGED else "file", str(path), base.untyped_storage().nbytes(), t.dtype, tuple(t.shape), tuple(t.stride()),
                 t.storage_offset())
 
     def unlink(self) -> None:
@@ -140,21 +156,55 @@ class SharedArena:
         self.tensors.clear()
 
 
-def open_shared(text: str) -> list:
-    """The worker's side of :meth:`SharedArena.describe`: the arguments, mapped."""
+class Staging:
+    """The worker's device tensors of a staged case, each paired with the checker's host staging
+    buffer (the whole buffer: an output's canaries and an input's every byte travel)."""
+
+    def __init__(self, device: str):
+        self.device = device
+        self.pairs: list = []  # (host staging bytes, device bytes)
+
+    def add(self, host):
+        """A device tensor with the bytes of ``host`` (a staging file's uint8 base)."""
+        import torch
+
+        dev = torch.empty(host.numel(), dtype=torch.uint8, device=self.device)
+        self.pairs.append((host, dev))
+        return dev
+
+    def upload(self) -> None:
+        """Staging files → device tensors (the checker's inputs, canaries, poison)."""
+        for host, dev in self.pairs:
+            dev.copy_(host)
+
+    def download(self) -> None:
+        """Device tensors → staging files (outputs with their canaries, inputs): what the checker reads."""
+        for host, dev in self.pairs:
+            host.copy_(dev)
+
+
+def open_shared(text: str, staging: "Staging | None" = None) -> list:
+    """The worker's side of :meth:`SharedArena.describe`: the arguments, mapped (staged ones on
+    ``staging``'s device, paired with their staging files)."""
     import torch
 
     args = []
     for kind, payload in pickle.loads(base64.b64decode(text)):
-        if kind == "value":
+        if kind == "value":  # a plain value, or an empty tensor (no buffer): put on the device
+            if staging is not None and _is_tensor(payload) and payload.device.type != "meta":
+                payload = payload.to(staging.device)
             args.append(payload)
         elif payload[0] == "cuda":
             rebuild, rebuild_args = payload[1]
             args.append(rebuild(*rebuild_args))
         else:
-            _, path, nbytes, dtype, shape, stride, offset = payload
+            how, path, nbytes, dtype, shape, stride, offset = payload
             if not os.path.isfile(path) or os.path.getsize(path) != nbytes:
                 raise RuntimeError(f"shared buffer {path} is gone (the checker removed it)")
-            base = torch.from_file(path, shared=True, size=nbytes, dtype=torch.uint8).view(dtype)
-            args.append(base.as_strided(shape, stride, offset))
+            base = torch.from_file(path, shared=True, size=nbytes, dtype=torch.uint8)
+            if how == STAGED:
+                if staging is None:
+                    raise RuntimeError("staged buffers need the worker's Staging")
+                base = staging.add(base)
+            args.append(base.view(dtype).as_strided(shape, stride, offset))
     return args

@@ -10,6 +10,11 @@ drops a worker whose events lack it: see :func:`main`):
 
 - ``candidate_start`` the judge's time limit starts now
 - ``called``          the candidate was called and the device synchronized: the checker may read
+
+Staged sharing (a device without IPC: :class:`~zlf_taskpkg.shared.Staging`): the worker copies the
+checker's staging buffers to its device tensors before the first call, before the timed calls
+and before the call after timing, and the device tensors back after each of them, before it
+reports ``called`` / ``timed`` -- never inside the timed calls.
 - ``timed``           the candidate's timing (measured here: the timer runs in this process)
 - ``result``          a failure here (exception, launch error, compile error): never Accepted
 - ``done``            the point's annotations and markers once the lifecycle ended the point
@@ -38,7 +43,7 @@ from .candidate import is_compile_error, load_kernel
 from .checker import WorkerRun, budget_for
 from .legacy_stream import time_candidate
 from .outcome import timing_to_json
-from .shared import open_shared
+from .shared import Staging, open_shared
 
 class Rotation:
     """The timed callable: call ``i`` runs the candidate on slot ``i % len(calls)``. Every slot
@@ -105,6 +110,7 @@ class Worker:
         self.ctrl = ctrl
         self.kernel = None
         self.nonce = None
+        self.staging = None
         self.config = RunConfig.read(spec["config"])
         self.session = Session.open(self.config)
         self.hooks = self.session.hooks
@@ -139,7 +145,10 @@ class Worker:
         point = Point(op=p["op"], shape=tuple(p["shape"]), dtype=p["dtype"], variant=p["variant"])
         self.point_json = p
         outputs = request["outputs"]
-        slots = [open_shared(text) for text in request["slots"]]
+        self.staging = Staging(self.backend.device)
+        slots = [open_shared(text, self.staging) for text in request["slots"]]
+        self.staging.upload()  # staged: the checker's inputs, canaries and poison onto the device
+        self.backend.synchronize()
         op = Op(name=p["op"], fn=_unbound, make_inputs=_unbound, shapes=[point.shape], dtypes=[point.dtype],
                 reference=None, outputs=tuple(outputs))
         self.run.begin_point(point, op, slots[0])
@@ -157,8 +166,21 @@ class Worker:
         record = self.run.end_point(point, record)
         self.records.append(record)
         del slots
+        self.staging = None
         self.emit("done", extra=self.run.extra, markers=list(record.markers))
         return failure is None
+
+    def upload(self) -> None:
+        """Staged: the checker's staging buffers onto the device (nothing to do when shared)."""
+        if self.staging.pairs:
+            self.staging.upload()
+            self.backend.synchronize()
+
+    def download(self) -> None:
+        """Staged: the device buffers back to the staging files the checker reads."""
+        if self.staging.pairs:
+            self.staging.download()
+            self.backend.synchronize()
 
     def fail(self, verdict: str, text: str, **fields):
         self.emit("result", verdict=verdict, text=text, **fields)
@@ -184,6 +206,7 @@ class Worker:
                 calls[0]()
                 launch_error = self.kernel.last_error()
                 backend.synchronize()
+            self.download()
         except Exception as exc:
             verdict = V.COMPILE_ERROR if is_compile_error(exc) else V.RUNTIME_ERROR
             return self.fail(verdict, _short_traceback())
@@ -197,6 +220,7 @@ class Worker:
         # the slots, whose inputs the checker refreshed.
         rotation = Rotation(calls, slots)
         try:
+            self.upload()  # staged: the refreshed slots (never inside the timed calls)
             for call in calls:  # every slot is called at least once, whatever the timer's budget
                 call()
             backend.synchronize()
@@ -204,6 +228,7 @@ class Worker:
                                     budget_for(backend, self.config.timing, rotation, counts))
             self.kernel.last_error()  # a failed graph capture leaves its error here; the timer handled it
             backend.synchronize()
+            self.download()
         except Exception:
             return self.fail(V.RUNTIME_ERROR, "while timing:\n" + _short_traceback())
         self.timing = timing
@@ -213,9 +238,11 @@ class Worker:
         if order.get("go") != "call":
             return None, order
         try:
+            self.upload()
             calls[int(order["slot"])]()
             launch_error = self.kernel.last_error()
             backend.synchronize()
+            self.download()
         except Exception:
             return self.fail(V.RUNTIME_ERROR, "while timing:\n" + _short_traceback())
         if launch_error:
