@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -138,8 +139,19 @@ OUTSIDE = re.compile(rf"\b({_NOTES})(\.md\b|'| §)|{_BESIDE}|\bthe card\b")
 TEXT = {".py", ".md", ".toml", ".sh", ".yaml", ".yml", ".cfg", ".txt", ".json"}
 
 
+def _repository_files():
+    """The repository's own files: what git tracks or would track (never a virtual environment,
+    a build or anything else .gitignore leaves out); every file below ROOT outside a checkout."""
+    try:
+        out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"], cwd=ROOT,
+                             capture_output=True, check=True).stdout.decode()
+        return sorted(ROOT / name for name in out.split("\0") if name)
+    except (OSError, subprocess.CalledProcessError):
+        return sorted(ROOT.rglob("*"))
+
+
 def _repository_text():
-    for path in sorted(ROOT.rglob("*")):
+    for path in _repository_files():
         rel = path.relative_to(ROOT)
         if rel.parts[0].startswith(".") and rel.parts[0] != ".ci" or "__pycache__" in rel.parts or "data" in rel.parts[:2]:
             continue
