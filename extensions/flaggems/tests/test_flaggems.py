@@ -307,3 +307,29 @@ def test_a_reference_mismatch_is_named_only_when_nearly_every_point_is_far_off()
     assert reference_mismatch([rec(i, 5e-3) for i in range(10)]) is None            # 50x the tolerance only
     assert reference_mismatch([rec(i, 1.19, unchecked=True) for i in range(3)]).endswith("on 3/3 points)")
     assert reference_mismatch([]) is None
+
+
+def test_tests_building_one_op_name_run_as_one_op_told_apart_by_dtype_or_label(zlf_cli, tmp_path):
+    """FlagGems v5.3.4's searchsorted (a dtype parameter), upsample_nearest_exact2d (a test and its
+    _out twin) and index_put_impl (acc_false / acc_true) build one op name in two tests: zlf
+    refused them ("built by both"). Disjoint dtypes keep plain point ids; otherwise each test's
+    points carry the part of its name the others do not share."""
+    proc = flaggems_run(zlf_cli, BASE, "sorted_search", "doubled", "put_impl", check_rc=0)
+    run = run_dir_from(proc.stdout, tmp_path)
+    recs = by_point(read_records(run))
+    assert sorted(p for p in recs if p.startswith("sorted_search")) == [
+        "sorted_search/64x32/float32", "sorted_search/64x32/int32"]
+    assert sorted(p for p in recs if p.startswith("doubled")) == [
+        f"doubled/2x3x4x4/{d}/{lab}" for d in ("bfloat16", "float16", "float32") for lab in ("base", "out")]
+    assert sorted(p for p in recs if p.startswith("put_impl")) == [
+        f"put_impl/{s}/float32/{lab}" for s in ("16x32x32", "64x64") for lab in ("acc_false", "acc_true")]
+    for r in recs.values():
+        assert r["status"] == "ok", (r["point"], r.get("error"))
+    tests = {p: r["extra"]["flaggems"]["test"] for p, r in recs.items()}
+    assert tests["sorted_search/64x32/int32"] == "test_twin_tests.py::test_sorted_search[dtype1]"
+    assert tests["doubled/2x3x4x4/float32/out"] == "test_twin_tests.py::test_doubled_out"
+    assert tests["put_impl/64x64/float32/acc_true"] == "test_twin_tests.py::test_put_impl_acc_true"
+    assert "torch doubled outside" in recs["doubled/2x3x4x4/float32/out"]["extra"]["check"]
+    ops = json.loads((run / "meta.json").read_text())["flaggems"]["ops"]
+    assert ops["put_impl"]["twins"]["test_twin_tests.py::test_put_impl_acc_false"]["label"] == "acc_false"
+    assert ops["sorted_search"]["twins"]["test_twin_tests.py::test_sorted_search[dtype0]"]["label"] == ""

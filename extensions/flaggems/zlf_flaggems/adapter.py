@@ -767,6 +767,13 @@ class BenchmarkOp:
             stack.close()
 
     # ------------------------------------------------------------------ the zlf Op
+    def all(self) -> list:
+        """The BenchmarkOps behind this op name: this one (several: :class:`twins.Twins`)."""
+        return [self]
+
+    def for_point(self, point) -> "BenchmarkOp":
+        return self
+
     def to_op(self) -> Op:
         return Op(
             name=self.bench.op_name,

@@ -27,6 +27,7 @@ from . import harness as _harness
 from .adapter import TOLERANCE, BenchmarkOp
 from .phases import phase
 from .table import render
+from .twins import Twins
 
 ENV_FLAGTUNE = "USE_FLAGTUNE"
 LEVELS = ("core", "comprehensive")
@@ -88,7 +89,7 @@ class FlagGems:
         self.checkout: Optional[_checkout.Checkout] = None
         self.settings: Optional[_harness.Settings] = None
         self.harness = None
-        self.ops: dict = {}         # op name -> BenchmarkOp
+        self.ops: dict = {}         # op name -> BenchmarkOp, or Twins (several tests, one name)
         self.flagtune: Optional[str] = None
         self.tolerance: dict = {}
         self.points_begun = 0
@@ -203,22 +204,23 @@ class FlagGems:
         if not runnable:
             reasons = "; ".join(f"{c.node_id}: {c.skip_reason()}" for c in found)
             raise UsageError(f"FlagGems skips every test of op {op!r} here: {reasons}")
-        ops = []
+        built: dict = {}  # op name -> [BenchmarkOp], in the order the tests build them
         for case in runnable:
             phase("plan", f"building the Benchmark of {case.node_id}")
             benches = _harness.capture(self.harness, case)
             if not benches:
                 raise UsageError(f"FlagGems test {case.node_id} built no Benchmark (it never called run())")
             for bench in benches:
-                twin = self.ops.get(bench.op_name)
-                if twin is not None and twin.case.node_id != case.node_id:
-                    raise UsageError(f"FlagGems op name {bench.op_name!r} is built by both {twin.case.node_id} and "
-                                     f"{case.node_id}: their points would share ids; select one with OP:OP_FILE::TEST")
                 adapter = BenchmarkOp(self.harness, bench, case, self.tolerance)
                 if self.max_shapes:
                     adapter.keep_smallest(self.max_shapes)
-                self.ops[bench.op_name] = adapter
-                ops.append(adapter.to_op())
+                built.setdefault(bench.op_name, []).append(adapter)
+        ops = []
+        for name, members in built.items():
+            # several tests building one op name (a dtype parameter, an _out twin): one op, the
+            # tests told apart by dtype or by a variant label (twins.py)
+            self.ops[name] = members[0] if len(members) == 1 else Twins(members)
+            ops.append(self.ops[name].to_op())
         return ops
 
     # ------------------------------------------------------------------ run lifecycle
@@ -237,7 +239,7 @@ class FlagGems:
             ENV_FLAGTUNE: self.flagtune,
             "ops": {name: a.describe() for name, a in self.ops.items()},
         }
-        for name, a in self.ops.items():
+        for name, a in ((name, m) for name, op in self.ops.items() for m in op.all()):
             if a.empty:
                 run.log.info(f"flaggems: {name} ({a.class_name}) yields no input for {', '.join(a.empty)}: "
                              "no point (FlagGems skips them too)")
@@ -250,6 +252,7 @@ class FlagGems:
         adapter = self.ops.get(point.op)
         if adapter is None:
             return
+        adapter = adapter.for_point(point)
         self.points_begun += 1
         adapter.label = f"point {self.points_begun}/{len(run.plan)} {point.id}"
         phase("inputs", f"{adapter.label}: inputs and torch reference")
@@ -259,6 +262,7 @@ class FlagGems:
         adapter = self.ops.get(point.op)
         if adapter is None:
             return
+        adapter = adapter.for_point(point)
         adapter.exit_gems()  # the torch side, and every other extension's after_point, run plain torch
         call = adapter.current.pop("call", None)
         run.annotate("flaggems", {"test": adapter.case.node_id, "class": adapter.class_name, "kind": adapter.kind})
@@ -294,7 +298,7 @@ class FlagGems:
             return
         phase("done", f"run {run.status}")
         logged: dict = {}
-        for adapter in self.ops.values():
+        for adapter in (m for op in self.ops.values() for m in op.all()):
             adapter.exit_gems()
             for message, times in adapter.registration_log.items():
                 logged[message] = logged.get(message, 0) + times
