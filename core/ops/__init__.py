@@ -32,7 +32,7 @@ from ..errors import UsageError
 
 BUILTIN_OPS = ("add", "softmax", "matmul")
 DTYPES = ("float32", "float16", "bfloat16", "float64", "int32", "int64", "int8", "int16", "uint8", "bool", "complex64",
-          "complex128")
+          "complex128", "float8_e4m3fn", "float8_e5m2")
 #: relative L2 error allowed against the reference, by dtype (METHOD: fp32 far under 1e-3).
 DEFAULT_TOLERANCE = {"float64": 1e-9, "float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2, "complex64": 1e-5,
                      "complex128": 1e-9}

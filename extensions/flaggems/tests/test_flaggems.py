@@ -333,3 +333,12 @@ def test_tests_building_one_op_name_run_as_one_op_told_apart_by_dtype_or_label(z
     ops = json.loads((run / "meta.json").read_text())["flaggems"]["ops"]
     assert ops["put_impl"]["twins"]["test_twin_tests.py::test_put_impl_acc_false"]["label"] == "acc_false"
     assert ops["sorted_search"]["twins"]["test_twin_tests.py::test_sorted_search[dtype0]"]["label"] == ""
+
+
+def test_complex128_points_run_and_are_checked(zlf_cli, tmp_path):
+    """FlagGems v5.3.4's cholesky_solve_out was refused: "unknown dtype 'complex128'"."""
+    proc = flaggems_run(zlf_cli, BASE, "complex_solve_out", check_rc=0)
+    recs = by_point(read_records(run_dir_from(proc.stdout, tmp_path)))
+    assert sorted(recs) == [f"complex_solve_out/4x8x8/{d}" for d in ("complex128", "complex64", "float32", "float64")]
+    for r in recs.values():
+        assert r["status"] == "ok" and r["max_rel_err"] == 0.0, r
