@@ -245,6 +245,7 @@ def test_seeds_apply_and_flagtune_passes_through(zlf_cli, tmp_path):
     (["--flaggems-dir", str(V5), "softmax", "--flaggems-mode", "cudagraph"], "add --ext cudagraph"),
     (["softmax:reduction_perf"], "no FlagGems checkout given"),
     (["--flaggems-dir", str(V5), "softmax", "--flaggems-tolerance", "float32"], "expected DTYPE=REL"),
+    (["--flaggems-dir", str(BASE), "needs_capsys"], "takes the pytest fixture 'capsys', which zlf does not provide"),
 ])
 def test_usage_errors_are_one_line_exit_2(zlf_cli, tmp_path, args, expected):
     proc = zlf_cli("run", "--ext", "flaggems", *args, env={"FLAGGEMS_DIR": ""})
@@ -342,3 +343,14 @@ def test_complex128_points_run_and_are_checked(zlf_cli, tmp_path):
     assert sorted(recs) == [f"complex_solve_out/4x8x8/{d}" for d in ("complex128", "complex64", "float32", "float64")]
     for r in recs.values():
         assert r["status"] == "ok" and r["max_rel_err"] == 0.0, r
+
+
+def test_tests_taking_pytests_monkeypatch_get_one_held_for_the_run_then_undone(zlf_cli, tmp_path):
+    """FlagGems v5.3.4's get_scheduler_metadata takes ``monkeypatch``; zlf passed None and the
+    test failed before measuring ("'NoneType' object has no attribute 'setenv'")."""
+    import os
+
+    proc = zlf_cli.inprocess("run", "--ext", "flaggems", "--flaggems-dir", BASE, *FAST, "env_scaled", check_rc=0)
+    recs = read_records(run_dir_from(proc.stdout, tmp_path))
+    assert recs and all(r["status"] == "ok" for r in recs), recs
+    assert "ZLF_FIXTURE_SCALE" not in os.environ

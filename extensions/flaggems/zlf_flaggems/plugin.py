@@ -300,6 +300,7 @@ class FlagGems:
         logged: dict = {}
         for adapter in (m for op in self.ops.values() for m in op.all()):
             adapter.exit_gems()
+            adapter.case.finish()  # the pytest fixtures its test was given (monkeypatch.setenv ...)
             for message, times in adapter.registration_log.items():
                 logged[message] = logged.get(message, 0) + times
         for message, times in logged.items():  # kept off the terminal, once each here
