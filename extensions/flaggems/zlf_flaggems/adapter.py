@@ -413,6 +413,12 @@ class BenchCall:
             actual, expected = comparable(result), self.expected
             if not expected:
                 return []  # nothing to compare: the note says so
+            if len(actual) > len(expected):
+                # FlagGems' cudnn_attention_forward returns aten's debug mask as an empty float
+                # tensor where torch's is none: the outputs both return are compared, and said so
+                self.note += (f"; compared {len(expected)} of {len(actual)} outputs "
+                              f"(the reference returns {len(expected)})")
+                actual = actual[:len(expected)]
             if len(actual) == len(expected):
                 pairs = [_same_nonfinite(a, e) for a, e in zip(actual, expected)]
                 actual, self.expected = [a for a, _ in pairs], [e for _, e in pairs]
