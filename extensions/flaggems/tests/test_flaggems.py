@@ -363,3 +363,13 @@ def test_extra_outputs_of_the_flaggems_op_are_left_out_of_the_check_and_said(zlf
     assert recs and all(r["status"] == "ok" for r in recs), recs
     for r in recs:
         assert r["extra"]["check"].endswith("2 tensor(s) compared; compared 2 of 3 outputs (the reference returns 2)")
+
+
+def test_an_input_function_running_flaggems_kernels_is_never_counted_on_meta_tensors(zlf_cli, tmp_path):
+    """FlagGems v5.3.4's max_pool2d_with_indices_backward (and fractional_max_pool2d_backward,
+    dispatch_fused_moe_kernel) crashed while zlf planned: counting its inputs on the meta device
+    ran the FlagGems forward kernel on meta tensors ("an illegal memory access")."""
+    proc = flaggems_run(zlf_cli, BASE, "max_pool2d_with_indices_backward", check_rc=0)
+    recs = read_records(run_dir_from(proc.stdout, tmp_path))
+    assert [r["point"] for r in recs] == ["max_pool2d_with_indices_backward/2x3x8x8/float32"]
+    assert recs[0]["status"] == "ok" and recs[0]["max_rel_err"] == 0.0

@@ -325,12 +325,25 @@ def _on_meta():
     functions make integer inputs on the CPU and then move them (``torch.randint(...,
     device="cpu").to(device)``: ``utils.generate_tensor_input``, bitwise_left_shift's shift
     amounts). For a 2**30-element shape that is seconds of CPU random numbers per tensor, per
-    dtype, before the run's first point: ``bitwise_left_shift`` printed nothing for a minute."""
+    dtype, before the run's first point: ``bitwise_left_shift`` printed nothing for a minute.
+
+    An input function that runs FlagGems' own kernels on its inputs (max_pool2d's and
+    fractional_max_pool2d's backward benchmarks make the indices with the FlagGems forward;
+    dispatch_fused_moe_kernel aligns its blocks with ``moe_align_block_size``) would launch them
+    on meta tensors: reading a meta tensor's address (``data_ptr``, as Triton's launcher does)
+    raises here, and the point is counted on the real device."""
     from torch.overrides import TorchFunctionMode
+
+    import torch
 
     class OnMeta(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
+            if func is torch.Tensor.data_ptr and args and args[0].is_meta:
+                # a kernel outside torch (FlagGems' Triton ones: max_pool2d_with_indices, run by
+                # the backward benchmark's input function) would read address 0 and fault the
+                # device (the H200 sweep: "an illegal memory access"): counted for real instead
+                raise RuntimeError("a kernel outside torch reads a meta tensor's memory")
             if kwargs.get("device") is not None:
                 kwargs = {**kwargs, "device": "meta"}
             return func(*args, **kwargs)
