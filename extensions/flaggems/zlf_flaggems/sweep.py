@@ -40,7 +40,8 @@ examples:
   zlf sweep --resume sweeps/flaggems_20261202-041233         skip the ops already finished
 status: ok (every point ok), failed (a point FAILED), refused (FlagGems skips it here, or zlf
         refused it: exit 2), hung (killed past --op-time-limit, or a point hung past --time-limit),
-        crashed (any other exit)
+        compile_limit (a point ran past --time-limit in its first FlagGems call: Triton compiling,
+        FlagGems tuning; raise --time-limit), crashed (any other exit)
 exit codes: 0 the sweep ran (whatever its ops did), 2 bad input, 130 interrupted (SIGINT: running ops
             are killed and run again by --resume; the table of the finished ones is printed)
 """
@@ -50,6 +51,8 @@ LINES = "sweep.jsonl"
 TABLE = "sweep.tsv"
 DEFAULT_RUN_EXTS = ("cudagraph", "cupti", "seed")
 DEFAULT_OP_LIMIT = 600.0
+#: the status of an op whose points ran past --time-limit while compiling, not while measured
+COMPILE_LIMIT = "compile_limit"
 #: timers that read the device (the issue's target share); the others include host time
 DEVICE_TIMERS = ("cudagraph", "cupti")
 BUILTIN_MARKS = {"parametrize", "skip", "skipif", "xfail", "usefixtures", "filterwarnings",
@@ -276,9 +279,13 @@ def summarize(spec, rc, hung, started, ended, out, log_path, phase_file, op_limi
     costs = _phases.durations(lines, ended)
     last = lines[-1][2] if lines else "starting (python, torch, zlf imports)"
     skip, first_error = "", ""
+    compiling = bool(lines) and lines[-1][1] == "compile"
     if hung:
         status = "hung"
         first_error = f"no end within {op_limit:g} s; killed while: {last}"
+    elif rc == 124 and compiling:  # the point limit struck in native compile code: slow, not hung
+        status = COMPILE_LIMIT
+        first_error = f"time limit during compile ({ended - lines[-1][0]:.1f} s in: {last})"
     elif rc == 124:
         status = "hung"
         first_error = next((r.get("error") for r in failed if r.get("error")), "") or _last_error_line(log_path)
@@ -293,6 +300,8 @@ def summarize(spec, rc, hung, started, ended, out, log_path, phase_file, op_limi
     elif rc in (0, 1) and recs:
         status = "ok" if not failed else "failed"
         first_error = next((r.get("error") for r in failed if r.get("error")), "")
+        if failed and all((r.get("error") or "").startswith("time limit during compile") for r in failed):
+            status = COMPILE_LIMIT  # each failed point ran past --time-limit in its first FlagGems call
         if finding:  # what the failures mean, before the first of them
             first_error = f"{finding}: {first_error}" if first_error else finding
     else:
@@ -408,7 +417,8 @@ def summary_line(rows: list) -> str:
     unchecked = sum(r.get("unchecked", 0) for r in rows)
     share = f"{100.0 * device / ok_points:.1f} %" if ok_points else "n/a"
     host = f"{100.0 * (ok_points - device) / ok_points:.1f} %" if ok_points else "n/a"
-    parts = ", ".join(f"{counts[s]} {s}" for s in ("ok", "failed", "refused", "hung", "crashed") if s in counts)
+    parts = ", ".join(f"{counts[s]} {s}" for s in ("ok", "failed", "refused", "hung", COMPILE_LIMIT, "crashed")
+                      if s in counts)
     wall = sum(r["wall_s"] for r in rows)
     return (f"{len(rows)} ops: {parts or 'none'}; {ok_points} ok points ({unchecked} UNCHECKED): {share} on a "
             f"device timer ({'/'.join(DEVICE_TIMERS)}), {host} on host-inclusive timers; "
