@@ -356,6 +356,35 @@ def _on_meta():
     return OnMeta()
 
 
+#: elements below a dtype's smallest normal number whose two sides differ by at most this many
+#: steps of its smallest subnormal count as equal (:func:`_subnormal_equal`)
+SUBNORMAL_STEPS = 4
+
+
+def _subnormal_equal(actual, expected) -> tuple:
+    """``(actual, expected, count)``: elements where both sides are subnormal (or zero) in the
+    output's dtype and differ by at most :data:`SUBNORMAL_STEPS` steps of its smallest subnormal
+    set equal. There the format has no relative precision left: FlagGems' fp16 ``mse_loss_backward``
+    (a mean: values ~4e-6 at 1024x1024, steps of 6e-8) rounds once where torch rounds each
+    intermediate, and the two differ by 1-3 steps on a fifth of the elements -- a relative L2
+    error of 0.0099 (the H200 sweep's), though FlagGems' is the closer of the two to float64."""
+    import torch
+
+    dtype = actual.dtype
+    if (not dtype.is_floating_point or dtype == torch.float64 or actual.shape != expected.shape
+            or actual.device != expected.device or expected.dtype != dtype):
+        return actual, expected, 0
+    info = torch.finfo(dtype)
+    step = info.smallest_normal * info.eps  # the smallest subnormal
+    a, e = actual.double(), expected.double()
+    near = ((a.abs() < info.smallest_normal) & (e.abs() < info.smallest_normal)
+            & ((a - e).abs() <= SUBNORMAL_STEPS * step) & (a != e))
+    count = int(near.sum())
+    if not count:
+        return actual, expected, 0
+    return torch.where(near, expected, actual), expected, count
+
+
 class BenchCall:
     """The per-point callables: FlagGems (the point under test) and torch (recorded alongside).
 
@@ -449,7 +478,12 @@ class BenchCall:
                 actual = actual[:len(expected)]
             if len(actual) == len(expected):
                 pairs = [_same_nonfinite(a, e) for a, e in zip(actual, expected)]
-                actual, self.expected = [a for a, _ in pairs], [e for _, e in pairs]
+                evened = [_subnormal_equal(a, e) for a, e in pairs]
+                actual, self.expected = [a for a, _, _ in evened], [e for _, e, _ in evened]
+                count = sum(n for _, _, n in evened)
+                if count:
+                    self.note += (f"; {count} subnormal element(s) within {SUBNORMAL_STEPS} steps of the "
+                                  f"smallest subnormal counted equal")
             return actual
 
     def torch(self):
