@@ -400,3 +400,22 @@ def test_subnormal_evening_leaves_a_wrong_result_wrong():
     assert _subnormal_equal(far, expected)[2] == 0
     normal = torch.ones(8, dtype=torch.float16)
     assert _subnormal_equal(normal + 0.001, normal)[2] == 0
+
+
+def test_twin_labels_of_v534s_tests():
+    """The labels zlf gives v5.3.4's tests that share an op name (names read from the checkout)."""
+    from types import SimpleNamespace as NS
+
+    from zlf_flaggems.twins import labels
+
+    def member(op, test, ident="", dtypes=("float16", "float32", "bfloat16")):
+        fn = NS(__name__=test)
+        return NS(dtypes=list(dtypes), bench=NS(op_name=op), case=NS(function=fn, ident=ident))
+
+    scatter = [member("scatter_reduce_", f"test_scatter_reduce_two_inplace_{r}") for r in ("sum", "amax", "amin", "mean")]
+    assert labels(scatter) == ["sum", "amax", "amin", "mean"]
+    assert labels([member("index_put_impl", "test_index_put_impl_acc_false", dtypes=["float16"]),
+                   member("index_put_impl", "test_index_put_impl_acc_true", dtypes=["float16"])]) == ["acc_false", "acc_true"]
+    assert labels([member("searchsorted", "test_searchsorted", "dtype0", ["float16"]),
+                   member("searchsorted", "test_searchsorted", "dtype1", ["float32"])]) == ["", ""]
+    assert labels([member("up", "test_up"), member("up", "test_up_out")]) == ["base", "out"]
