@@ -419,3 +419,18 @@ def test_twin_labels_of_v534s_tests():
     assert labels([member("searchsorted", "test_searchsorted", "dtype0", ["float16"]),
                    member("searchsorted", "test_searchsorted", "dtype1", ["float32"])]) == ["", ""]
     assert labels([member("up", "test_up"), member("up", "test_up_out")]) == ["base", "out"]
+
+
+def test_a_compile_allowance_lets_a_slow_first_call_finish(zlf_cli, tmp_path):
+    """upsample_bicubic2d_aa_backward on the H200 spent 67.8 s compiling one point under a 60 s
+    point limit. --flaggems-compile-time-limit gives a point's first FlagGems call more time;
+    without it the same point runs past --time-limit, named as a limit during compile."""
+    args = ("slow_first_call", "--time-limit", "1")
+    proc = flaggems_run(zlf_cli, BASE, *args, "--flaggems-compile-time-limit", "20", check_rc=0)
+    recs = read_records(run_dir_from(proc.stdout, tmp_path))
+    assert recs and all(r["status"] == "ok" for r in recs), recs
+    proc = flaggems_run(zlf_cli, BASE, *args, "--name", "nolimit", check_rc=1)
+    recs = read_records(run_dir_from(proc.stdout, tmp_path))
+    assert recs and all(r["status"] == "FAILED" for r in recs)
+    assert recs[0]["error"] == ("time limit during compile (the point's first FlagGems call: Triton compiles, "
+                                "FlagGems tunes): no result within 1 s (--time-limit)")

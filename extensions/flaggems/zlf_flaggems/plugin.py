@@ -94,6 +94,7 @@ class FlagGems:
         self.tolerance: dict = {}
         self.points_begun = 0
         self.max_shapes: Optional[int] = None
+        self.compile_allowance = 0.0
 
     # ------------------------------------------------------------------ command line
     @hookimpl
@@ -131,6 +132,9 @@ class FlagGems:
                             ", ".join(f"{k} {v:g}" for k, v in TOLERANCE.items()) + ", others exact)")
         g.add_argument("--flaggems-max-shapes", type=int, metavar="N",
                        help="run each op's N smallest built-in shapes only (a quick pass over many ops; default all)")
+        g.add_argument("--flaggems-compile-time-limit", type=float, default=0.0, metavar="SEC",
+                       help="seconds a point's first FlagGems call (Triton compiling, FlagGems tuning) gets beyond "
+                            "--time-limit: a slow compile is not a hang (default 0)")
         g.add_argument("--flaggems-flagtune", choices=("0", "1"),
                        help=f"set {ENV_FLAGTUNE} before flag_gems is imported (default: the environment's)")
 
@@ -161,6 +165,9 @@ class FlagGems:
         self.settings = _harness.Settings(level=opts.flaggems_level, mode=mode, dtypes=dtypes)
         self.tolerance = _tolerances(opts.flaggems_tolerance or ())
         self.max_shapes = opts.get("flaggems_max_shapes")
+        self.compile_allowance = opts.get("flaggems_compile_time_limit") or 0.0
+        if self.compile_allowance < 0:
+            raise UsageError(f"--flaggems-compile-time-limit {self.compile_allowance:g}: expected seconds >= 0")
         if self.max_shapes is not None and self.max_shapes < 1:
             raise UsageError(f"--flaggems-max-shapes {self.max_shapes}: expected a count >= 1")
 
@@ -253,6 +260,7 @@ class FlagGems:
         if adapter is None:
             return
         adapter = adapter.for_point(point)
+        adapter.allow_compile = lambda: run.watch.extend(self.compile_allowance)
         self.points_begun += 1
         adapter.label = f"point {self.points_begun}/{len(run.plan)} {point.id}"
         phase("inputs", f"{adapter.label}: inputs and torch reference")

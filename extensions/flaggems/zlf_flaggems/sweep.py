@@ -41,7 +41,7 @@ examples:
 status: ok (every point ok), failed (a point FAILED), refused (FlagGems skips it here, or zlf
         refused it: exit 2), hung (killed past --op-time-limit, or a point hung past --time-limit),
         compile_limit (a point ran past --time-limit in its first FlagGems call: Triton compiling,
-        FlagGems tuning; raise --time-limit), crashed (any other exit)
+        FlagGems tuning; give it --compile-time-limit), crashed (any other exit)
 exit codes: 0 the sweep ran (whatever its ops did), 2 bad input, 130 interrupted (SIGINT: running ops
             are killed and run again by --resume; the table of the finished ones is printed)
 """
@@ -80,6 +80,9 @@ def configure_parser(p) -> None:
                         "unless given)")
     p.add_argument("--time-limit", type=float, default=60.0, metavar="SEC",
                    help="zlf run --time-limit of every point (default 60)")
+    p.add_argument("--compile-time-limit", type=float, default=0.0, metavar="SEC",
+                   help="seconds a point's first FlagGems call (compiling, tuning) gets beyond --time-limit "
+                        "(--flaggems-compile-time-limit; default 0)")
     p.add_argument("--max-shapes", type=int, metavar="N",
                    help="zlf run --flaggems-max-shapes: each op's N smallest built-in shapes")
     p.add_argument("--check", choices=("fail", "warn"), default="fail",
@@ -162,6 +165,8 @@ def child_command(settings: dict, spec: str, out: Path) -> list:
         cmd += ["--check", settings["check"]]
     if settings.get("max_shapes"):
         cmd += ["--flaggems-max-shapes", str(settings["max_shapes"])]
+    if settings.get("compile_time_limit"):
+        cmd += ["--flaggems-compile-time-limit", f"{settings['compile_time_limit']:g}"]
     return cmd + shlex.split(settings.get("run_args") or "") + [spec]
 
 
@@ -334,8 +339,9 @@ def _new_sweep(args) -> tuple:
     chosen = choose_ops(all_ops, args.ops, args.sample, args.seed)
     if args.op_time_limit is None:
         args.op_time_limit = DEFAULT_OP_LIMIT
-    if args.op_time_limit < 0 or args.time_limit < 0:
-        raise UsageError("zlf sweep: --op-time-limit and --time-limit take seconds >= 0 (0: no limit)")
+    if args.op_time_limit < 0 or args.time_limit < 0 or args.compile_time_limit < 0:
+        raise UsageError("zlf sweep: --op-time-limit, --time-limit and --compile-time-limit take seconds >= 0 "
+                         "(0: no limit, or no allowance)")
     if args.max_shapes is not None and args.max_shapes < 1:
         raise UsageError(f"--max-shapes {args.max_shapes}: expected a count >= 1")
     try:
@@ -345,7 +351,8 @@ def _new_sweep(args) -> tuple:
     settings = {
         "flaggems_dir": str(co.root), "layout": co.layout, "ops": chosen, "all_ops": len(all_ops),
         "sample": args.sample, "seed": args.seed, "op_time_limit": args.op_time_limit,
-        "time_limit": args.time_limit, "max_shapes": args.max_shapes, "check": args.check,
+        "time_limit": args.time_limit, "compile_time_limit": args.compile_time_limit,
+        "max_shapes": args.max_shapes, "check": args.check,
         "run_exts": list(args.run_ext or DEFAULT_RUN_EXTS), "run_args": args.run_args or "",
     }
     from zlf.rundir import RunDir
@@ -366,7 +373,8 @@ def _resume(path: str) -> tuple:
             or not isinstance(settings.get("flaggems_dir"), str)):
         raise UsageError(f"--resume {path!r}: {STATE} is not a sweep's (expected an object with a list of ops "
                          "and flaggems_dir)")
-    defaults = {"op_time_limit": DEFAULT_OP_LIMIT, "time_limit": 60.0, "check": "fail", "max_shapes": None,
+    defaults = {"op_time_limit": DEFAULT_OP_LIMIT, "time_limit": 60.0, "compile_time_limit": 0.0, "check": "fail",
+                "max_shapes": None,
                 "run_exts": list(DEFAULT_RUN_EXTS), "run_args": ""}
     return root, {**defaults, **settings}
 
