@@ -203,3 +203,10 @@ def test_a_run_stopped_in_native_compile_code_is_compile_limit_with_its_seconds(
                                   "first FlagGems call (compile, tuning))")
     phases.write_text("100.0\tmeasure\tpoint 2/9 up/4x4/float16: timing the FlagGems op\n")
     assert sweep.summarize("up:up", 124, False, 99.0, 168.8, tmp_path / "out", tmp_path / "none.log", phases, 600.0)["status"] == "hung"
+
+
+def test_the_compile_allowance_is_passed_to_every_run_and_kept_for_resume(tmp_path):
+    settings = {"run_exts": ["none"], "flaggems_dir": "/fg", "time_limit": 60.0, "compile_time_limit": 240.0}
+    cmd = sweep.child_command(settings, "up:up", tmp_path)
+    assert cmd[cmd.index("--flaggems-compile-time-limit") + 1] == "240"
+    assert "--flaggems-compile-time-limit" not in sweep.child_command({**settings, "compile_time_limit": 0.0}, "up:up", tmp_path)
