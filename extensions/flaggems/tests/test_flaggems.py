@@ -434,3 +434,13 @@ def test_a_compile_allowance_lets_a_slow_first_call_finish(zlf_cli, tmp_path):
     assert recs and all(r["status"] == "FAILED" for r in recs)
     assert recs[0]["error"] == ("time limit during compile (the point's first FlagGems call: Triton compiles, "
                                 "FlagGems tunes): no result within 1 s (--time-limit)")
+
+
+def test_a_dtype_picks_the_test_of_a_dtype_parameter(zlf_cli, tmp_path):
+    """test_searchsorted[dtype0] takes float16 only: --dtype int32 must run [dtypeN] of int32,
+    not fail on [dtype0] ("can't be supported")."""
+    proc = flaggems_run(zlf_cli, BASE, "sorted_search", "--dtype", "int32", check_rc=0)
+    recs = read_records(run_dir_from(proc.stdout, tmp_path))
+    assert [r["point"] for r in recs] == ["sorted_search/64x32/int32"] and recs[0]["status"] == "ok"
+    proc = flaggems_run(zlf_cli, BASE, "sorted_search", "--dtype", "float16", check_rc=2)
+    assert "can't be supported" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1

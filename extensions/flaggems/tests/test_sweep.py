@@ -205,7 +205,7 @@ def test_a_run_stopped_in_native_compile_code_is_compile_limit_with_its_seconds(
     assert sweep.summarize("up:up", 124, False, 99.0, 168.8, tmp_path / "out", tmp_path / "none.log", phases, 600.0)["status"] == "hung"
 
 
-def test_the_compile_allowance_is_passed_to_every_run_and_kept_for_resume(tmp_path):
+def test_the_compile_allowance_is_passed_to_every_run(tmp_path):
     settings = {"run_exts": ["none"], "flaggems_dir": "/fg", "time_limit": 60.0, "compile_time_limit": 240.0}
     cmd = sweep.child_command(settings, "up:up", tmp_path)
     assert cmd[cmd.index("--flaggems-compile-time-limit") + 1] == "240"

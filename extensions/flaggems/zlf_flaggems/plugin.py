@@ -212,16 +212,21 @@ class FlagGems:
             reasons = "; ".join(f"{c.node_id}: {c.skip_reason()}" for c in found)
             raise UsageError(f"FlagGems skips every test of op {op!r} here: {reasons}")
         built: dict = {}  # op name -> [BenchmarkOp], in the order the tests build them
+        others = []  # (Benchmark, case) of tests whose dtypes --dtype leaves out
         for case in runnable:
             phase("plan", f"building the Benchmark of {case.node_id}")
             benches = _harness.capture(self.harness, case)
             if not benches:
                 raise UsageError(f"FlagGems test {case.node_id} built no Benchmark (it never called run())")
             for bench in benches:
-                adapter = BenchmarkOp(self.harness, bench, case, self.tolerance)
-                if self.max_shapes:
-                    adapter.keep_smallest(self.max_shapes)
-                built.setdefault(bench.op_name, []).append(adapter)
+                if len(runnable) > 1 and not self._takes_dtypes(bench):
+                    # one dtype parameter of several (test_searchsorted[dtype0]) and --dtype another
+                    others.append((bench, case))
+                    continue
+                built.setdefault(bench.op_name, []).append(self._adapter(bench, case))
+        for bench, case in others:  # no test of this op name takes --dtype: FlagGems' own error
+            if bench.op_name not in built:
+                built[bench.op_name] = [self._adapter(bench, case)]
         ops = []
         for name, members in built.items():
             # several tests building one op name (a dtype parameter, an _out twin): one op, the
@@ -229,6 +234,18 @@ class FlagGems:
             self.ops[name] = members[0] if len(members) == 1 else Twins(members)
             ops.append(self.ops[name].to_op())
         return ops
+
+    def _adapter(self, bench, case) -> BenchmarkOp:
+        adapter = BenchmarkOp(self.harness, bench, case, self.tolerance)
+        if self.max_shapes:
+            adapter.keep_smallest(self.max_shapes)
+        return adapter
+
+    def _takes_dtypes(self, bench) -> bool:
+        """Whether the benchmark's declared dtypes hold any of --dtype's (or none was given)."""
+        wanted = set(self.settings.dtypes)
+        declared = {str(d).split(".")[-1] for d in (getattr(bench, "dtypes", None) or ())}
+        return not wanted or not declared or bool(wanted & declared)
 
     # ------------------------------------------------------------------ run lifecycle
     @hookimpl
