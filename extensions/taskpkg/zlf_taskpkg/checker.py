@@ -478,27 +478,12 @@ def main(argv=None) -> int:
     faulthandler.enable()
     events = os.fdopen(int(argv[2]), "w", buffering=1)
     ctrl = os.fdopen(int(argv[1]), "r")
-    first = ctrl.readline()
-    if not first:
-        return 0
-    request = json.loads(first)
-    try:
-        checker = Checker(spec, events)
-    except Exception:
-        events.write(json.dumps({"event": "result", "verdict": V.JUDGE_ERROR, "fatal": True, "nonce": request.get("nonce"),
-                                 "text": "the judge's checker failed to start:\n" + traceback.format_exc()}) + "\n")
-        return 3
-    try:
-        while request:
-            checker.nonce = request.get("nonce", checker.nonce)
-            if not checker.handle(request):
-                break
-            line = ctrl.readline()
-            request = json.loads(line) if line else None
-    finally:
-        checker.finish()
-    return 0
+    return V.serve(ctrl, events, lambda: Checker(spec, events), _handle, "checker")
 
+
+def _handle(checker, request) -> bool:
+    checker.nonce = request.get("nonce", checker.nonce)
+    return checker.handle(request)
 
 if __name__ == "__main__":
     sys.exit(main())

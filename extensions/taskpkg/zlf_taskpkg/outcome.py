@@ -5,8 +5,10 @@ ran out of time), so a crashed case reads like any other failed point to compare
 """
 from __future__ import annotations
 
+import json
 import re
-from typing import Optional
+import traceback
+from typing import Callable, Optional
 
 import attrs
 
@@ -81,3 +83,29 @@ def case_record(point: dict, verdict: str, text: str = "", timing: Optional[Timi
         l2=timing.l2 if timing else None, fallback_reason=timing.fallback_reason if timing else None,
         max_rel_err=max_rel_err, extra=fields,
     )
+
+
+def serve(ctrl, events, make: Callable, handle: Callable, role: str) -> int:
+    """The request loop of a judge child (the worker or the checker): read the first request on
+    the control pipe, build the child (``make()``; a failure is a fatal Judge Error event naming
+    ``role``), then ``handle(child, request)`` each request until it returns False or the pipe
+    closes; ``child.finish()`` always runs. Exit code 3 when the child could not start."""
+    first = ctrl.readline()
+    if not first:
+        return 0
+    request = json.loads(first)
+    try:
+        child = make()
+    except Exception:
+        events.write(json.dumps({"event": "result", "verdict": JUDGE_ERROR, "fatal": True, "nonce": request.get("nonce"),
+                                 "text": f"the judge's {role} failed to start:\n" + traceback.format_exc()}) + "\n")
+        return 3
+    try:
+        while request:
+            if not handle(child, request):
+                break
+            line = ctrl.readline()
+            request = json.loads(line) if line else None
+    finally:
+        child.finish()
+    return 0

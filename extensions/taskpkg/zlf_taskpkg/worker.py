@@ -270,27 +270,12 @@ def main(argv=None) -> int:
     faulthandler.enable()  # a segfault in the candidate leaves its Python stack in the log
     events = os.fdopen(int(argv[2]), "w", buffering=1)
     ctrl = os.fdopen(int(argv[1]), "r")
-    first = ctrl.readline()
-    if not first:
-        return 0
-    request = json.loads(first)
-    try:
-        worker = Worker(spec, events, ctrl)
-    except Exception:
-        events.write(json.dumps({"event": "result", "verdict": V.JUDGE_ERROR, "fatal": True, "nonce": request.get("nonce"),
-                                 "text": "the judge's worker failed to start:\n" + traceback.format_exc()}) + "\n")
-        return 3
-    try:
-        while request:
-            worker.nonce = request.get("nonce")
-            if not worker.judge(request):
-                break
-            line = ctrl.readline()
-            request = json.loads(line) if line else None
-    finally:
-        worker.finish()
-    return 0
+    return V.serve(ctrl, events, lambda: Worker(spec, events, ctrl), _judge, "worker")
 
+
+def _judge(worker, request) -> bool:
+    worker.nonce = request.get("nonce")
+    return worker.judge(request)
 
 if __name__ == "__main__":
     sys.exit(main())
