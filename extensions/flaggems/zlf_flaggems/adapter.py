@@ -622,12 +622,14 @@ class BenchmarkOp:
                 bench.device = device  # instance attribute shadows the class's device
             try:
                 found: dict = {}
-                for index, item in enumerate(bench.get_input_iter(dtype)):
-                    first = next(iter(_flat_tensors(item)), None)
-                    shape = tuple(int(d) for d in first.shape) if first is not None else ()
-                    if not shape or min(shape) <= 0:
-                        shape = (1,)  # a 0-dim (or empty) tensor, or none: one "element"
-                    found.setdefault(shape, []).append(index)
+                meta = _on_meta() if device == "meta" else contextlib.nullcontext()
+                with meta:  # no meta tensor reaches a kernel outside torch (_on_meta)
+                    for index, item in enumerate(bench.get_input_iter(dtype)):
+                        first = next(iter(_flat_tensors(item)), None)
+                        shape = tuple(int(d) for d in first.shape) if first is not None else ()
+                        if not shape or min(shape) <= 0:
+                            shape = (1,)  # a 0-dim (or empty) tensor, or none: one "element"
+                        found.setdefault(shape, []).append(index)
                 if found:
                     return found
                 errors.append("it yields no input")

@@ -37,3 +37,20 @@ def test_max_pool2d_with_indices_backward():
                                dtypes=[torch.float32], is_backward=False)
     bench.set_gems(gems_wrapper)
     bench.run()
+
+
+class FixedPoolBenchmark(base.Benchmark):
+    """Inputs of its own choosing (zlf's ``fixed`` kind), indices from the FlagGems forward."""
+
+    def get_input_iter(self, dtype):
+        for shape in [(1, 2, 4, 4), (2, 2, 8, 8)]:
+            inp = torch.randn(shape, dtype=dtype, device=self.device)
+            output, indices = flag_gems.max_pool2d_with_indices(inp, 2)
+            yield torch.randn_like(output), inp, 2, indices
+
+
+@pytest.mark.fixed_pool
+def test_fixed_pool():
+    bench = FixedPoolBenchmark(op_name="fixed_pool", torch_op=torch_wrapper, dtypes=[torch.float32])
+    bench.set_gems(gems_wrapper)
+    bench.run()
