@@ -428,8 +428,10 @@ def test_a_compile_allowance_lets_a_slow_first_call_finish(zlf_cli, tmp_path):
     without it the same point runs past --time-limit, named as a limit during compile."""
     args = ("slow_first_call", "--time-limit", "1")
     proc = flaggems_run(zlf_cli, BASE, *args, "--flaggems-compile-time-limit", "20", check_rc=0)
-    recs = read_records(run_dir_from(proc.stdout, tmp_path))
+    run = run_dir_from(proc.stdout, tmp_path)
+    recs = read_records(run)
     assert recs and all(r["status"] == "ok" for r in recs), recs
+    assert json.loads((run / "meta.json").read_text())["flaggems"]["compile_time_limit_s"] == 20.0
     proc = flaggems_run(zlf_cli, BASE, *args, "--name", "nolimit", check_rc=1)
     recs = read_records(run_dir_from(proc.stdout, tmp_path))
     assert recs and all(r["status"] == "FAILED" for r in recs)

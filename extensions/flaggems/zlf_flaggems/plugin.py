@@ -261,6 +261,7 @@ class FlagGems:
             "level": self.settings.level, "mode": self.settings.mode,
             "dtypes": list(self.settings.dtypes) or None,
             ENV_FLAGTUNE: self.flagtune,
+            "compile_time_limit_s": self.compile_allowance,  # beyond time_limit_s, per point's first call
             "ops": {name: a.describe() for name, a in self.ops.items()},
         }
         for name, a in ((name, m) for name, op in self.ops.items() for m in op.all()):
