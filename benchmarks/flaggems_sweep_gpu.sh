@@ -10,7 +10,8 @@
 # (docs/flaggems.md, "GPU session"); flag_gems comes from the checkout's src/.
 # Knobs: FG_SAMPLE (120), FG_SEED (22), FG_GPUS (every GPU nvidia-smi lists), FG_BUDGET_S (480:
 # the sweep is stopped with SIGINT then; finished ops are kept, the rest resume), FG_OP_LIMIT
-# (240 s per op process), FG_POINT_LIMIT (60 s per point), FG_MAX_SHAPES (3 smallest built-in
+# (240 s per op process), FG_POINT_LIMIT (60 s per point), FG_COMPILE_LIMIT (120 s more for a
+# point's first FlagGems call: compiling, tuning), FG_MAX_SHAPES (3 smallest built-in
 # shapes per op; 0: all), FG_RUN_ARGS ("--warmup-ms 10 --rep-ms 40"), FG_OPS (a list instead of
 # the sample), FG_CHECK (fail; warn: points whose reference disagrees are timed, UNCHECKED).
 #
@@ -47,6 +48,7 @@ else
   SHAPES=(); [ "${FG_MAX_SHAPES:-3}" != 0 ] && SHAPES=(--max-shapes "${FG_MAX_SHAPES:-3}")
   ARGS=(--flaggems-dir "$FLAGGEMS_DIR" "${WHICH[@]}" --check "${FG_CHECK:-fail}"
         --op-time-limit "${FG_OP_LIMIT:-240}" --time-limit "${FG_POINT_LIMIT:-60}"
+        --compile-time-limit "${FG_COMPILE_LIMIT:-120}"
         "${SHAPES[@]}" "${RUN_EXTS[@]}" --run-args "${FG_RUN_ARGS:---warmup-ms 10 --rep-ms 40}"
         --out "$OUT" --name sweep)
 fi

@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from typing import Callable, Optional
 
 PR_SET_PDEATHSIG = 1
@@ -106,6 +107,8 @@ class PointWatch:
         self._lock = threading.Lock()
         self._token = 0
         self._armed = False
+        self._start = 0.0
+        self._extra = 0.0  # seconds the point being watched was given beyond the limit (extend)
         self._usable = self.limit is not None and threading.current_thread() is threading.main_thread() \
             and hasattr(signal, "setitimer")
         if self._usable:
@@ -114,14 +117,33 @@ class PointWatch:
     def _alarm(self, signum, frame):
         if self._armed:
             self._armed = False
-            raise PointTimeLimit(f"time limit: no result within {self.limit:g} s (--time-limit)")
+            extra = f" + {self._extra:g} s allowed for a first call that compiles" if self._extra else ""
+            raise PointTimeLimit(f"time limit: no result within {self.allowed:g} s (--time-limit{extra})")
+
+    @property
+    def allowed(self) -> Optional[float]:
+        """The seconds the point being watched has: the limit plus what :meth:`extend` gave."""
+        return None if self.limit is None else self.limit + self._extra
+
+    def extend(self, seconds: float) -> None:
+        """Give the point being watched ``seconds`` more (an extension's first call that compiles:
+        a slow compile is not a hang). A no-op when no point is armed."""
+        if not self._usable or not self._armed or not seconds or seconds <= 0:
+            return
+        left = signal.getitimer(signal.ITIMER_REAL)[0]
+        self._extra += seconds
+        signal.setitimer(signal.ITIMER_REAL, left + seconds)
 
     def __call__(self, point):
         return _Armed(self, point)
 
     def _watch(self, token: int, point, done: threading.Event) -> None:
-        if done.wait(self.limit + hard_hang_grace(self.limit)):
-            return
+        while True:  # the deadline moves when extend() gives the point more time
+            end = self._start + self.allowed + hard_hang_grace(self.allowed)
+            if done.wait(max(0.0, end - time.monotonic())):
+                return
+            if time.monotonic() >= self._start + self.allowed + hard_hang_grace(self.allowed):
+                break
         with self._lock:
             if token != self._token:
                 return
@@ -140,6 +162,7 @@ class _Armed:
         with w._lock:
             w._token += 1
             token = w._token
+        w._start, w._extra = time.monotonic(), 0.0
         self.done = threading.Event()
         threading.Thread(target=w._watch, args=(token, self.point, self.done), daemon=True, name="zlf-point-watchdog").start()
         w._armed = True

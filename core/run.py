@@ -251,7 +251,7 @@ class Run:
         """The watchdog thread's end of a point stuck where SIGALRM cannot reach it (a C call, a
         device sync): write its FAILED record and a consistent meta.json, then end the process
         with :data:`EXIT_HUNG` (after_run hooks cannot run: the main thread is stuck)."""
-        limit = self.watch.limit
+        limit = self.watch.allowed
         error = (f"time limit: no result within {limit:g} s, stuck where it cannot be interrupted "
                  "(native code or a device sync); run stopped")
         try:

@@ -245,6 +245,7 @@ def test_seeds_apply_and_flagtune_passes_through(zlf_cli, tmp_path):
     (["--flaggems-dir", str(V5), "softmax", "--flaggems-mode", "cudagraph"], "add --ext cudagraph"),
     (["softmax:reduction_perf"], "no FlagGems checkout given"),
     (["--flaggems-dir", str(V5), "softmax", "--flaggems-tolerance", "float32"], "expected DTYPE=REL"),
+    (["--flaggems-dir", str(BASE), "needs_capsys"], "takes the pytest fixture 'capsys', which zlf does not provide"),
 ])
 def test_usage_errors_are_one_line_exit_2(zlf_cli, tmp_path, args, expected):
     proc = zlf_cli("run", "--ext", "flaggems", *args, env={"FLAGGEMS_DIR": ""})
@@ -307,3 +308,142 @@ def test_a_reference_mismatch_is_named_only_when_nearly_every_point_is_far_off()
     assert reference_mismatch([rec(i, 5e-3) for i in range(10)]) is None            # 50x the tolerance only
     assert reference_mismatch([rec(i, 1.19, unchecked=True) for i in range(3)]).endswith("on 3/3 points)")
     assert reference_mismatch([]) is None
+
+
+def test_tests_building_one_op_name_run_as_one_op_told_apart_by_dtype_or_label(zlf_cli, tmp_path):
+    """FlagGems v5.3.4's searchsorted (a dtype parameter), upsample_nearest_exact2d (a test and its
+    _out twin) and index_put_impl (acc_false / acc_true) build one op name in two tests: zlf
+    refused them ("built by both"). Disjoint dtypes keep plain point ids; otherwise each test's
+    points carry the part of its name the others do not share."""
+    proc = flaggems_run(zlf_cli, BASE, "sorted_search", "doubled", "put_impl", check_rc=0)
+    run = run_dir_from(proc.stdout, tmp_path)
+    recs = by_point(read_records(run))
+    assert sorted(p for p in recs if p.startswith("sorted_search")) == [
+        "sorted_search/64x32/float32", "sorted_search/64x32/int32"]
+    assert sorted(p for p in recs if p.startswith("doubled")) == [
+        f"doubled/2x3x4x4/{d}/{lab}" for d in ("bfloat16", "float16", "float32") for lab in ("base", "out")]
+    assert sorted(p for p in recs if p.startswith("put_impl")) == [
+        f"put_impl/{s}/float32/{lab}" for s in ("16x32x32", "64x64") for lab in ("acc_false", "acc_true")]
+    for r in recs.values():
+        assert r["status"] == "ok", (r["point"], r.get("error"))
+    tests = {p: r["extra"]["flaggems"]["test"] for p, r in recs.items()}
+    assert tests["sorted_search/64x32/int32"] == "test_twin_tests.py::test_sorted_search[dtype1]"
+    assert tests["doubled/2x3x4x4/float32/out"] == "test_twin_tests.py::test_doubled_out"
+    assert tests["put_impl/64x64/float32/acc_true"] == "test_twin_tests.py::test_put_impl_acc_true"
+    assert "torch doubled outside" in recs["doubled/2x3x4x4/float32/out"]["extra"]["check"]
+    ops = json.loads((run / "meta.json").read_text())["flaggems"]["ops"]
+    assert ops["put_impl"]["twins"]["test_twin_tests.py::test_put_impl_acc_false"]["label"] == "acc_false"
+    assert ops["sorted_search"]["twins"]["test_twin_tests.py::test_sorted_search[dtype0]"]["label"] == ""
+
+
+def test_complex128_points_run_and_are_checked(zlf_cli, tmp_path):
+    """FlagGems v5.3.4's cholesky_solve_out was refused: "unknown dtype 'complex128'"."""
+    proc = flaggems_run(zlf_cli, BASE, "complex_solve_out", check_rc=0)
+    recs = by_point(read_records(run_dir_from(proc.stdout, tmp_path)))
+    assert sorted(recs) == [f"complex_solve_out/4x8x8/{d}" for d in ("complex128", "complex64", "float32", "float64")]
+    for r in recs.values():
+        assert r["status"] == "ok" and r["max_rel_err"] == 0.0, r
+
+
+def test_tests_taking_pytests_monkeypatch_get_one_held_for_the_run_then_undone(zlf_cli, tmp_path):
+    """FlagGems v5.3.4's get_scheduler_metadata takes ``monkeypatch``; zlf passed None and the
+    test failed before measuring ("'NoneType' object has no attribute 'setenv'")."""
+    import os
+
+    proc = zlf_cli.inprocess("run", "--ext", "flaggems", "--flaggems-dir", BASE, *FAST, "env_scaled", check_rc=0)
+    recs = read_records(run_dir_from(proc.stdout, tmp_path))
+    assert recs and all(r["status"] == "ok" for r in recs), recs
+    assert "ZLF_FIXTURE_SCALE" not in os.environ
+
+
+def test_extra_outputs_of_the_flaggems_op_are_left_out_of_the_check_and_said(zlf_cli, tmp_path):
+    """FlagGems v5.3.4's cudnn_attention_forward FAILED: "wrong result: 3 outputs, reference has 2"."""
+    proc = flaggems_run(zlf_cli, BASE, "extra_outputs", check_rc=0)
+    recs = read_records(run_dir_from(proc.stdout, tmp_path))
+    assert recs and all(r["status"] == "ok" for r in recs), recs
+    for r in recs:
+        assert r["extra"]["check"].endswith("2 tensor(s) compared; compared 2 of 3 outputs (the reference returns 2)")
+
+
+def test_an_input_function_running_flaggems_kernels_is_never_counted_on_meta_tensors(zlf_cli, tmp_path):
+    """FlagGems v5.3.4's max_pool2d_with_indices_backward (and fractional_max_pool2d_backward,
+    dispatch_fused_moe_kernel) crashed while zlf planned: counting its inputs on the meta device
+    ran the FlagGems forward kernel on meta tensors ("an illegal memory access")."""
+    proc = flaggems_run(zlf_cli, BASE, "max_pool2d_with_indices_backward", "fixed_pool", check_rc=0)
+    recs = read_records(run_dir_from(proc.stdout, tmp_path))
+    assert [r["point"] for r in recs] == ["max_pool2d_with_indices_backward/2x3x8x8/float32",
+                                          "fixed_pool/1x2x2x2/float32", "fixed_pool/2x2x4x4/float32"]
+    assert all(r["status"] == "ok" and r["max_rel_err"] == 0.0 for r in recs), recs
+
+
+def test_fp16_results_in_the_subnormal_range_are_compared_at_the_formats_resolution(zlf_cli, tmp_path):
+    """FlagGems v5.3.4's fp16 mse_loss_backward FAILED at 1024x1024 ("relative error 0.0099 >
+    0.002"): its values (~4e-6) are float16 subnormals, where one step is 6e-8; rounding once or
+    per intermediate differs by 1-3 steps on a fifth of the elements."""
+    proc = flaggems_run(zlf_cli, BASE, "mse_loss_backward", check_rc=0)
+    recs = read_records(run_dir_from(proc.stdout, tmp_path))
+    assert [r["point"] for r in recs] == ["mse_loss_backward/1024x1024/float16"]
+    r = recs[0]
+    assert r["status"] == "ok" and r["max_rel_err"] < 2e-3, r
+    assert "subnormal element(s) within 4 steps of the smallest subnormal counted equal" in r["extra"]["check"]
+
+
+def test_subnormal_evening_leaves_a_wrong_result_wrong():
+    import torch
+
+    from zlf_flaggems.adapter import _subnormal_equal
+
+    tiny = torch.finfo(torch.float16).smallest_normal
+    expected = torch.full((8,), tiny / 4, dtype=torch.float16)
+    close = expected + torch.finfo(torch.float16).smallest_normal * torch.finfo(torch.float16).eps
+    assert _subnormal_equal(close, expected)[2] == 8
+    far = expected * 3  # 2x the value: 100 % off, not a rounding step
+    assert _subnormal_equal(far, expected)[2] == 0
+    normal = torch.ones(8, dtype=torch.float16)
+    assert _subnormal_equal(normal + 0.001, normal)[2] == 0
+
+
+def test_twin_labels_of_v534s_tests():
+    """The labels zlf gives v5.3.4's tests that share an op name (names read from the checkout)."""
+    from types import SimpleNamespace as NS
+
+    from zlf_flaggems.twins import labels
+
+    def member(op, test, ident="", dtypes=("float16", "float32", "bfloat16")):
+        fn = NS(__name__=test)
+        return NS(dtypes=list(dtypes), bench=NS(op_name=op), case=NS(function=fn, ident=ident))
+
+    scatter = [member("scatter_reduce_", f"test_scatter_reduce_two_inplace_{r}") for r in ("sum", "amax", "amin", "mean")]
+    assert labels(scatter) == ["sum", "amax", "amin", "mean"]
+    assert labels([member("index_put_impl", "test_index_put_impl_acc_false", dtypes=["float16"]),
+                   member("index_put_impl", "test_index_put_impl_acc_true", dtypes=["float16"])]) == ["acc_false", "acc_true"]
+    assert labels([member("searchsorted", "test_searchsorted", "dtype0", ["float16"]),
+                   member("searchsorted", "test_searchsorted", "dtype1", ["float32"])]) == ["", ""]
+    assert labels([member("up", "test_up"), member("up", "test_up_out")]) == ["base", "out"]
+
+
+def test_a_compile_allowance_lets_a_slow_first_call_finish(zlf_cli, tmp_path):
+    """upsample_bicubic2d_aa_backward on the H200 spent 67.8 s compiling one point under a 60 s
+    point limit. --flaggems-compile-time-limit gives a point's first FlagGems call more time;
+    without it the same point runs past --time-limit, named as a limit during compile."""
+    args = ("slow_first_call", "--time-limit", "1")
+    proc = flaggems_run(zlf_cli, BASE, *args, "--flaggems-compile-time-limit", "20", check_rc=0)
+    run = run_dir_from(proc.stdout, tmp_path)
+    recs = read_records(run)
+    assert recs and all(r["status"] == "ok" for r in recs), recs
+    assert json.loads((run / "meta.json").read_text())["flaggems"]["compile_time_limit_s"] == 20.0
+    proc = flaggems_run(zlf_cli, BASE, *args, "--name", "nolimit", check_rc=1)
+    recs = read_records(run_dir_from(proc.stdout, tmp_path))
+    assert recs and all(r["status"] == "FAILED" for r in recs)
+    assert recs[0]["error"] == ("time limit during compile (the point's first FlagGems call: Triton compiles, "
+                                "FlagGems tunes): no result within 1 s (--time-limit)")
+
+
+def test_a_dtype_picks_the_test_of_a_dtype_parameter(zlf_cli, tmp_path):
+    """test_searchsorted[dtype0] takes float16 only: --dtype int32 must run [dtypeN] of int32,
+    not fail on [dtype0] ("can't be supported")."""
+    proc = flaggems_run(zlf_cli, BASE, "sorted_search", "--dtype", "int32", check_rc=0)
+    recs = read_records(run_dir_from(proc.stdout, tmp_path))
+    assert [r["point"] for r in recs] == ["sorted_search/64x32/int32"] and recs[0]["status"] == "ok"
+    proc = flaggems_run(zlf_cli, BASE, "sorted_search", "--dtype", "float16", check_rc=2)
+    assert "can't be supported" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1

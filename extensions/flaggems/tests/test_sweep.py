@@ -178,3 +178,35 @@ def test_an_interrupted_sweep_kills_its_running_op_and_resume_runs_it_again(tmp_
     proc = subprocess.run([sys.executable, "-m", "zlf", "sweep", "--resume", str(root), "--op-time-limit", "1"],
                           cwd=tmp_path, capture_output=True, text=True)
     assert "1 of 2 ops to run (1 finished before)" in proc.stderr
+
+
+def test_a_point_limit_struck_while_compiling_is_named_compile_limit_not_hung(zlf_cli, tmp_path):
+    """upsample_bicubic2d_aa_backward on the H200: one point spent the 60 s point limit in its first
+    FlagGems call (67.8 s compiling, eight ops at once) and the sweep called the op hung."""
+    proc = zlf_cli("sweep", "--flaggems-dir", SWEEP, "--ops", "hang_op", "--time-limit", "1",
+                   "--op-time-limit", "120", *CHILD, check_rc=0)
+    row = rows_of(sweep_dir(proc.stdout, tmp_path))["hang_op"]
+    assert row["status"] == "compile_limit" and row["failed"] == 2, row
+    assert row["first_error"].startswith("time limit during compile (the point's first FlagGems call")
+    assert "1 compile_limit" in proc.stdout
+
+
+def test_a_run_stopped_in_native_compile_code_is_compile_limit_with_its_seconds(tmp_path):
+    """The point limit's hard path: stuck where SIGALRM cannot reach (Triton's native compiler),
+    the run writes its record and exits 124; its last phase line says it was compiling."""
+    phases = tmp_path / "op.phases"
+    phases.write_text("100.0\timport\timporting flag_gems\n101.0\tcompile\tpoint 2/9 up/4x4/float16: "
+                      "first FlagGems call (compile, tuning)\n")
+    row = sweep.summarize("up:up", 124, False, 99.0, 168.8, tmp_path / "out", tmp_path / "none.log", phases, 600.0)
+    assert row["status"] == "compile_limit"
+    assert row["first_error"] == ("time limit during compile (67.8 s in: point 2/9 up/4x4/float16: "
+                                  "first FlagGems call (compile, tuning))")
+    phases.write_text("100.0\tmeasure\tpoint 2/9 up/4x4/float16: timing the FlagGems op\n")
+    assert sweep.summarize("up:up", 124, False, 99.0, 168.8, tmp_path / "out", tmp_path / "none.log", phases, 600.0)["status"] == "hung"
+
+
+def test_the_compile_allowance_is_passed_to_every_run(tmp_path):
+    settings = {"run_exts": ["none"], "flaggems_dir": "/fg", "time_limit": 60.0, "compile_time_limit": 240.0}
+    cmd = sweep.child_command(settings, "up:up", tmp_path)
+    assert cmd[cmd.index("--flaggems-compile-time-limit") + 1] == "240"
+    assert "--flaggems-compile-time-limit" not in sweep.child_command({**settings, "compile_time_limit": 0.0}, "up:up", tmp_path)

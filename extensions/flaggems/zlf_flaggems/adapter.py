@@ -57,6 +57,11 @@ UNCHECKED_WORDS = {"rand", "randn", "randint", "randperm", "dropout", "normal", 
 #: backward gets the forward's indices and stays checked.
 RANDOM_OPS = {"fractional_max_pool2d", "fractional_max_pool3d"}
 
+#: how a point that ran past ``--time-limit`` in its first FlagGems call (Triton compiling,
+#: FlagGems tuning: 68 s for one upsample_bicubic2d_aa_backward point with eight ops compiling at
+#: once on the H200) is named, apart from a hang in measurement
+COMPILE_LIMIT = "time limit during compile (the point's first FlagGems call: Triton compiles, FlagGems tunes)"
+
 KIND_YAML = "yaml"
 KIND_SET_SHAPES = "set_shapes"
 KIND_ITER = "iter_hardcoded"
@@ -325,17 +330,59 @@ def _on_meta():
     functions make integer inputs on the CPU and then move them (``torch.randint(...,
     device="cpu").to(device)``: ``utils.generate_tensor_input``, bitwise_left_shift's shift
     amounts). For a 2**30-element shape that is seconds of CPU random numbers per tensor, per
-    dtype, before the run's first point: ``bitwise_left_shift`` printed nothing for a minute."""
+    dtype, before the run's first point: ``bitwise_left_shift`` printed nothing for a minute.
+
+    An input function that runs FlagGems' own kernels on its inputs (max_pool2d's and
+    fractional_max_pool2d's backward benchmarks make the indices with the FlagGems forward;
+    dispatch_fused_moe_kernel aligns its blocks with ``moe_align_block_size``) would launch them
+    on meta tensors: reading a meta tensor's address (``data_ptr``, as Triton's launcher does)
+    raises here, and the point is counted on the real device."""
     from torch.overrides import TorchFunctionMode
+
+    import torch
 
     class OnMeta(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
+            if func is torch.Tensor.data_ptr and args and args[0].is_meta:
+                # a kernel outside torch (FlagGems' Triton ones: max_pool2d_with_indices, run by
+                # the backward benchmark's input function) would read address 0 and fault the
+                # device (the H200 sweep: "an illegal memory access"): counted for real instead
+                raise RuntimeError("a kernel outside torch reads a meta tensor's memory")
             if kwargs.get("device") is not None:
                 kwargs = {**kwargs, "device": "meta"}
             return func(*args, **kwargs)
 
     return OnMeta()
+
+
+#: elements below a dtype's smallest normal number whose two sides differ by at most this many
+#: steps of its smallest subnormal count as equal (:func:`_subnormal_equal`)
+SUBNORMAL_STEPS = 4
+
+
+def _subnormal_equal(actual, expected) -> tuple:
+    """``(actual, expected, count)``: elements where both sides are subnormal (or zero) in the
+    output's dtype and differ by at most :data:`SUBNORMAL_STEPS` steps of its smallest subnormal
+    set equal. There the format has no relative precision left: FlagGems' fp16 ``mse_loss_backward``
+    (a mean: values ~4e-6 at 1024x1024, steps of 6e-8) rounds once where torch rounds each
+    intermediate, and the two differ by 1-3 steps on a fifth of the elements -- a relative L2
+    error of 0.0099 (the H200 sweep's), though FlagGems' is the closer of the two to float64."""
+    import torch
+
+    dtype = actual.dtype
+    if (not dtype.is_floating_point or dtype == torch.float64 or actual.shape != expected.shape
+            or actual.device != expected.device or expected.dtype != dtype):
+        return actual, expected, 0
+    info = torch.finfo(dtype)
+    step = info.smallest_normal * info.eps  # the smallest subnormal
+    a, e = actual.double(), expected.double()
+    near = ((a.abs() < info.smallest_normal) & (e.abs() < info.smallest_normal)
+            & ((a - e).abs() <= SUBNORMAL_STEPS * step) & (a != e))
+    count = int(near.sum())
+    if not count:
+        return actual, expected, 0
+    return torch.where(near, expected, actual), expected, count
 
 
 class BenchCall:
@@ -396,6 +443,8 @@ class BenchCall:
         return f"FlagGemsCall({self.adapter.bench.op_name}, {self.detail})"
 
     def gems(self):
+        if self._calls == 0:  # the first call compiles: --flaggems-compile-time-limit more for it
+            self.adapter.allow_compile()
         self.adapter.enter_gems()  # a no-op once active
         if self._gems is None:
             bench = self.adapter.bench
@@ -404,6 +453,16 @@ class BenchCall:
         if self._calls <= 2:
             phase(*(("compile", f"{self.adapter.label}: first FlagGems call (compile, tuning)") if self._calls == 1
                     else ("measure", f"{self.adapter.label}: timing the FlagGems op")))
+        if self._calls != 1:
+            return self._call()
+        from zlf.procs import PointTimeLimit
+
+        try:
+            return self._call()
+        except PointTimeLimit as exc:  # the sweep tells a slow compile from a hang by these words
+            raise PointTimeLimit(str(exc).replace("time limit:", f"{COMPILE_LIMIT}:", 1)) from exc
+
+    def _call(self):
         if self._checked:
             return self._gems()
         self._checked = True
@@ -413,9 +472,20 @@ class BenchCall:
             actual, expected = comparable(result), self.expected
             if not expected:
                 return []  # nothing to compare: the note says so
+            if len(actual) > len(expected):
+                # FlagGems' cudnn_attention_forward returns aten's debug mask as an empty float
+                # tensor where torch's is none: the outputs both return are compared, and said so
+                self.note += (f"; compared {len(expected)} of {len(actual)} outputs "
+                              f"(the reference returns {len(expected)})")
+                actual = actual[:len(expected)]
             if len(actual) == len(expected):
                 pairs = [_same_nonfinite(a, e) for a, e in zip(actual, expected)]
-                actual, self.expected = [a for a, _ in pairs], [e for _, e in pairs]
+                evened = [_subnormal_equal(a, e) for a, e in pairs]
+                actual, self.expected = [a for a, _, _ in evened], [e for _, e, _ in evened]
+                count = sum(n for _, _, n in evened)
+                if count:
+                    self.note += (f"; {count} subnormal element(s) within {SUBNORMAL_STEPS} steps of the "
+                                  f"smallest subnormal counted equal")
             return actual
 
     def torch(self):
@@ -457,6 +527,7 @@ class BenchmarkOp:
         self.registration_log: dict = {}  # what FlagGems logged while registering: message -> times
         self.empty: list = []  # points the benchmark yields no input for (no point made)
         self.label = bench.op_name  # what the phase lines call the current point
+        self.allow_compile = lambda: None  # gives the point's first FlagGems call more time (before_point)
         try:
             bench.init_user_config()  # dtypes, metrics and shapes as FlagGems would set them
         except Exception as exc:
@@ -551,12 +622,14 @@ class BenchmarkOp:
                 bench.device = device  # instance attribute shadows the class's device
             try:
                 found: dict = {}
-                for index, item in enumerate(bench.get_input_iter(dtype)):
-                    first = next(iter(_flat_tensors(item)), None)
-                    shape = tuple(int(d) for d in first.shape) if first is not None else ()
-                    if not shape or min(shape) <= 0:
-                        shape = (1,)  # a 0-dim (or empty) tensor, or none: one "element"
-                    found.setdefault(shape, []).append(index)
+                meta = _on_meta() if device == "meta" else contextlib.nullcontext()
+                with meta:  # no meta tensor reaches a kernel outside torch (_on_meta)
+                    for index, item in enumerate(bench.get_input_iter(dtype)):
+                        first = next(iter(_flat_tensors(item)), None)
+                        shape = tuple(int(d) for d in first.shape) if first is not None else ()
+                        if not shape or min(shape) <= 0:
+                            shape = (1,)  # a 0-dim (or empty) tensor, or none: one "element"
+                        found.setdefault(shape, []).append(index)
                 if found:
                     return found
                 errors.append("it yields no input")
@@ -678,7 +751,7 @@ class BenchmarkOp:
     def make_inputs(self, shape, dtype_name, device, variant: str = ""):
         import torch
 
-        from zlf.ops import poison, torch_dtype
+        from zlf.ops import poison, self_overlapping, torch_dtype
 
         self.exit_gems()  # inputs and the reference are built with plain torch
         label, index = self.split_variant(shape, variant)
@@ -696,7 +769,7 @@ class BenchmarkOp:
         for key, value in kwargs.items():
             # torch.empty output buffers hold garbage: poisoned as core poisons an op's outputs, so
             # an unwritten element fails the check and input fingerprints repeat
-            if key.startswith("out") and torch.is_tensor(value):
+            if key.startswith("out") and torch.is_tensor(value) and not self_overlapping(value):
                 value.fill_(True) if value.dtype == torch.bool else poison([value], [0])
         call = BenchCall(self, args, kwargs, str(bench.record_shapes(*args, **kwargs)))
         self.current = {"call": call, "bytes": self._bytes(args), "flops": self._flops(args, kwargs)}
@@ -767,6 +840,13 @@ class BenchmarkOp:
             stack.close()
 
     # ------------------------------------------------------------------ the zlf Op
+    def all(self) -> list:
+        """The BenchmarkOps behind this op name: this one (several: :class:`twins.Twins`)."""
+        return [self]
+
+    def for_point(self, point) -> "BenchmarkOp":
+        return self
+
     def to_op(self) -> Op:
         return Op(
             name=self.bench.op_name,

@@ -65,6 +65,12 @@ class Case:
     marks: list
     ident: str
     fixup: str = ""                # why zlf built this test's Benchmark itself (:data:`FIXUPS`)
+    cleanup: list = attrs.Factory(list)  # undoes the pytest fixtures given to it, after the run
+
+    def finish(self) -> None:
+        """Undo the fixtures the test was given (``monkeypatch``'s environment, ``tmp_path``)."""
+        while self.cleanup:
+            self.cleanup.pop()()
 
     @property
     def mark_names(self) -> list:
@@ -273,6 +279,44 @@ FIXUPS = {
 }
 
 
+def _monkeypatch(case: Case):
+    import pytest
+
+    patch = pytest.MonkeyPatch()
+    case.cleanup.append(patch.undo)
+    return patch
+
+
+def _tmp_path(case: Case):
+    import shutil
+    import tempfile
+
+    path = Path(tempfile.mkdtemp(prefix="zlf-flaggems-"))
+    case.cleanup.append(lambda: shutil.rmtree(path, ignore_errors=True))
+    return path
+
+
+#: pytest fixtures zlf gives FlagGems test functions (v5.3.4's take ``monkeypatch`` only: 20 tests,
+#: ``monkeypatch.setenv`` before building the Benchmark); held until the run ends, then undone.
+FIXTURES = {"monkeypatch": _monkeypatch, "tmp_path": _tmp_path}
+
+
+def _arguments(case: Case) -> dict:
+    """The test function's arguments: its parametrize values, the fixtures of :data:`FIXTURES`,
+    its own defaults; any other parameter is a pytest fixture zlf does not have: refused."""
+    out = {}
+    for name, param in inspect.signature(case.function).parameters.items():
+        if name in case.kwargs:
+            out[name] = case.kwargs[name]
+        elif name in FIXTURES:
+            out[name] = FIXTURES[name](case)
+        elif param.default is inspect.Parameter.empty:
+            case.finish()
+            raise UsageError(f"FlagGems test {case.node_id} takes the pytest fixture {name!r}, which zlf does not "
+                             f"provide (it gives {', '.join(FIXTURES)})")
+    return out
+
+
 def capture(harness: Harness, case: Case) -> list:
     """Call the test function once; every ``Benchmark.run()`` it reaches returns its object."""
     import pytest
@@ -290,8 +334,7 @@ def capture(harness: Harness, case: Case) -> list:
         if "run" in vars(cls):
             patched.append((cls, vars(cls)["run"]))
             cls.run = hand_back
-    params = inspect.signature(case.function).parameters
-    kwargs = {n: case.kwargs.get(n) for n in params}
+    kwargs = _arguments(case)
     try:
         case.function(**kwargs)
     except pytest.skip.Exception as exc:
@@ -299,6 +342,7 @@ def capture(harness: Harness, case: Case) -> list:
     except Exception as exc:
         fixup = FIXUPS.get((os.path.basename(case.module.__file__), case.function.__name__))
         if fixup is None or not isinstance(exc, fixup.raises):
+            case.finish()
             raise UsageError(f"FlagGems test {case.node_id} failed before measuring: {one_line(exc)}") from exc
         captured[:] = fixup.build(case.module, case.kwargs)
         case.fixup = fixup.why

@@ -27,6 +27,7 @@ from . import harness as _harness
 from .adapter import TOLERANCE, BenchmarkOp
 from .phases import phase
 from .table import render
+from .twins import Twins
 
 ENV_FLAGTUNE = "USE_FLAGTUNE"
 LEVELS = ("core", "comprehensive")
@@ -88,11 +89,12 @@ class FlagGems:
         self.checkout: Optional[_checkout.Checkout] = None
         self.settings: Optional[_harness.Settings] = None
         self.harness = None
-        self.ops: dict = {}         # op name -> BenchmarkOp
+        self.ops: dict = {}         # op name -> BenchmarkOp, or Twins (several tests, one name)
         self.flagtune: Optional[str] = None
         self.tolerance: dict = {}
         self.points_begun = 0
         self.max_shapes: Optional[int] = None
+        self.compile_allowance = 0.0
 
     # ------------------------------------------------------------------ command line
     @hookimpl
@@ -130,6 +132,9 @@ class FlagGems:
                             ", ".join(f"{k} {v:g}" for k, v in TOLERANCE.items()) + ", others exact)")
         g.add_argument("--flaggems-max-shapes", type=int, metavar="N",
                        help="run each op's N smallest built-in shapes only (a quick pass over many ops; default all)")
+        g.add_argument("--flaggems-compile-time-limit", type=float, default=0.0, metavar="SEC",
+                       help="seconds a point's first FlagGems call (Triton compiling, FlagGems tuning) gets beyond "
+                            "--time-limit: a slow compile is not a hang (default 0)")
         g.add_argument("--flaggems-flagtune", choices=("0", "1"),
                        help=f"set {ENV_FLAGTUNE} before flag_gems is imported (default: the environment's)")
 
@@ -160,6 +165,9 @@ class FlagGems:
         self.settings = _harness.Settings(level=opts.flaggems_level, mode=mode, dtypes=dtypes)
         self.tolerance = _tolerances(opts.flaggems_tolerance or ())
         self.max_shapes = opts.get("flaggems_max_shapes")
+        self.compile_allowance = opts.get("flaggems_compile_time_limit") or 0.0
+        if self.compile_allowance < 0:
+            raise UsageError(f"--flaggems-compile-time-limit {self.compile_allowance:g}: expected seconds >= 0")
         if self.max_shapes is not None and self.max_shapes < 1:
             raise UsageError(f"--flaggems-max-shapes {self.max_shapes}: expected a count >= 1")
 
@@ -203,23 +211,41 @@ class FlagGems:
         if not runnable:
             reasons = "; ".join(f"{c.node_id}: {c.skip_reason()}" for c in found)
             raise UsageError(f"FlagGems skips every test of op {op!r} here: {reasons}")
-        ops = []
+        built: dict = {}  # op name -> [BenchmarkOp], in the order the tests build them
+        others = []  # (Benchmark, case) of tests whose dtypes --dtype leaves out
         for case in runnable:
             phase("plan", f"building the Benchmark of {case.node_id}")
             benches = _harness.capture(self.harness, case)
             if not benches:
                 raise UsageError(f"FlagGems test {case.node_id} built no Benchmark (it never called run())")
             for bench in benches:
-                twin = self.ops.get(bench.op_name)
-                if twin is not None and twin.case.node_id != case.node_id:
-                    raise UsageError(f"FlagGems op name {bench.op_name!r} is built by both {twin.case.node_id} and "
-                                     f"{case.node_id}: their points would share ids; select one with OP:OP_FILE::TEST")
-                adapter = BenchmarkOp(self.harness, bench, case, self.tolerance)
-                if self.max_shapes:
-                    adapter.keep_smallest(self.max_shapes)
-                self.ops[bench.op_name] = adapter
-                ops.append(adapter.to_op())
+                if len(runnable) > 1 and not self._takes_dtypes(bench):
+                    # one dtype parameter of several (test_searchsorted[dtype0]) and --dtype another
+                    others.append((bench, case))
+                    continue
+                built.setdefault(bench.op_name, []).append(self._adapter(bench, case))
+        for bench, case in others:  # no test of this op name takes --dtype: FlagGems' own error
+            if bench.op_name not in built:
+                built[bench.op_name] = [self._adapter(bench, case)]
+        ops = []
+        for name, members in built.items():
+            # several tests building one op name (a dtype parameter, an _out twin): one op, the
+            # tests told apart by dtype or by a variant label (twins.py)
+            self.ops[name] = members[0] if len(members) == 1 else Twins(members)
+            ops.append(self.ops[name].to_op())
         return ops
+
+    def _adapter(self, bench, case) -> BenchmarkOp:
+        adapter = BenchmarkOp(self.harness, bench, case, self.tolerance)
+        if self.max_shapes:
+            adapter.keep_smallest(self.max_shapes)
+        return adapter
+
+    def _takes_dtypes(self, bench) -> bool:
+        """Whether the benchmark's declared dtypes hold any of --dtype's (or none was given)."""
+        wanted = set(self.settings.dtypes)
+        declared = {str(d).split(".")[-1] for d in (getattr(bench, "dtypes", None) or ())}
+        return not wanted or not declared or bool(wanted & declared)
 
     # ------------------------------------------------------------------ run lifecycle
     @hookimpl
@@ -235,9 +261,10 @@ class FlagGems:
             "level": self.settings.level, "mode": self.settings.mode,
             "dtypes": list(self.settings.dtypes) or None,
             ENV_FLAGTUNE: self.flagtune,
+            "compile_time_limit_s": self.compile_allowance,  # beyond time_limit_s, per point's first call
             "ops": {name: a.describe() for name, a in self.ops.items()},
         }
-        for name, a in self.ops.items():
+        for name, a in ((name, m) for name, op in self.ops.items() for m in op.all()):
             if a.empty:
                 run.log.info(f"flaggems: {name} ({a.class_name}) yields no input for {', '.join(a.empty)}: "
                              "no point (FlagGems skips them too)")
@@ -250,6 +277,8 @@ class FlagGems:
         adapter = self.ops.get(point.op)
         if adapter is None:
             return
+        adapter = adapter.for_point(point)
+        adapter.allow_compile = lambda: run.watch.extend(self.compile_allowance)
         self.points_begun += 1
         adapter.label = f"point {self.points_begun}/{len(run.plan)} {point.id}"
         phase("inputs", f"{adapter.label}: inputs and torch reference")
@@ -259,6 +288,7 @@ class FlagGems:
         adapter = self.ops.get(point.op)
         if adapter is None:
             return
+        adapter = adapter.for_point(point)
         adapter.exit_gems()  # the torch side, and every other extension's after_point, run plain torch
         call = adapter.current.pop("call", None)
         run.annotate("flaggems", {"test": adapter.case.node_id, "class": adapter.class_name, "kind": adapter.kind})
@@ -294,8 +324,9 @@ class FlagGems:
             return
         phase("done", f"run {run.status}")
         logged: dict = {}
-        for adapter in self.ops.values():
+        for adapter in (m for op in self.ops.values() for m in op.all()):
             adapter.exit_gems()
+            adapter.case.finish()  # the pytest fixtures its test was given (monkeypatch.setenv ...)
             for message, times in adapter.registration_log.items():
                 logged[message] = logged.get(message, 0) + times
         for message, times in logged.items():  # kept off the terminal, once each here

@@ -40,7 +40,8 @@ examples:
   zlf sweep --resume sweeps/flaggems_20261202-041233         skip the ops already finished
 status: ok (every point ok), failed (a point FAILED), refused (FlagGems skips it here, or zlf
         refused it: exit 2), hung (killed past --op-time-limit, or a point hung past --time-limit),
-        crashed (any other exit)
+        compile_limit (a point ran past --time-limit in its first FlagGems call: Triton compiling,
+        FlagGems tuning; give it --compile-time-limit), crashed (any other exit)
 exit codes: 0 the sweep ran (whatever its ops did), 2 bad input, 130 interrupted (SIGINT: running ops
             are killed and run again by --resume; the table of the finished ones is printed)
 """
@@ -50,6 +51,8 @@ LINES = "sweep.jsonl"
 TABLE = "sweep.tsv"
 DEFAULT_RUN_EXTS = ("cudagraph", "cupti", "seed")
 DEFAULT_OP_LIMIT = 600.0
+#: the status of an op whose points ran past --time-limit while compiling, not while measured
+COMPILE_LIMIT = "compile_limit"
 #: timers that read the device (the issue's target share); the others include host time
 DEVICE_TIMERS = ("cudagraph", "cupti")
 BUILTIN_MARKS = {"parametrize", "skip", "skipif", "xfail", "usefixtures", "filterwarnings",
@@ -77,6 +80,9 @@ def configure_parser(p) -> None:
                         "unless given)")
     p.add_argument("--time-limit", type=float, default=60.0, metavar="SEC",
                    help="zlf run --time-limit of every point (default 60)")
+    p.add_argument("--compile-time-limit", type=float, default=0.0, metavar="SEC",
+                   help="seconds a point's first FlagGems call (compiling, tuning) gets beyond --time-limit "
+                        "(--flaggems-compile-time-limit; default 0)")
     p.add_argument("--max-shapes", type=int, metavar="N",
                    help="zlf run --flaggems-max-shapes: each op's N smallest built-in shapes")
     p.add_argument("--check", choices=("fail", "warn"), default="fail",
@@ -159,6 +165,8 @@ def child_command(settings: dict, spec: str, out: Path) -> list:
         cmd += ["--check", settings["check"]]
     if settings.get("max_shapes"):
         cmd += ["--flaggems-max-shapes", str(settings["max_shapes"])]
+    if settings.get("compile_time_limit"):
+        cmd += ["--flaggems-compile-time-limit", f"{settings['compile_time_limit']:g}"]
     return cmd + shlex.split(settings.get("run_args") or "") + [spec]
 
 
@@ -276,9 +284,13 @@ def summarize(spec, rc, hung, started, ended, out, log_path, phase_file, op_limi
     costs = _phases.durations(lines, ended)
     last = lines[-1][2] if lines else "starting (python, torch, zlf imports)"
     skip, first_error = "", ""
+    compiling = bool(lines) and lines[-1][1] == "compile"
     if hung:
         status = "hung"
         first_error = f"no end within {op_limit:g} s; killed while: {last}"
+    elif rc == 124 and compiling:  # the point limit struck in native compile code: slow, not hung
+        status = COMPILE_LIMIT
+        first_error = f"time limit during compile ({ended - lines[-1][0]:.1f} s in: {last})"
     elif rc == 124:
         status = "hung"
         first_error = next((r.get("error") for r in failed if r.get("error")), "") or _last_error_line(log_path)
@@ -293,6 +305,8 @@ def summarize(spec, rc, hung, started, ended, out, log_path, phase_file, op_limi
     elif rc in (0, 1) and recs:
         status = "ok" if not failed else "failed"
         first_error = next((r.get("error") for r in failed if r.get("error")), "")
+        if failed and all((r.get("error") or "").startswith("time limit during compile") for r in failed):
+            status = COMPILE_LIMIT  # each failed point ran past --time-limit in its first FlagGems call
         if finding:  # what the failures mean, before the first of them
             first_error = f"{finding}: {first_error}" if first_error else finding
     else:
@@ -325,8 +339,9 @@ def _new_sweep(args) -> tuple:
     chosen = choose_ops(all_ops, args.ops, args.sample, args.seed)
     if args.op_time_limit is None:
         args.op_time_limit = DEFAULT_OP_LIMIT
-    if args.op_time_limit < 0 or args.time_limit < 0:
-        raise UsageError("zlf sweep: --op-time-limit and --time-limit take seconds >= 0 (0: no limit)")
+    if args.op_time_limit < 0 or args.time_limit < 0 or args.compile_time_limit < 0:
+        raise UsageError("zlf sweep: --op-time-limit, --time-limit and --compile-time-limit take seconds >= 0 "
+                         "(0: no limit, or no allowance)")
     if args.max_shapes is not None and args.max_shapes < 1:
         raise UsageError(f"--max-shapes {args.max_shapes}: expected a count >= 1")
     try:
@@ -336,7 +351,8 @@ def _new_sweep(args) -> tuple:
     settings = {
         "flaggems_dir": str(co.root), "layout": co.layout, "ops": chosen, "all_ops": len(all_ops),
         "sample": args.sample, "seed": args.seed, "op_time_limit": args.op_time_limit,
-        "time_limit": args.time_limit, "max_shapes": args.max_shapes, "check": args.check,
+        "time_limit": args.time_limit, "compile_time_limit": args.compile_time_limit,
+        "max_shapes": args.max_shapes, "check": args.check,
         "run_exts": list(args.run_ext or DEFAULT_RUN_EXTS), "run_args": args.run_args or "",
     }
     from zlf.rundir import RunDir
@@ -357,7 +373,8 @@ def _resume(path: str) -> tuple:
             or not isinstance(settings.get("flaggems_dir"), str)):
         raise UsageError(f"--resume {path!r}: {STATE} is not a sweep's (expected an object with a list of ops "
                          "and flaggems_dir)")
-    defaults = {"op_time_limit": DEFAULT_OP_LIMIT, "time_limit": 60.0, "check": "fail", "max_shapes": None,
+    defaults = {"op_time_limit": DEFAULT_OP_LIMIT, "time_limit": 60.0, "compile_time_limit": 0.0, "check": "fail",
+                "max_shapes": None,
                 "run_exts": list(DEFAULT_RUN_EXTS), "run_args": ""}
     return root, {**defaults, **settings}
 
@@ -408,7 +425,8 @@ def summary_line(rows: list) -> str:
     unchecked = sum(r.get("unchecked", 0) for r in rows)
     share = f"{100.0 * device / ok_points:.1f} %" if ok_points else "n/a"
     host = f"{100.0 * (ok_points - device) / ok_points:.1f} %" if ok_points else "n/a"
-    parts = ", ".join(f"{counts[s]} {s}" for s in ("ok", "failed", "refused", "hung", "crashed") if s in counts)
+    parts = ", ".join(f"{counts[s]} {s}" for s in ("ok", "failed", "refused", "hung", COMPILE_LIMIT, "crashed")
+                      if s in counts)
     wall = sum(r["wall_s"] for r in rows)
     return (f"{len(rows)} ops: {parts or 'none'}; {ok_points} ok points ({unchecked} UNCHECKED): {share} on a "
             f"device timer ({'/'.join(DEVICE_TIMERS)}), {host} on host-inclusive timers; "

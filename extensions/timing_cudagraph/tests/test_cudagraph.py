@@ -658,3 +658,29 @@ def test_a_capturable_point_stays_on_the_graph_timer_with_a_kernel_timer_offered
     kernel = FakeKernelTimer()
     timing, _ = time_point(CudaGraphTimer(), backend, add_op(backend), kernel_timer=kernel)
     assert timing.timer == "cudagraph" and kernel.calls == 0
+
+
+def test_an_expanded_view_returned_by_the_op_is_compared_as_it_is_never_written():
+    """FlagGems' expand_as returns an expanded view of its input (stride 0): filling it for the
+    replay check raised "more than one element of the written-to tensor refers to a single
+    memory location" and failed the point."""
+    backend = FakeBackend()
+
+    def make(shape, dtype, device):
+        return (torch.randn(1), torch.randn(shape))
+
+    op = zlf.Op(name="expand_as", fn=lambda x, other: x.expand_as(other), make_inputs=make,
+                shapes=[(256,)], reference=lambda x, other: x.expand_as(other))
+    timing, _ = time_point(CudaGraphTimer(), backend, op)
+    assert timing.fallback_reason is None, timing.extra
+    assert timing.timer == "cudagraph" and timing.extra["cudagraph"]["verified"] == "returned"
+
+
+def test_self_overlapping_outputs_are_never_poisoned():
+    from zlf.ops import poison_tensors, self_overlapping
+
+    base = torch.randn(1, 4)
+    view, plain = base.expand(3, 4), torch.randn(3, 4)
+    assert self_overlapping(view) and not self_overlapping(plain)
+    poison_tensors([view, plain])
+    assert torch.isfinite(base).all() and torch.isnan(plain).all()

@@ -45,3 +45,16 @@ def _vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
     if x.dtype == torch.float64:
         raise NotImplementedError("vector_norm not implemented for torch.float64")
     return torch.sqrt(torch.sum(x.float() * x.float()))
+
+
+def max_pool2d_with_indices(x, kernel_size):
+    """Stands for a FlagGems Triton kernel: its launcher reads each tensor's address
+    (``data_ptr``). At address 0 -- a meta tensor -- the real kernel faults the device ("an
+    illegal memory access"), which no Python code survives: the process ends here."""
+    if x.numel() and x.data_ptr() == 0:
+        import sys
+
+        sys.stderr.write("torch.AcceleratorError: CUDA error: an illegal memory access was encountered\n")
+        sys.stderr.flush()
+        os._exit(1)
+    return torch.nn.functional.max_pool2d_with_indices(x, kernel_size)
