@@ -123,13 +123,16 @@ def op_file_candidates(checkout: Checkout, op: str, op_file: Optional[str]) -> l
     if found:
         return found
     pattern = re.compile(rf"""mark\.{re.escape(op)}\b|["']{re.escape(op)}["']""")
+    return [path for path, text in benchmark_texts(bench) if pattern.search(text)]
+
+
+def benchmark_texts(bench):
+    """``(path, text)`` of every ``test_*.py`` of the benchmark folder ``bench``, in name order
+    (FlagTune's ``test_*_parallel.py`` drivers aside; unreadable files skipped)."""
     for path in sorted(bench.glob("test_*.py")):
         if path.stem.endswith("_parallel"):
             continue
         try:
-            text = path.read_text(errors="replace")
+            yield path, path.read_text(errors="replace")
         except OSError:
             continue
-        if pattern.search(text):
-            found.append(path)
-    return found

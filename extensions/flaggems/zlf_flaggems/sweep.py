@@ -109,13 +109,7 @@ def list_ops(checkout) -> list:
     found in several files runs from the first. Marks made at run time (``getattr(pytest.mark,
     name)`` in v5.0.2's grouped files) are not in the text: name those ops with ``--ops``."""
     out, seen = [], set()
-    for path in sorted(checkout.bench_dir.glob("test_*.py")):
-        if path.stem.endswith("_parallel"):
-            continue
-        try:
-            text = path.read_text(errors="replace")
-        except OSError:
-            continue
+    for path, text in _checkout.benchmark_texts(checkout.bench_dir):
         for mark in _MARK.findall(text):
             if mark in BUILTIN_MARKS or mark in seen:
                 continue
