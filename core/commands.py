@@ -86,11 +86,20 @@ def add_commands(subparsers):
             if exc.name == module:
                 continue
             raise
-        p = subparsers.add_parser(name, help=help_text, description=(mod.__doc__ or help_text).strip().splitlines()[0],
-                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-        mod.configure_parser(p)
-        add_selection_arguments(p)
-        p.set_defaults(handler=mod.main, **defaults)
+        add_module_command(subparsers, name, mod, help_text, **defaults)
+
+
+def add_module_command(subparsers, name: str, module, help_text: str, epilog=None, **defaults):
+    """Add the command ``name`` whose code is ``module``: its description is the first line of the
+    module's docstring, ``module.configure_parser(parser)`` declares its options, ``module.main(args,
+    session)`` runs it; ``--ext`` / ``--no-ext`` are accepted; ``defaults`` go to ``set_defaults``
+    (``run_options=True`` and the like). For an extension's ``add_commands`` as for core's own."""
+    p = subparsers.add_parser(name, help=help_text, description=(module.__doc__ or help_text).strip().splitlines()[0],
+                              epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
+    module.configure_parser(p)
+    add_selection_arguments(p)
+    p.set_defaults(handler=module.main, **defaults)
+    return p
 
 
 # ----------------------------------------------------------------------------- zlf plugins

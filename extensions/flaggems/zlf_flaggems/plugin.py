@@ -99,19 +99,12 @@ class FlagGems:
     # ------------------------------------------------------------------ command line
     @hookimpl
     def add_commands(self, subparsers):
-        import argparse
+        from zlf.commands import add_module_command
 
         from . import sweep
 
-        p = subparsers.add_parser("sweep", help="run every benchmark op of a FlagGems checkout, each in its own "
-                                  "zlf run, into one table (resumable)",
-                                  description=sweep.__doc__.strip().splitlines()[0], epilog=sweep.EPILOG,
-                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-        sweep.configure_parser(p)
-        from zlf.options import add_selection_arguments
-
-        add_selection_arguments(p)
-        p.set_defaults(handler=sweep.main)
+        add_module_command(subparsers, "sweep", sweep, "run every benchmark op of a FlagGems checkout, each in its "
+                           "own zlf run, into one table (resumable)", epilog=sweep.EPILOG)
 
     @hookimpl
     def add_options(self, parser, command):

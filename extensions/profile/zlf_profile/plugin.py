@@ -9,8 +9,6 @@ One instance per invocation (the entry point is this class).
 """
 from __future__ import annotations
 
-import argparse
-
 from zlf import hookimpl
 
 from .child import ProfiledPoint
@@ -25,20 +23,14 @@ class ProfilePlugin:
     # ------------------------------------------------------------------ command line
     @hookimpl
     def add_commands(self, subparsers):
+        from zlf.commands import add_module_command
+
         from . import profile, triage
 
-        p = subparsers.add_parser("profile", help="profile a point's kernels under Nsight Compute (counters, occupancy, registers)",
-                                  description=profile.__doc__.strip().splitlines()[0], epilog=profile.EPILOG,
-                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-        profile.configure_parser(p)
-        _selection_args(p)
-        p.set_defaults(handler=profile.main)
-        p = subparsers.add_parser("triage", help="explain an A/B campaign's verdicts: config, IR diff, counters, env, repro",
-                                  description=triage.__doc__.strip().splitlines()[0], epilog=triage.EPILOG,
-                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-        triage.configure_parser(p)
-        _selection_args(p)
-        p.set_defaults(handler=triage.main)
+        add_module_command(subparsers, "profile", profile, "profile a point's kernels under Nsight Compute "
+                           "(counters, occupancy, registers)", epilog=profile.EPILOG)
+        add_module_command(subparsers, "triage", triage, "explain an A/B campaign's verdicts: config, IR diff, "
+                           "counters, env, repro", epilog=triage.EPILOG)
 
     @hookimpl
     def add_campaign_options(self, parser):
@@ -80,11 +72,3 @@ class ProfilePlugin:
         self.recorder.reset()
         if self.child is not None and point.id == self.child.point_id:
             run.annotate("profiled", self.child.end())
-
-
-def _selection_args(parser) -> None:
-    # Read before parsing by core (extensions are chosen before any is imported); declared here
-    # so that the sub-command accepts them in its own argument list too.
-    g = parser.add_argument_group("extension selection")
-    g.add_argument("--ext", action="append", metavar="NAME", help="use exactly these extensions (repeatable)")
-    g.add_argument("--no-ext", action="append", metavar="NAME", help="disable an extension before it is imported")
