@@ -134,16 +134,19 @@ class PointWatch:
         self._extra += seconds
         signal.setitimer(signal.ITIMER_REAL, left + seconds)
 
+    def _deadline(self) -> float:
+        """When the watchdog gives up on the point being watched (monotonic clock)."""
+        return self._start + self.allowed + hard_hang_grace(self.allowed)
+
     def __call__(self, point):
         return _Armed(self, point)
 
     def _watch(self, token: int, point, done: threading.Event) -> None:
-        while True:  # the deadline moves when extend() gives the point more time
-            end = self._start + self.allowed + hard_hang_grace(self.allowed)
-            if done.wait(max(0.0, end - time.monotonic())):
+        while time.monotonic() < self._deadline():  # the deadline moves when extend() gives more time
+            if done.wait(max(0.0, self._deadline() - time.monotonic())):
                 return
-            if time.monotonic() >= self._start + self.allowed + hard_hang_grace(self.allowed):
-                break
+        if done.is_set():
+            return
         with self._lock:
             if token != self._token:
                 return
