@@ -10,7 +10,7 @@
 # (docs/flaggems.md, "GPU session"); flag_gems comes from the checkout's src/.
 # Knobs: FG_SAMPLE (120), FG_SEED (22), FG_GPUS (every GPU nvidia-smi lists), FG_BUDGET_S (480:
 # the sweep is stopped with SIGINT then; finished ops are kept, the rest resume), FG_OP_LIMIT
-# (240 s per op process), FG_POINT_LIMIT (60 s per point), FG_COMPILE_LIMIT (120 s more for a
+# (420 s per op process), FG_POINT_LIMIT (60 s per point), FG_COMPILE_LIMIT (120 s more for a
 # point's first FlagGems call: compiling, tuning), FG_MAX_SHAPES (3 smallest built-in
 # shapes per op; 0: all), FG_RUN_ARGS ("--warmup-ms 10 --rep-ms 40"), FG_OPS (a list instead of
 # the sample), FG_CHECK (fail; warn: points whose reference disagrees are timed, UNCHECKED).
@@ -47,7 +47,7 @@ else
   if [ -n "${FG_OPS:-}" ]; then WHICH=(--ops "$FG_OPS"); else WHICH=(--sample "${FG_SAMPLE:-120}" --seed "${FG_SEED:-22}"); fi
   SHAPES=(); [ "${FG_MAX_SHAPES:-3}" != 0 ] && SHAPES=(--max-shapes "${FG_MAX_SHAPES:-3}")
   ARGS=(--flaggems-dir "$FLAGGEMS_DIR" "${WHICH[@]}" --check "${FG_CHECK:-fail}"
-        --op-time-limit "${FG_OP_LIMIT:-240}" --time-limit "${FG_POINT_LIMIT:-60}"
+        --op-time-limit "${FG_OP_LIMIT:-420}" --time-limit "${FG_POINT_LIMIT:-60}"
         --compile-time-limit "${FG_COMPILE_LIMIT:-120}"
         "${SHAPES[@]}" "${RUN_EXTS[@]}" --run-args "${FG_RUN_ARGS:---warmup-ms 10 --rep-ms 40}"
         --out "$OUT" --name sweep)
@@ -75,4 +75,7 @@ for r in slow:
 PY
 # run directories hold every record; the logs hold stacks of killed ops
 du -sh "$OUT/sweep" 2>/dev/null
+# the device tool returns few files: the table, the state and the progress in one archive
+tar czf "$OUT/sweep_result.tgz" -C "$OUT" sweep/sweep.json sweep/sweep.jsonl sweep/sweep.tsv \
+  sweep_progress.txt sweep_table.txt 2>/dev/null && echo "packed $OUT/sweep_result.tgz"
 echo "total $((SECONDS - t0)) s"

@@ -50,15 +50,30 @@ def time_kernels(kernel_timer, fn, backend, *, warmup_ms: float, rep_ms: float, 
 def sample_counts(fn, backend, flush, warmup_ms: float, rep_ms: float,
                   min_samples: int = MIN_SAMPLES, max_samples: int = MAX_SAMPLES) -> tuple:
     """``(warm-up calls, samples)`` for the budgets, from five calls each with its flush (as the
-    real loop pays it; host cost included, so an over-estimate: never more than the budget allows)."""
+    real loop pays it; host cost included, so an over-estimate: never more than the budget allows).
+
+    One call is timed alone first: when it already takes ``rep_ms / min_samples`` or more, the
+    point gets ``min_samples`` whatever the estimate, and that call is the estimate (a slow call,
+    e.g. an interpreted kernel on the cpu backend, is not repeated five times just to learn that).
+    Faster calls are estimated from the five as before, the lone call left out.
+    """
     start, end = backend.event(), backend.event()
     start.record()
-    for _ in range(5):
-        flush()
-        fn()
+    flush()
+    fn()
     end.record()
     backend.synchronize()
-    estimate_ms = max(start.elapsed_time(end) / 5, 1e-6)
+    single_ms = start.elapsed_time(end)
+    if single_ms * max(1, min_samples) >= rep_ms:
+        estimate_ms = max(single_ms, 1e-6)
+    else:
+        start.record()
+        for _ in range(5):
+            flush()
+            fn()
+        end.record()
+        backend.synchronize()
+        estimate_ms = max(start.elapsed_time(end) / 5, 1e-6)
     return max(1, int(warmup_ms / estimate_ms)), min(max_samples, max(min_samples, int(rep_ms / estimate_ms)))
 
 

@@ -27,10 +27,11 @@ def rows_of(root: Path) -> dict:
 
 
 def test_sweep_survives_every_kind_of_op_and_names_what_each_did(zlf_cli, tmp_path):
-    proc = zlf_cli("sweep", "--flaggems-dir", SWEEP, "--op-time-limit", "20", *CHILD, check_rc=0)
+    proc = zlf_cli("sweep", "--flaggems-dir", SWEEP, "--op-time-limit", "20", "--gpus", "0,0", *CHILD, check_rc=0)
     root = sweep_dir(proc.stdout, tmp_path)
     rows = rows_of(root)
-    assert set(rows) == {"crash_op", "hang_op", "needs_vllm", "rope_mismatch", "softmax", "softmax_backward"}
+    assert set(rows) == {"compile_op", "crash_op", "hang_op", "needs_vllm", "rope_mismatch", "softmax", "softmax_backward"}
+    assert rows["compile_op"]["status"] == "compile_limit"
     assert rows["softmax"]["status"] == "ok" and rows["softmax"]["ok"] == 2 and rows["softmax"]["failed"] == 0
     assert rows["softmax"]["timers"] == "host_wall:2"
     crash = rows["crash_op"]
@@ -57,9 +58,10 @@ def test_sweep_survives_every_kind_of_op_and_names_what_each_did(zlf_cli, tmp_pa
     tsv = (root / "sweep.tsv").read_text().splitlines()
     assert tsv[0].split("\t") == list(sweep.FIELDS)
     assert [ln.split("\t")[0] for ln in tsv[1:]] == [s.split(":")[0] for s in json.loads((root / "sweep.json").read_text())["ops"]]
-    assert "6 ops: 2 ok, 1 failed, 1 refused, 1 hung, 1 crashed; 4 ok points (0 UNCHECKED): 0.0 % on a device timer" in proc.stdout
+    assert ("7 ops: 2 ok, 1 failed, 1 refused, 1 hung, 1 compile_limit, 1 crashed; 4 ok points (0 UNCHECKED): "
+            "0.0 % on a device timer") in proc.stdout
     assert "where the time went: startup" in proc.stdout
-    assert "[6/6]" in proc.stderr
+    assert "[7/7]" in proc.stderr
 
 
 def test_check_warn_times_a_mismatching_op_marked_unchecked(zlf_cli, tmp_path):
@@ -103,7 +105,7 @@ def test_resume_runs_only_the_ops_not_finished(zlf_cli, tmp_path):
 
 def test_list_ops_of_both_layouts():
     co = sweep._checkout.find_checkout(str(SWEEP), "x")
-    assert sweep.list_ops(co) == ["crash_op:crash_op", "hang_op:hang_op", "needs_vllm:needs_vllm",
+    assert sweep.list_ops(co) == ["compile_op:compile_op", "crash_op:crash_op", "hang_op:hang_op", "needs_vllm:needs_vllm",
                                   "rope_mismatch:rope_mismatch", "softmax:softmax", "softmax_backward:softmax"]
     v5 = sweep.list_ops(sweep._checkout.find_checkout(str(DATA / "flaggems_fixture_v5"), "x"))
     assert {"mm:blas_perf", "flaky_exp:reduction_perf", "avg_pool2d:special_perf"} <= set(v5)
@@ -156,7 +158,9 @@ def test_an_interrupted_sweep_kills_its_running_op_and_resume_runs_it_again(tmp_
     proc = subprocess.Popen([sys.executable, "-m", "zlf", "sweep", "--flaggems-dir", str(SWEEP), "--ops",
                              "softmax,hang_op", "--op-time-limit", "300", *CHILD],
                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "ZLF_NO_PROGRESS": "1"})
+                            env={**os.environ, "ZLF_NO_PROGRESS": "1"},
+                            # a pytest-xdist worker ignores SIGINT, and children inherit that
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     phases = None
     for _ in range(600):  # until the hanging op is in its first FlagGems call
         found = list(tmp_path.glob("sweeps/*/logs/hang_op_hang_op.phases"))
@@ -210,3 +214,41 @@ def test_the_compile_allowance_is_passed_to_every_run(tmp_path):
     cmd = sweep.child_command(settings, "up:up", tmp_path)
     assert cmd[cmd.index("--flaggems-compile-time-limit") + 1] == "240"
     assert "--flaggems-compile-time-limit" not in sweep.child_command({**settings, "compile_time_limit": 0.0}, "up:up", tmp_path)
+
+
+def test_an_op_still_compiling_at_its_op_limit_is_compile_limit_not_hung(zlf_cli, tmp_path):
+    """fractional_max_pool2d on the H200: 227 s compiling (81 tuning configurations per point) when
+    the 240 s op limit struck, and the sweep called it hung; alone, with 330 s, it ran 9/9 ok.
+    Here an op compiles a new Triton kernel every ~0.3 s without end: killed at the limit, it is
+    compile_limit with its count of compiled kernels; hang_op, which compiles nothing, stays hung."""
+    proc = zlf_cli("sweep", "--flaggems-dir", SWEEP, "--ops", "compile_op,hang_op", "--op-time-limit", "12",
+                   "--gpus", "0,0", *CHILD, check_rc=0)
+    rows = rows_of(sweep_dir(proc.stdout, tmp_path))
+    row = rows["compile_op"]
+    assert row["status"] == "compile_limit" and row["rc"] is None, row
+    assert row["first_error"].startswith("no end within 12 s, still compiling: ")
+    assert int(row["first_error"].split("still compiling: ")[1].split()[0]) >= 3  # kernels compiled
+    assert "(more time: --op-time-limit)" in row["first_error"]
+    assert rows["hang_op"]["status"] == "hung"
+    assert "1 compile_limit" in proc.stdout and "1 hung" in proc.stdout
+
+
+def test_compile_progress_lines_are_not_phases_and_only_recent_ones_count(tmp_path):
+    phases = tmp_path / "op.phases"
+    phases.write_text("100.0\timport\timporting flag_gems\n"
+                      "101.0\tplan\tcounting the inputs of up 4x4/float16\n"
+                      "150.0\tcompiled\t_plus_kernel\n")
+    from zlf_flaggems import phases as _phases
+
+    assert [c for _, c, _ in _phases.read(phases)] == ["import", "plan"]
+    assert _phases.compiles(phases) == [(150.0, "_plus_kernel")]
+    args = ("up:up", None, True, 99.0)
+    row = sweep.summarize(*args, 200.0, tmp_path / "out", tmp_path / "none.log", phases, 100.0)
+    assert row["status"] == "compile_limit"
+    assert row["first_error"] == ("no end within 100 s, still compiling: 1 Triton kernels compiled, the last 50 s "
+                                  "before the kill; killed while: counting the inputs of up 4x4/float16 "
+                                  "(more time: --op-time-limit)")
+    assert row["plan_s"] == 99.0  # the progress line did not end the planning phase
+    row = sweep.summarize(*args, 215.0, tmp_path / "out", tmp_path / "none.log", phases, 100.0)
+    assert row["status"] == "hung"
+    assert row["first_error"].endswith("(no kernel compiled in its last 65 s)")

@@ -11,6 +11,10 @@ FlagGems call: Triton compiles and FlagGems' autotuning happen there), ``measure
 on the FlagGems and the torch callables), ``done``. The last line of a process that was killed
 says what it was doing.
 
+Every Triton kernel the process compiles (or loads from Triton's disk cache) also appends a
+``<unix time>\tcompiled\t<kernel>`` line: not a phase (the breakdown and "last phase" skip it),
+but progress, by which the sweep tells an op still compiling at its wall limit from a hung one.
+
 With the variable set, ``SIGUSR1`` also dumps every thread's Python stack to stderr
 (``faulthandler``): the sweep sends it before killing an op past its wall limit.
 """
@@ -21,6 +25,8 @@ import time
 
 ENV = "ZLF_FLAGGEMS_PHASES"
 CATEGORIES = ("import", "plan", "inputs", "compile", "measure", "done")
+#: the category of a compile-progress line (:func:`compiled`), not a phase
+COMPILED = "compiled"
 
 _path = None
 _last = None
@@ -52,8 +58,35 @@ def phase(category: str, text: str) -> None:
         pass
 
 
+def active() -> bool:
+    """Whether this process reports its phases (``ZLF_FLAGGEMS_PHASES`` is set)."""
+    return _path is not None
+
+
+def compiled(event) -> None:
+    """An ``on_compile``-style callback: one progress line per compiled (or disk-cached) kernel."""
+    if _path is None:
+        return
+    name = getattr(event, "name", None) or getattr(event, "kernel", None) or "?"
+    try:
+        with open(_path, "a") as f:
+            f.write(f"{time.time():.3f}\t{COMPILED}\t{' '.join(str(name).split())}\n")
+    except OSError:
+        pass
+
+
+def compiles(path) -> list:
+    """[(time, kernel)] of the progress lines of a phases file."""
+    return [(t, text) for t, cat, text in _lines(path) if cat == COMPILED]
+
+
 def read(path) -> list:
-    """[(time, category, text)] of a phases file (missing or torn lines skipped)."""
+    """[(time, category, text)] of the phase lines of a phases file (missing or torn lines and
+    compile-progress lines skipped)."""
+    return [line for line in _lines(path) if line[1] != COMPILED]
+
+
+def _lines(path) -> list:
     out = []
     try:
         text = open(path).read()

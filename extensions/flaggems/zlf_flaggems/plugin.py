@@ -25,6 +25,7 @@ from zlf import UsageError, hookimpl
 from . import checkout as _checkout
 from . import harness as _harness
 from .adapter import TOLERANCE, BenchmarkOp
+from . import phases as _phases
 from .phases import phase
 from .table import render
 from .twins import Twins
@@ -95,6 +96,7 @@ class FlagGems:
         self.points_begun = 0
         self.max_shapes: Optional[int] = None
         self.compile_allowance = 0.0
+        self._ticking = None  # the compile-progress listener of a sweep's op process
 
     # ------------------------------------------------------------------ command line
     @hookimpl
@@ -177,6 +179,14 @@ class FlagGems:
             return None
         op, op_file, test = _checkout.parse_spec(spec)
         paths = _checkout.op_file_candidates(self.checkout, op, op_file)
+        if self._ticking is None and _phases.active():
+            # from planning on (input functions may run FlagGems kernels), every kernel Triton
+            # compiles in this process is progress the sweep can see: slow compiling is then not
+            # called hung. Triton's own listener, whatever the backend (the CPU backend's hooks
+            # are inert: its interpreter never compiles, but a FlagGems op may compile for a GPU)
+            from zlf import compiler_hooks
+
+            self._ticking = compiler_hooks.install(_phases.compiled, None)
         if self.harness is None:
             self.harness = _harness.load(self.checkout, self.settings)
         found, errors = [], []

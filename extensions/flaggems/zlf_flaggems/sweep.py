@@ -41,7 +41,9 @@ examples:
 status: ok (every point ok), failed (a point FAILED), refused (FlagGems skips it here, or zlf
         refused it: exit 2), hung (killed past --op-time-limit, or a point hung past --time-limit),
         compile_limit (a point ran past --time-limit in its first FlagGems call: Triton compiling,
-        FlagGems tuning; give it --compile-time-limit), crashed (any other exit)
+        FlagGems tuning; give it --compile-time-limit; or the op ran past --op-time-limit while
+        Triton still compiled kernels, the last within 60 s: give it --op-time-limit), crashed
+        (any other exit)
 exit codes: 0 the sweep ran (whatever its ops did), 2 bad input, 130 interrupted (SIGINT: running ops
             are killed and run again by --resume; the table of the finished ones is printed)
 """
@@ -53,6 +55,9 @@ DEFAULT_RUN_EXTS = ("cudagraph", "cupti", "seed")
 DEFAULT_OP_LIMIT = 600.0
 #: the status of an op whose points ran past --time-limit while compiling, not while measured
 COMPILE_LIMIT = "compile_limit"
+#: an op killed at --op-time-limit is compile_limit, not hung, when Triton compiled a kernel this
+#: recently: one compile takes seconds, up to tens of seconds with several ops compiling at once
+PROGRESS_WINDOW_S = 60.0
 #: timers that read the device (the issue's target share); the others include host time
 DEVICE_TIMERS = ("cudagraph", "cupti")
 BUILTIN_MARKS = {"parametrize", "skip", "skipif", "xfail", "usefixtures", "filterwarnings",
@@ -279,9 +284,17 @@ def summarize(spec, rc, hung, started, ended, out, log_path, phase_file, op_limi
     last = lines[-1][2] if lines else "starting (python, torch, zlf imports)"
     skip, first_error = "", ""
     compiling = bool(lines) and lines[-1][1] == "compile"
-    if hung:
+    ticks = _phases.compiles(phase_file)
+    recent = bool(ticks) and ended - ticks[-1][0] <= PROGRESS_WINDOW_S
+    if hung and recent:  # killed while Triton was still compiling: slow, not hung
+        status = COMPILE_LIMIT
+        first_error = (f"no end within {op_limit:g} s, still compiling: {len(ticks)} Triton kernels compiled, "
+                       f"the last {ended - ticks[-1][0]:.0f} s before the kill; killed while: {last} "
+                       "(more time: --op-time-limit)")
+    elif hung:
         status = "hung"
-        first_error = f"no end within {op_limit:g} s; killed while: {last}"
+        first_error = (f"no end within {op_limit:g} s; killed while: {last}"
+                       + (f" (no kernel compiled in its last {ended - ticks[-1][0]:.0f} s)" if ticks else ""))
     elif rc == 124 and compiling:  # the point limit struck in native compile code: slow, not hung
         status = COMPILE_LIMIT
         first_error = f"time limit during compile ({ended - lines[-1][0]:.1f} s in: {last})"

@@ -1,9 +1,10 @@
 """zlf task: a candidate that forges its verdict from inside its own process is not Accepted.
 
 Each attack is run twice: as the attack (Wrong Answer or Runtime Error) and as its honest twin
-(``FORGE_HONEST=1``: the same kind of thing, then the answer computed) -- Accepted. Both run with
-the CPU's shared memory and with staged sharing (a device without IPC: the worker copies the
-checker's host buffers to its own tensors and back; forced on CPU with ``$ZLF_TASK_SHARING``).
+(``FORGE_HONEST=1``: the same kind of thing, then the answer computed) -- Accepted. Every attack
+runs with the CPU's shared memory; those that go through the shared buffers run with staged
+sharing too (a device without IPC: the worker copies the checker's host buffers to its own
+tensors and back; forced on CPU with ``$ZLF_TASK_SHARING``).
 """
 from __future__ import annotations
 
@@ -55,18 +56,22 @@ def judge(tmp_path, capsys, candidate, *extra):
 
 
 ATTACKS = [
-    # file, what the attack's case must say
-    ("patch_check.py", "elements differ"),          # check patched in the candidate's process: not the checker's
-    ("frame_read.py", "was not written"),           # no baseline answer in any frame of the candidate's process
-    ("copy_baseline.py", "was not written"),        # nor among its objects
-    ("memo_pointer.py", "stale result"),            # the pointers it remembered hold another input set now
-    ("early_return.py", "was not written"),         # the later calls leave the poison
-    ("nonce_forge.py", "forged verdict rejected"),  # a well-formed "Accepted" from its process is no verdict
+    # file, what the attack's case must say, whether it goes through the shared buffers
+    ("patch_check.py", "elements differ", False),           # check patched in the candidate's process: not the checker's
+    ("frame_read.py", "was not written", False),            # no baseline answer in any frame of the candidate's process
+    ("copy_baseline.py", "was not written", True),          # nor among its objects
+    ("memo_pointer.py", "stale result", True),              # the pointers it remembered hold another input set now
+    ("early_return.py", "was not written", True),           # the later calls leave the poison
+    ("nonce_forge.py", "forged verdict rejected", False),   # a well-formed "Accepted" from its process is no verdict
 ]
+#: every attack with shared memory; with staged sharing, the attacks that reach the buffers (the
+#: others never touch them: running them staged too would judge the same thing twice)
+CASES = [pytest.param(mode, f, m, id=f"{mode}-{f}") for mode in ("shm", "staged")
+         for f, m, buffers in ATTACKS if mode == "shm" or buffers]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("candidate, message", ATTACKS)
+@pytest.mark.parametrize("sharing, candidate, message", CASES, indirect=["sharing"])
 def test_forging_attempt_is_not_accepted(tmp_path, capsys, monkeypatch, sharing, candidate, message):
     monkeypatch.delenv("FORGE_HONEST", raising=False)
     rc, records, run_dir = judge(tmp_path, capsys, candidate, "--cases", "2")
@@ -78,8 +83,8 @@ def test_forging_attempt_is_not_accepted(tmp_path, capsys, monkeypatch, sharing,
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("candidate", [a[0] for a in ATTACKS])
-def test_honest_twin_is_accepted(tmp_path, capsys, monkeypatch, sharing, candidate):
+@pytest.mark.parametrize("sharing, candidate, message", CASES, indirect=["sharing"])
+def test_honest_twin_is_accepted(tmp_path, capsys, monkeypatch, sharing, candidate, message):
     monkeypatch.setenv("FORGE_HONEST", "1")
     rc, records, run_dir = judge(tmp_path, capsys, candidate, "--cases", "2")
     assert sharing_of(run_dir) == sharing
