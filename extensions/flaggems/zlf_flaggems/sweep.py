@@ -44,8 +44,9 @@ status: ok (every point ok), failed (a point FAILED), refused (FlagGems skips it
         FlagGems tuning; give it --compile-time-limit; or the op ran past --op-time-limit while
         Triton still compiled kernels, the last within 60 s: give it --op-time-limit), crashed
         (any other exit)
-exit codes: 0 the sweep ran (whatever its ops did), 2 bad input, 130 interrupted (SIGINT: running ops
-            are killed and run again by --resume; the table of the finished ones is printed)
+exit codes: 0 the sweep ran (whatever its ops did), 2 bad input, 130 / 143 interrupted (SIGINT /
+            SIGTERM, also when started with SIGINT ignored: running ops are killed and run again
+            by --resume; the table of the finished ones is printed)
 """
 
 STATE = "sweep.json"
@@ -510,6 +511,23 @@ def main(args, session) -> int:
                       file=sys.stderr, flush=True)
 
     threads = [threading.Thread(target=worker, args=(g, n), daemon=True) for g, n in zip(gpus, names)]
+    # SIGINT stops the sweep even when the parent started it with SIGINT ignored (a script's
+    # `cmd &`, a pytest-xdist worker: `timeout -s INT` would never stop it), and SIGTERM
+    # (`timeout`'s default, `kill`) stops it the same way: without this, Python dies at once and
+    # the ops' process groups, sessions of their own, keep running
+    received = []
+
+    def _stop(signum, frame):
+        received.append(signum)
+        if len(received) == 1:  # a second signal while the ops are being killed changes nothing
+            raise KeyboardInterrupt
+
+    previous = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            previous[sig] = signal.signal(sig, _stop)
+        except ValueError:  # not the main thread (an embedding caller): its own handlers stay
+            pass
     for t in threads:
         t.start()
     interrupted = False
@@ -527,6 +545,10 @@ def main(args, session) -> int:
                 pass
         for t in threads:
             t.join(15)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    code = 128 + (received[0] if received else signal.SIGINT)  # 130 (SIGINT) or 143 (SIGTERM)
     by_spec = {r["spec"]: r for r in read_rows(root)}
     rows = [by_spec[s] for s in settings["ops"] if s in by_spec]
     write_table(root, rows)
@@ -535,12 +557,12 @@ def main(args, session) -> int:
     if args.format == "json":
         print(json.dumps({"sweep_dir": str(root), "settings": settings, "ops": rows,
                           "summary": summary_line(rows), "finished": len(rows), "total": total}, indent=2))
-        return 130 if interrupted else 0
+        return code if interrupted else 0
     print(render(TABLE_FIELDS, [[r.get(f) for f in TABLE_FIELDS] for r in rows], args.format))
     print(clean(summary_line(rows)))
     print(clean(cost_line(rows)))
     print(f"sweep dir: {root} ({TABLE}, {LINES}, logs/, runs/)")
     if interrupted or len(rows) < total:
         print(f"interrupted: {len(rows)} of {total} ops finished; the rest: zlf sweep --resume {root}", file=sys.stderr)
-        return 130 if interrupted else 0
+        return code if interrupted else 0
     return 0
