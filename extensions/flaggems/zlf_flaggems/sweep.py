@@ -528,10 +528,10 @@ def main(args, session) -> int:
             previous[sig] = signal.signal(sig, _stop)
         except ValueError:  # not the main thread (an embedding caller): its own handlers stay
             pass
-    for t in threads:
-        t.start()
     interrupted = False
     try:
+        for t in threads:  # inside the try: a signal while they start is an interrupt too
+            t.start()
         for t in threads:
             while t.is_alive():
                 t.join(0.5)
@@ -544,7 +544,8 @@ def main(args, session) -> int:
             except (ProcessLookupError, PermissionError):
                 pass
         for t in threads:
-            t.join(15)
+            if t.is_alive():
+                t.join(15)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
