@@ -44,9 +44,9 @@ status: ok (every point ok), failed (a point FAILED), refused (FlagGems skips it
         FlagGems tuning; give it --compile-time-limit; or the op ran past --op-time-limit while
         Triton still compiled kernels, the last within 60 s: give it --op-time-limit), crashed
         (any other exit)
-exit codes: 0 the sweep ran (whatever its ops did), 2 bad input, 130 / 143 interrupted (SIGINT /
-            SIGTERM, also when started with SIGINT ignored: running ops are killed and run again
-            by --resume; the table of the finished ones is printed)
+exit codes: 0 the sweep ran (whatever its ops did), 2 bad input, 130 interrupted (SIGINT), 143
+            terminated (SIGTERM): running ops are killed and run again by --resume; the table of
+            the finished ones is printed
 """
 
 STATE = "sweep.json"
@@ -511,45 +511,34 @@ def main(args, session) -> int:
                       file=sys.stderr, flush=True)
 
     threads = [threading.Thread(target=worker, args=(g, n), daemon=True) for g, n in zip(gpus, names)]
-    # SIGINT stops the sweep even when the parent started it with SIGINT ignored (a script's
-    # `cmd &`, a pytest-xdist worker: `timeout -s INT` would never stop it), and SIGTERM
-    # (`timeout`'s default, `kill`) stops it the same way: without this, Python dies at once and
-    # the ops' process groups, sessions of their own, keep running
-    received = []
+    from zlf.procs import stop_code
 
-    def _stop(signum, frame):
-        received.append(signum)
-        if len(received) == 1:  # a second signal while the ops are being killed changes nothing
-            raise KeyboardInterrupt
-
-    previous = {}
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
-            previous[sig] = signal.signal(sig, _stop)
-        except ValueError:  # not the main thread (an embedding caller): its own handlers stay
-            pass
-    interrupted = False
+    # Ctrl-C, and SIGTERM (core turns it into zlf.procs.Terminated, a KeyboardInterrupt): the
+    # running ops' process groups, sessions of their own, are killed before the sweep exits
+    code = 0
     try:
-        for t in threads:  # inside the try: a signal while they start is an interrupt too
+        for t in threads:  # inside the try: a stop while they start is a stop too
             t.start()
         for t in threads:
             while t.is_alive():
                 t.join(0.5)
-    except KeyboardInterrupt:
-        interrupted = True
+    except KeyboardInterrupt as exc:
+        code = stop_code(exc)  # 130 (Ctrl-C) or 143 (SIGTERM)
         stopped.set()
-        for proc in list(running.values()):
+        while True:
             try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-        for t in threads:
-            if t.is_alive():
-                t.join(15)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    code = 128 + (received[0] if received else signal.SIGINT)  # 130 (SIGINT) or 143 (SIGTERM)
+                for proc in list(running.values()):
+                    try:
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    except (ProcessLookupError, PermissionError):
+                        pass
+                for t in threads:
+                    if t.is_alive():
+                        t.join(15)
+                break
+            except KeyboardInterrupt:  # a second stop while stopping: finish stopping
+                continue
+    interrupted = bool(code)
     by_spec = {r["spec"]: r for r in read_rows(root)}
     rows = [by_spec[s] for s in settings["ops"] if s in by_spec]
     write_table(root, rows)
