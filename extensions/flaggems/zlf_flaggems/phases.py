@@ -50,10 +50,13 @@ def phase(category: str, text: str) -> None:
     if _path is None or (category, text) == _last:
         return
     _last = (category, text)
-    line = f"{time.time():.3f}\t{category}\t{' '.join(str(text).split())}\n"
+    _append(category, text)
+
+
+def _append(category: str, text) -> None:
     try:
         with open(_path, "a") as f:
-            f.write(line)
+            f.write(f"{time.time():.3f}\t{category}\t{' '.join(str(text).split())}\n")
     except OSError:
         pass
 
@@ -64,15 +67,10 @@ def active() -> bool:
 
 
 def compiled(event) -> None:
-    """An ``on_compile``-style callback: one progress line per compiled (or disk-cached) kernel."""
-    if _path is None:
-        return
-    name = getattr(event, "name", None) or getattr(event, "kernel", None) or "?"
-    try:
-        with open(_path, "a") as f:
-            f.write(f"{time.time():.3f}\t{COMPILED}\t{' '.join(str(name).split())}\n")
-    except OSError:
-        pass
+    """An ``on_compile`` callback (a :class:`zlf.records.CompileEvent`): one progress line per
+    compiled (or disk-cached) kernel."""
+    if _path is not None:
+        _append(COMPILED, getattr(event, "name", None) or "?")
 
 
 def compiles(path) -> list:

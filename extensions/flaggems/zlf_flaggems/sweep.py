@@ -233,19 +233,10 @@ def _run_dir(out: Path):
 
 
 def _records(run_dir) -> list:
-    if run_dir is None:
-        return []
-    out = []
-    try:
-        lines = (run_dir / "results.jsonl").read_text().splitlines()
-    except OSError:
-        return out
-    for line in lines:
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            continue
-    return out
+    """The run's complete records (core's reader: a line cut by a kill is skipped)."""
+    from zlf.rundir import RunDir
+
+    return RunDir(run_dir).records()[0] if run_dir is not None else []
 
 
 def _last_error_line(log_path: Path) -> str:
@@ -273,13 +264,13 @@ def summarize(spec, rc, hung, started, ended, out, log_path, phase_file, op_limi
     run_dir = _run_dir(out)
     recs = _records(run_dir)
     finding = _finding(run_dir) if run_dir is not None else ""
-    ok = [r for r in recs if r.get("status") == "ok"]
-    failed = [r for r in recs if r.get("status") != "ok"]
-    unchecked = [r for r in ok if r.get("unchecked")]
+    ok = [r for r in recs if r.status == "ok"]
+    failed = [r for r in recs if r.status != "ok"]
+    unchecked = [r for r in ok if r.unchecked]
     timers: dict = {}
     for r in ok:
-        timers[r.get("timer") or "?"] = timers.get(r.get("timer") or "?", 0) + 1
-    fallbacks = sorted({_one_line(r["fallback_reason"], 80) for r in recs if r.get("fallback_reason")})
+        timers[r.timer or "?"] = timers.get(r.timer or "?", 0) + 1
+    fallbacks = sorted({_one_line(r.fallback_reason, 80) for r in recs if r.fallback_reason})
     lines = _phases.read(phase_file)
     costs = _phases.durations(lines, ended)
     last = lines[-1][2] if lines else "starting (python, torch, zlf imports)"
@@ -301,7 +292,7 @@ def summarize(spec, rc, hung, started, ended, out, log_path, phase_file, op_limi
         first_error = f"time limit during compile ({ended - lines[-1][0]:.1f} s in: {last})"
     elif rc == 124:
         status = "hung"
-        first_error = next((r.get("error") for r in failed if r.get("error")), "") or _last_error_line(log_path)
+        first_error = next((r.error for r in failed if r.error), "") or _last_error_line(log_path)
     elif rc == 2:
         status = "refused"
         line = _last_error_line(log_path)
@@ -312,8 +303,8 @@ def summarize(spec, rc, hung, started, ended, out, log_path, phase_file, op_limi
             first_error = line
     elif rc in (0, 1) and recs:
         status = "ok" if not failed else "failed"
-        first_error = next((r.get("error") for r in failed if r.get("error")), "")
-        if failed and all((r.get("error") or "").startswith("time limit during compile") for r in failed):
+        first_error = next((r.error for r in failed if r.error), "")
+        if failed and all((r.error or "").startswith("time limit during compile") for r in failed):
             status = COMPILE_LIMIT  # each failed point ran past --time-limit in its first FlagGems call
         if finding:  # what the failures mean, before the first of them
             first_error = f"{finding}: {first_error}" if first_error else finding

@@ -48,6 +48,7 @@ def sharing_of(run_dir) -> str:
 
 
 def judge(tmp_path, capsys, candidate, *extra):
+    """``zlf task`` of ``candidate`` (a file of data/forging/, or any path) on the vecadd package."""
     rc = main(["task", str(PKG), "--candidate", str(FORGING / candidate), "--ext", "task",
                "--out", str(tmp_path / "runs"), *map(str, extra)])
     out = capsys.readouterr().out
@@ -209,10 +210,7 @@ def test_a_device_without_ipc_gets_staging_buffers(monkeypatch):
 @pytest.mark.slow
 def test_staged_write_outside_output_retires_a_reused_worker(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("ZLF_TASK_SHARING", "staged")
-    rc = main(["task", str(PKG), "--candidate", str(VECADD / "overflow.py"), "--ext", "task", "--cases", "1-2",
-               "--reuse-worker", "--out", str(tmp_path / "runs")])
-    run_dir = run_dir_from(capsys.readouterr().out)
-    records = read_records(run_dir)
+    rc, records, run_dir = judge(tmp_path, capsys, VECADD / "overflow.py", "--cases", "1-2", "--reuse-worker")
     assert rc == 1 and sharing_of(run_dir) == "staged"
     assert [r["extra"]["verdict"] for r in records] == ["Runtime Error", "Runtime Error"]
     assert "wrote outside its output" in records[0]["extra"]["judge_output"]
@@ -222,10 +220,7 @@ def test_staged_write_outside_output_retires_a_reused_worker(tmp_path, capsys, m
 @pytest.mark.slow
 def test_staged_hang_is_time_limit_exceeded(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("ZLF_TASK_SHARING", "staged")
-    rc = main(["task", str(PKG), "--candidate", str(VECADD / "hang.py"), "--ext", "task", "--cases", "1",
-               "--time-limit", "2", "--out", str(tmp_path / "runs")])
-    run_dir = run_dir_from(capsys.readouterr().out)
-    records = read_records(run_dir)
+    rc, records, run_dir = judge(tmp_path, capsys, VECADD / "hang.py", "--cases", "1", "--time-limit", "2")
     assert rc == 1 and sharing_of(run_dir) == "staged"
     assert [r["extra"]["verdict"] for r in records] == ["Time Limit Exceeded"]
     assert "time limit of 2 s" in records[0]["extra"]["judge_output"]
@@ -236,10 +231,7 @@ def test_staged_reused_worker_accepts_and_refreshes_inputs(tmp_path, capsys, mon
     """Staged with --reuse-worker: one worker for every case, each Accepted after the rotation
     over fresh input sets (a stale copy-in would be a stale result)."""
     monkeypatch.setenv("ZLF_TASK_SHARING", "staged")
-    rc = main(["task", str(PKG), "--candidate", str(VECADD / "correct.py"), "--ext", "task", "--cases", "1-3",
-               "--reuse-worker", "--out", str(tmp_path / "runs")])
-    run_dir = run_dir_from(capsys.readouterr().out)
-    records = read_records(run_dir)
+    rc, records, run_dir = judge(tmp_path, capsys, VECADD / "correct.py", "--cases", "1-3", "--reuse-worker")
     assert rc == 0 and sharing_of(run_dir) == "staged"
     assert [r["extra"]["verdict"] for r in records] == ["Accepted"] * 3
     assert all(r["max_rel_err"] == 0.0 and r["extra"]["distinct_input_sets"] == 4 for r in records)
