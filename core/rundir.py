@@ -214,8 +214,10 @@ class RunDir:
             error = exc
         self.release()
         compact = json.dumps(meta, sort_keys=True, separators=(",", ":"), default=str) + "\n"
-        for attempt in (lambda: write_atomic(path, text), lambda: write_atomic(path, compact),
-                        lambda: _overwrite(path, compact)):
+        attempts = [lambda: write_atomic(path, text), lambda: write_atomic(path, compact)]
+        if path.exists():  # no old file (the disk was full before the first one): nothing to overwrite
+            attempts.append(lambda: _overwrite(path, compact))
+        for attempt in attempts:
             try:
                 attempt()
                 return

@@ -385,6 +385,15 @@ def test_disk_full_keeps_every_finished_record_and_a_consistent_meta(tmp_path, o
     assert sorted(p.name for p in run_dir.iterdir() if p.name.startswith(".")) == []  # no .meta.json.tmp, no reserve
 
 
+def test_a_disk_full_before_the_first_meta_json_is_one_line(tmp_path):
+    """300 bytes: not even the first meta.json fits. The last resort (overwrite the old file in
+    place) had no old file and raised FileNotFoundError: a traceback, exit 1."""
+    proc = zlf("run", "add", "--out", "out", "--rep-ms", "1", "--warmup-ms", "0", cwd=tmp_path,
+               preexec_fn=_file_size_limit(300))
+    one_line_error(proc, "File too large", "0 finished point(s) kept in")
+    assert "Traceback" not in proc.stderr
+
+
 def test_atomic_write_into_a_full_disk_leaves_the_old_file_and_no_temporary(tmp_path, monkeypatch):
     from zlf import rundir
 
