@@ -37,11 +37,15 @@ if missing("torch"):
 try:
     import setuptools
 
-    old = int(setuptools.__version__.split(".")[0]) < 64
+    version = tuple(int(n) for n in re.findall(r"\d+", setuptools.__version__)[:2])
+    # editable installs of pyproject-only packages need PEP 660 (64), and without build
+    # isolation a bdist_wheel command: inside setuptools from 70.1, else the wheel package
+    # (a fresh Python 3.11 venv has setuptools 65 and no wheel)
+    old = version < (64,) or (version < (70, 1) and missing("wheel"))
 except ImportError:
     old = True
-if old:  # editable installs of pyproject-only packages need PEP 660 support
-    subprocess.check_call(pip + ["setuptools>=64"])
+if old:
+    subprocess.check_call(pip + ["setuptools>=70.1"])
 extensions = sorted(p.parent for p in (root / "extensions").glob("*/pyproject.toml") if not p.parent.name.startswith("_"))
 core_only = "--core" in sys.argv[1:]
 if core_only:
