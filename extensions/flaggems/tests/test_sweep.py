@@ -254,3 +254,23 @@ def test_compile_progress_lines_are_not_phases_and_only_recent_ones_count(tmp_pa
     row = sweep.summarize(*args, 215.0, tmp_path / "out", tmp_path / "none.log", phases, 100.0)
     assert row["status"] == "hung"
     assert row["first_error"].endswith("(no kernel compiled in its last 65 s)")
+
+
+def test_a_full_disk_under_the_sweeps_table_is_one_line_not_a_thread_traceback(tmp_path):
+    """800 bytes (a file-size limit standing for a full disk): the second op's row no longer fits
+    in sweep.jsonl. The worker thread raised, Python printed its traceback and the sweep exited 0."""
+    import os
+    import resource
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "zlf", "sweep", "--flaggems-dir", str(SWEEP), "--ops",
+                           "needs_vllm,crash_op", *CHILD], cwd=tmp_path, capture_output=True, text=True,
+                          env={**os.environ, "ZLF_NO_PROGRESS": "1"},
+                          preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (800, 800)))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("zlf: error:")]
+    assert len(errors) == 1 and errors[0].startswith("zlf: error: File too large writing ")
+    assert errors[0].endswith("sweep.jsonl")
+    root = sweep_dir(proc.stderr, tmp_path)
+    assert [r["op"] for r in sweep.read_rows(root)] == ["needs_vllm"]  # the row written stays for --resume

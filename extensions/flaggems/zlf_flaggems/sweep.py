@@ -378,6 +378,15 @@ def _resume(path: str) -> tuple:
     return root, {**defaults, **settings}
 
 
+def _kill_running(running: dict) -> None:
+    """SIGKILL the process group of every op still running (each is a session of its own)."""
+    for proc in list(running.values()):
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
 def read_rows(root: Path) -> list:
     """The finished ops' rows of ``sweep.jsonl``; a line that is not one (torn by a kill, not
     UTF-8, not an object with a spec) is skipped, so that op runs again on ``--resume``."""
@@ -483,6 +492,8 @@ def main(args, session) -> int:
     running: dict = {}
     stopped = threading.Event()
 
+    failures: list = []  # what stopped a worker thread (writing sweep.jsonl), raised by main
+
     def worker(gpu, name):
         while not stopped.is_set():
             with lock:
@@ -494,8 +505,14 @@ def main(args, session) -> int:
                 return  # killed by the stop, not by itself: --resume runs it again
             with lock:
                 sched.done(unit.id, name, seconds=row["wall_s"], runs=1, failed_runs=int(row["status"] != "ok"))
-                with open(root / LINES, "a") as f:
-                    f.write(json.dumps(row) + "\n")
+                try:
+                    with open(root / LINES, "a") as f:
+                        f.write(json.dumps(row) + "\n")
+                except OSError as exc:  # a full disk: the sweep stops, main says so in one line
+                    failures.append(OSError(exc.errno, exc.strerror, str(root / LINES)))
+                    stopped.set()
+                    _kill_running(running)
+                    return
                 finished[0] += 1
                 print(f"[{finished[0]}/{total}] {clean(row['op'])}: {row['status']} ({row['ok']} ok, "
                       f"{row['failed']} failed) {row['wall_s']:.1f} s; elapsed {time.time() - start:.0f} s",
@@ -518,11 +535,7 @@ def main(args, session) -> int:
         stopped.set()
         while True:
             try:
-                for proc in list(running.values()):
-                    try:
-                        os.killpg(proc.pid, signal.SIGKILL)
-                    except (ProcessLookupError, PermissionError):
-                        pass
+                _kill_running(running)
                 for t in threads:
                     if t.is_alive():
                         t.join(15)
@@ -530,6 +543,10 @@ def main(args, session) -> int:
             except KeyboardInterrupt:  # a second stop while stopping: finish stopping
                 continue
     interrupted = bool(code)
+    if failures and not interrupted:
+        for t in threads:
+            t.join(15)
+        raise failures[0]  # the CLI's one line for a full disk; the rows written stay for --resume
     by_spec = {r["spec"]: r for r in read_rows(root)}
     rows = [by_spec[s] for s in settings["ops"] if s in by_spec]
     write_table(root, rows)
