@@ -26,6 +26,7 @@ its clock run out) and goes on in a fresh one.
 from __future__ import annotations
 
 import faulthandler
+import gc
 import json
 import os
 import sys
@@ -167,6 +168,9 @@ class Worker:
         self.records.append(record)
         del slots
         self.staging = None
+        # This case's mappings of the checker's buffers are unmapped now, not by a collection that
+        # may fall inside a later case's graph capture (where unmapping aborts the process).
+        gc.collect()
         self.emit("done", extra=self.run.extra, markers=list(record.markers))
         return failure is None
 

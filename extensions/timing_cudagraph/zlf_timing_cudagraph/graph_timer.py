@@ -18,6 +18,7 @@ L2 policy (docs/timing.md):
 """
 from __future__ import annotations
 
+import gc
 import math
 from typing import Optional
 
@@ -122,6 +123,11 @@ def _end_dangling_capture(backend, graph, stream) -> None:
 def capture(backend, stream, fn, calls: int, flush=None) -> Captured:
     """Capture ``calls`` calls of ``fn`` (each after ``flush()`` when given) on ``stream``.
 
+    No garbage is collected while the capture is open: a destructor run by the collector may make
+    a call a capture forbids (a CUDA IPC mapping of an earlier point, unmapped by its storage's
+    destructor, aborts the process). Garbage made before or during the capture is collected by
+    the next collection after it.
+
     :raises CaptureFailure: the capture failed; the backend's allocator state has been undone
         (:meth:`Backend.discard_graph_pool`) and the caller's current stream restored.
     """
@@ -131,6 +137,8 @@ def capture(backend, stream, fn, calls: int, flush=None) -> Captured:
     # Pending work on any stream must finish first: it could otherwise leak into the capture
     # (or be what a global-mode capture trips over).
     backend.synchronize()
+    collecting = gc.isenabled()
+    gc.disable()
     try:
         # The outer stream context restores the caller's stream even when the capture's own exit
         # raises before restoring it (torch's graph.__exit__ has no try/finally).
@@ -151,6 +159,9 @@ def capture(backend, stream, fn, calls: int, flush=None) -> Captured:
         if not isinstance(exc, Exception):
             raise  # Ctrl-C: cleaned up, not a capture failure
         raise classify(exc) from exc
+    finally:
+        if collecting:
+            gc.enable()
     backend.synchronize()
     return Captured(graph=graph, calls=calls, last=last, pool=pool)
 
