@@ -191,6 +191,46 @@ def test_a_capturable_point_is_timed_by_graph_replay_with_per_call_samples():
     assert info["verified"] == "outputs" and info["probe"] == "inline"
 
 
+class _Mapping:
+    """An object in a reference cycle (freed by the garbage collector, not by its refcount) whose
+    destructor makes a call a capture forbids, as a CUDA IPC mapping's does (cudaIpcCloseMemHandle:
+    the process aborts); here the fake backend's capture is invalidated instead."""
+
+    def __init__(self, backend, freed):
+        self.backend, self.freed, self.me = backend, freed, self
+
+    def __del__(self):
+        self.freed.append("inside" if self.backend.capturing is not None else "outside")
+        if self.backend.capturing is not None:
+            self.backend.invalidated = True
+
+
+def test_garbage_is_never_collected_inside_a_capture():
+    """Garbage that becomes collectable while a capture is open is collected after it: a
+    collection inside the capture would run a destructor the capture forbids (on the H200, a
+    reused task worker aborted when the mapping of an earlier case was freed inside a capture)."""
+    import gc
+
+    backend = FakeBackend()
+    freed = []
+
+    def body(backend, x, y, out):
+        if backend.capturing is not None:
+            _Mapping(backend, freed)  # unreachable at once, collectable by the collector only
+            [object() for _ in range(50)]  # allocations: with threshold 1, a collection is due
+
+    threshold = gc.get_threshold()
+    gc.set_threshold(1)
+    try:
+        timing, _ = time_point(CudaGraphTimer(), backend, add_op(backend, body))
+        gc.collect()
+    finally:
+        gc.set_threshold(*threshold)
+    assert timing.timer == "cudagraph" and timing.fallback_reason is None, timing.markers
+    assert freed and set(freed) == {"outside"}, freed
+    assert gc.isenabled()
+
+
 def test_flush_l2_captures_a_flush_before_every_call_and_subtracts_a_flush_only_graph():
     backend = FakeBackend()
     timing, _ = time_point(CudaGraphTimer(), backend, add_op(backend), flush_l2=True)
@@ -651,6 +691,35 @@ def test_a_point_the_graph_cannot_capture_is_timed_by_the_kernel_timer_and_marke
     assert timing.timer == "cupti" and timing.fallback_reason == reason  # never host_wall_sync with CUPTI
     assert timing.markers == (f"BENCHMARK_DIRECT_NO_CUDAGRAPH op={op.name} point={point.id} reason={reason} timer=cupti",)
     assert timing.extra["cudagraph"]["fallback_timer"] == "cupti" and timing.wall_ms == 0.03
+
+
+class SilentKernelTimer(FakeKernelTimer):
+    """A kernel-activity timer that saw nothing on the device (what CUPTI returns for a view)."""
+
+    def time(self, fn, backend, *, warmup_ms, rep_ms, flush_l2):
+        self.calls += 1
+        fn()
+        return None
+
+
+def test_an_op_that_launches_nothing_is_no_device_work_not_unjoined_stream_work():
+    """FlagGems' alias and unfold return views: the graph is empty, the replay writes nothing, and
+    the H200 sweep called them ``unjoined_stream_work``. With a kernel-activity timer that saw no
+    device work in any call, the reason says what happened."""
+    backend = FakeBackend()
+
+    def make(shape, dtype, device):
+        return (torch.randn(shape),)
+
+    op = zlf.Op(name="alias", fn=lambda x: x.view(x.shape), make_inputs=make, shapes=[(256,)],
+                reference=lambda x: x.clone())
+    timing, point = time_point(CudaGraphTimer(), backend, op, kernel_timer=SilentKernelTimer())
+    assert timing.fallback_reason == "no_device_work", timing.extra["cudagraph"]
+    assert timing.markers == (f"{MARKER} op=alias point={point.id} reason=no_device_work timer=host_wall_sync",)
+    assert "cupti saw no kernel" in timing.extra["cudagraph"]["detail"]
+    # without a kernel-activity timer the two cannot be told apart: the reason stays as it was
+    timing, _ = time_point(CudaGraphTimer(), backend, op)
+    assert timing.fallback_reason == "unjoined_stream_work"
 
 
 def test_a_capturable_point_stays_on_the_graph_timer_with_a_kernel_timer_offered():

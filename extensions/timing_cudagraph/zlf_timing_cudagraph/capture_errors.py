@@ -21,6 +21,7 @@ REASONS = {
     "device_to_host_copy": "the callable copies device memory to the host (.cpu(), .tolist(), .numpy())",
     "illegal_stream_use": "the callable uses the legacy default stream or mixes a capturing stream with uncaptured work",
     "unjoined_stream_work": "work on another stream is not joined back into the capture (missing from the graph)",
+    "no_device_work": "the call launches no device work (a view or metadata-only op; seen by the kernel-activity timer): host time is all it has",
     "capture_invalidated": "the capture was invalidated by an earlier error whose cause could not be read",
     "context_poisoned": "an earlier failed capture left this process unable to capture",
     "probe_error": "the child-process capture probe could not run (see the record's detail)",

@@ -159,10 +159,18 @@ class CudaGraphTimer:
         if kernel_timer is not None:
             timing = time_kernels(kernel_timer, fn, backend, warmup_ms=settings.warmup_ms, rep_ms=settings.rep_ms,
                                   flush_l2=settings.flush_l2)
+            if timing is None and failure.reason == "unjoined_stream_work":
+                # The replay left the outputs untouched, and the activity tracer saw no kernel, copy
+                # or memset in any call: nothing ran on another stream, nothing ran at all (a view
+                # or metadata-only op, such as alias or unfold). Host time is all the call has.
+                failure = CaptureFailure("no_device_work", f"{kernel_timer.name} saw no kernel, copy or memset in "
+                                         f"any call; the replay check: {failure.detail}")
         if timing is None:
             # Work on a stream nobody joins is outside the current stream's events as well: only a
             # device-wide synchronize per sample sees it (an honest upper bound, host cost included).
-            clock = _SynchronizedClock(backend) if failure.reason == "unjoined_stream_work" else backend
+            # A call without device work has host time only: the same host clock.
+            host = failure.reason in ("unjoined_stream_work", "no_device_work")
+            clock = _SynchronizedClock(backend) if host else backend
             timing = time_direct(fn, clock, warmup_ms=settings.warmup_ms, rep_ms=settings.rep_ms,
                                  flush_l2=settings.flush_l2)
         extra = dict(timing.extra)
