@@ -54,7 +54,12 @@ else
 fi
 echo "== zlf sweep ${ARGS[*]} --gpus $GPUS (budget ${BUDGET} s)"
 timeout -s INT -k 60 "$BUDGET" zlf sweep "${ARGS[@]}" --gpus "$GPUS" 2>"$OUT/sweep_progress.txt" | tee "$OUT/sweep_table.txt"
-echo "exit ${PIPESTATUS[0]} (130: budget reached; call again with FG_RESUME=<this call's DIR/sweep, copied into the work tree>)"
+rc=${PIPESTATUS[0]}
+# timeout(1) exits 124 when it had to stop the sweep (which itself ends 130 on SIGINT)
+case $rc in
+  124|130) echo "exit $rc: the ${BUDGET} s budget was reached; call again with FG_RESUME=<this call's DIR/sweep, copied into the work tree>" ;;
+  *) echo "exit $rc" ;;
+esac
 # a fresh sweep directory is sweep_<time>: one name for the next call
 if [ -z "${FG_RESUME:-}" ]; then d="$(ls -d "$OUT"/sweep_* 2>/dev/null | head -1)"; [ -n "$d" ] && mv "$d" "$OUT/sweep"; fi
 tail -3 "$OUT/sweep_progress.txt"
