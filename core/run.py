@@ -19,6 +19,7 @@ from .procs import EXIT_HUNG, PointTimeLimit, PointWatch, stop_word
 from .redact import safe_environment
 from .records import STATUS_FAILED, STATUS_OK, STATUS_OOM, PointRecord, jsonable_options
 from .rundir import LOG, RunDir, disk_full
+from .errors import one_line as _one_line
 
 #: environment variables that change what is compiled or timed, as far as core knows (Triton,
 #: torch, the CUDA stack, compiler switches); extensions add theirs (``env_prefixes`` hook).
@@ -36,11 +37,6 @@ def relevant_environment(environ=None, prefixes=ENV_PREFIXES) -> dict:
 
 def _now() -> str:
     return _dt.datetime.now().astimezone().isoformat(timespec="seconds")
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
 class RunLog:

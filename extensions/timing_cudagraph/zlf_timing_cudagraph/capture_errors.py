@@ -13,6 +13,8 @@ import os
 import re
 from typing import Optional
 
+from zlf.errors import one_line as _one_line
+
 MARKER = "BENCHMARK_DIRECT_NO_CUDAGRAPH"
 
 #: every reason this extension writes, with what it means (docs/timing.md repeats this table).
@@ -86,11 +88,6 @@ def _chain(exc: BaseException) -> list:
         out.append(exc)
         exc = exc.__cause__ or exc.__context__
     return out[::-1]
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
 def _frames(exc: BaseException) -> list:

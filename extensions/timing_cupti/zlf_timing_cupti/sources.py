@@ -11,16 +11,14 @@ import contextlib
 import json
 import os
 import tempfile
+
+from zlf.errors import one_line as _one_line
+
 from .activity import KERNEL, MEMCPY, MEMSET, ActivityRecord, Window
 
 SOURCES = ("auto", "cupti-python", "torch")
 #: bytes of one CUPTI activity buffer; a point's few thousand records fit in one
 BUFFER_BYTES = 8 * 1024 * 1024
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
 class CuptiPythonSource:
