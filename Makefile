@@ -10,11 +10,11 @@ run: setup
 	$(PYTHON) -m zlf run
 
 # Each distribution tests alone: core's tests with core alone installed, then every extension's
-# tests (and core's tests of real extensions, marked `extensions`) with everything installed.
+# tests and core's tests of real extensions (marked `extensions`) with everything installed, in one
+# session so that the workers share the load.
 # `-n auto`: one pytest worker per core (pytest-xdist, installed by setup.py --tests).
 test:
 	$(PYTHON) scripts/setup.py --tests --core
 	$(PYTHON) -m pytest -q -n auto tests
 	$(PYTHON) scripts/setup.py --tests
-	$(PYTHON) -m pytest -q -n auto extensions
-	$(PYTHON) -m pytest -q -n auto tests -m extensions
+	$(PYTHON) -m pytest -q -n auto extensions tests --only-marked-extensions

@@ -17,8 +17,27 @@ from zlf.testing import (HeldDispatch, clean_env as _env, core_only_env, gpu_ava
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def pytest_addoption(parser):
+    parser.addoption("--only-marked-extensions", action="store_true",
+                     help="of core's tests, run only those marked `extensions` (make test runs them "
+                          "beside the extensions' own tests, in one session)")
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "extensions(*names): the installed extensions a core test needs active")
+
+
+def pytest_collection_modifyitems(config, items):
+    if not config.getoption("--only-marked-extensions"):
+        return
+    here = Path(__file__).resolve().parent
+    keep, drop = [], []
+    for item in items:
+        core_test = here in Path(str(item.path)).resolve().parents
+        (drop if core_test and item.get_closest_marker("extensions") is None else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
 
 
 @pytest.fixture(autouse=True)
