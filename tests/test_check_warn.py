@@ -47,5 +47,5 @@ def test_check_fail_is_the_default_and_warn_times_the_point_marked_unchecked(zlf
 
 
 def test_check_takes_fail_or_warn(zlf_cli, tmp_path):
-    proc = zlf_cli("run", "add", "--check", "maybe")
+    proc = zlf_cli.inprocess("run", "add", "--check", "maybe")
     assert proc.returncode == 2 and "invalid choice: 'maybe'" in proc.stderr

@@ -60,7 +60,7 @@ def test_plugins_json_lists_active_extensions_with_hooks(zlf_cli):
 
 @pytest.mark.extensions("seed")
 def test_unknown_extension_lists_installed(zlf_cli):
-    proc = zlf_cli("run", "add", "--ext", "no_such_thing")
+    proc = zlf_cli.inprocess("run", "add", "--ext", "no_such_thing")
     assert proc.returncode == 2
     assert "no_such_thing" in proc.stderr and "seed" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1

@@ -92,7 +92,7 @@ def test_an_op_is_found_by_its_name_as_well_as_its_attribute(zlf_cli, tmp_path):
     ops = write_ops(tmp_path)
     proc = zlf_cli("run", f"{ops}::good", "--rep-ms", "2", check_rc=0)
     assert [r["point"] for r in read_records(run_dir_from(proc.stdout, tmp_path))] == ["good/256/float32", "good/512/float32"]
-    missing = zlf_cli("run", f"{ops}::nothing")
+    missing = zlf_cli.inprocess("run", f"{ops}::nothing")
     assert missing.returncode == 2 and "no attribute or zlf.Op named 'nothing'" in missing.stderr
 
 
@@ -125,7 +125,7 @@ def test_usage_errors_are_one_line_exit_2_and_leave_nothing(zlf_cli, tmp_path):
         (["run", "missing.py::x"], "op file 'missing.py' not found"),
         (["run", "add", "--backend", "tpu"], "unknown backend 'tpu'"),
     ]:
-        proc = zlf_cli(*args)
+        proc = zlf_cli.inprocess(*args)
         assert proc.returncode == 2, (args, proc.stderr)
         assert needle in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
@@ -154,14 +154,14 @@ def test_truncated_results_are_read_up_to_the_cut(tmp_path):
 
 
 def test_help_answers_the_common_questions(zlf_cli):
-    out = zlf_cli("run", "--help", check_rc=0).stdout
+    out = zlf_cli.inprocess("run", "--help", check_rc=0).stdout
     for needle in ("--ext", "--no-ext", "--flush-l2", "exit codes", "FILE.py"):
         assert needle in out
 
 
 @pytest.mark.extensions("seed", "shapes")
 def test_help_shows_the_options_of_active_extensions(zlf_cli):
-    out = zlf_cli("run", "--help", check_rc=0).stdout
+    out = zlf_cli.inprocess("run", "--help", check_rc=0).stdout
     for needle in ("--shapes", "--seed"):
         assert needle in out
 
@@ -235,7 +235,7 @@ def test_a_failing_after_point_hook_does_not_lose_the_point(zlf_cli, tmp_path):
 
 def test_unusable_output_directory_and_damaged_lines(zlf_cli, tmp_path):
     (tmp_path / "file").write_text("")
-    proc = zlf_cli("run", "add", "--out", "file/sub")
+    proc = zlf_cli.inprocess("run", "add", "--out", "file/sub")
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
     from zlf.rundir import RunDir
 

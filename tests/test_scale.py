@@ -322,7 +322,7 @@ def test_run_gpus_names_a_crashed_shard_and_passes_bad_input_on(zlf_cli, tmp_pat
     assert "shard dies.py failed" in proc.stderr and "1 shard(s) failed" in proc.stdout
     assert "add/1024/float32" in proc.stdout  # the good shard's points are kept
     assert not list((tmp_path / "c").glob(".zlf-shards-*"))
-    zlf_cli("run", "no_such_op", "--out", "u", "--gpus", "0", check_rc=2)
+    zlf_cli.inprocess("run", "no_such_op", "--out", "u", "--gpus", "0", check_rc=2)
     assert not list((tmp_path / "u").glob(".zlf-shards-*"))
 
 

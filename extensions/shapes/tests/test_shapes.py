@@ -46,20 +46,20 @@ def test_bad_shape_files_fail_cleanly_before_the_run_directory(zlf_cli, tmp_path
     }
     for name, (text, needle) in cases.items():
         (tmp_path / name).write_text(text)
-        proc = zlf_cli("run", "softmax", "--ext", "shapes", "--shapes", name)
+        proc = zlf_cli.inprocess("run", "softmax", "--ext", "shapes", "--shapes", name)
         assert proc.returncode == 2, (name, proc.stderr)
         assert needle in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, (name, proc.stderr)
     rank = tmp_path / "rank.yaml"
     rank.write_text("matmul:\n  shapes: [[64, 64]]\n")
-    proc = zlf_cli("run", "matmul", "--ext", "shapes", "--shapes", rank)
+    proc = zlf_cli.inprocess("run", "matmul", "--ext", "shapes", "--shapes", rank)
     assert proc.returncode == 2 and "3 dimensions (M, N, K)" in proc.stderr
-    missing = zlf_cli("run", "softmax", "--ext", "shapes", "--shapes", "nope.yaml")
+    missing = zlf_cli.inprocess("run", "softmax", "--ext", "shapes", "--shapes", "nope.yaml")
     assert missing.returncode == 2 and "not found" in missing.stderr
     assert not (tmp_path / "runs").exists()
 
 
 def test_shapes_option_needs_the_extension(zlf_cli, tmp_path):
     (tmp_path / "s.yaml").write_text("softmax:\n  shapes: [[8, 32]]\n")
-    proc = zlf_cli("run", "softmax", "--no-ext", "shapes", "--shapes", "s.yaml")
+    proc = zlf_cli.inprocess("run", "softmax", "--no-ext", "shapes", "--shapes", "s.yaml")
     assert proc.returncode == 2 and "--shapes" in proc.stderr
     assert "not active here are unavailable: " in proc.stderr and "shapes" in proc.stderr.splitlines()[-1]
