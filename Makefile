@@ -12,9 +12,11 @@ run: setup
 # Each distribution tests alone: core's tests with core alone installed, then every extension's
 # tests and core's tests of real extensions (marked `extensions`) with everything installed, in one
 # session so that the workers share the load.
-# `-n auto`: one pytest worker per core (pytest-xdist, installed by setup.py --tests).
+# `-n auto`: one pytest worker per core (pytest-xdist, installed by setup.py --tests); `--dist
+# worksteal`: a worker that runs out of tests takes some of another's (a long test last no longer
+# keeps one core busy while the other waits).
 test:
 	$(PYTHON) scripts/setup.py --tests --core
-	$(PYTHON) -m pytest -q -n auto tests
+	$(PYTHON) -m pytest -q -n auto --dist worksteal tests
 	$(PYTHON) scripts/setup.py --tests
-	$(PYTHON) -m pytest -q -n auto extensions tests --only-marked-extensions
+	$(PYTHON) -m pytest -q -n auto --dist worksteal extensions tests --only-marked-extensions

@@ -1,7 +1,7 @@
 """Install core and every extension in editable mode (one command for development).
 
-``--tests`` also installs what the test suite needs: pytest, pytest-xdist (``make test`` runs
-the suite on every core), and the optional Ray executor
+``--tests`` also installs what the test suite needs: pytest, pytest-xdist 3.2 or later (``make
+test`` runs the suite on every core, idle workers stealing tests), and the optional Ray executor
 (zlf[ray]) so that its tests run instead of skipping. ``--core`` installs core alone and removes
 the extensions of this repository if they are installed: core's tests pass without any (``make
 test`` runs them so first).
@@ -30,6 +30,14 @@ def _installed(distribution: str) -> bool:
         return True
     except importlib.metadata.PackageNotFoundError:
         return False
+
+
+def _older(distribution: str, version: tuple) -> bool:
+    try:
+        found = tuple(int(n) for n in re.findall(r"\d+", importlib.metadata.version(distribution))[:len(version)])
+    except importlib.metadata.PackageNotFoundError:
+        return True
+    return found < version
 
 
 if missing("torch"):
@@ -63,7 +71,8 @@ extra = []
 extra += ["argcomplete>=2.0"] if missing("argcomplete") else []
 if "--tests" in sys.argv[1:]:
     extra += ["pytest>=7"] if missing("pytest") else []
-    extra += ["pytest-xdist>=3"] if missing("xdist") else []
+    # --dist worksteal (make test): from pytest-xdist 3.2
+    extra += ["pytest-xdist>=3.2"] if missing("xdist") or _older("pytest-xdist", (3, 2)) else []
     extra += ["ray>=2.9"] if missing("ray") else []
 subprocess.check_call(pip + args + extra)
 print(f"installed zlf and {len(extensions)} extensions" + (f": {', '.join(e.name for e in extensions)}" if extensions else " (core alone)"))
