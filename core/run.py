@@ -14,12 +14,12 @@ import attrs
 
 from . import __version__
 from .console import Progress, clean_lines
+from .errors import one_line as _one_line
 from .ops import check_output, outside, poison
 from .procs import EXIT_HUNG, PointTimeLimit, PointWatch, stop_word
 from .redact import safe_environment
 from .records import STATUS_FAILED, STATUS_OK, STATUS_OOM, PointRecord, jsonable_options
 from .rundir import LOG, RunDir, disk_full
-from .errors import one_line as _one_line
 
 #: environment variables that change what is compiled or timed, as far as core knows (Triton,
 #: torch, the CUDA stack, compiler switches); extensions add theirs (``env_prefixes`` hook).

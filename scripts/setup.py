@@ -42,17 +42,10 @@ def _older(distribution: str, version: tuple) -> bool:
 
 if missing("torch"):
     subprocess.check_call(pip + ["torch==2.13.0"])
-try:
-    import setuptools
-
-    version = tuple(int(n) for n in re.findall(r"\d+", setuptools.__version__)[:2])
-    # editable installs of pyproject-only packages need PEP 660 (64), and without build
-    # isolation a bdist_wheel command: inside setuptools from 70.1, else the wheel package
-    # (a fresh Python 3.11 venv has setuptools 65 and no wheel)
-    old = version < (64,) or (version < (70, 1) and missing("wheel"))
-except ImportError:
-    old = True
-if old:
+# editable installs of pyproject-only packages need PEP 660 (setuptools 64), and without build
+# isolation a bdist_wheel command: inside setuptools from 70.1, else the wheel package (a fresh
+# Python 3.11 venv has setuptools 65 and no wheel); no setuptools at all counts as older
+if _older("setuptools", (64,)) or (_older("setuptools", (70, 1)) and missing("wheel")):
     subprocess.check_call(pip + ["setuptools>=70.1"])
 extensions = sorted(p.parent for p in (root / "extensions").glob("*/pyproject.toml") if not p.parent.name.startswith("_"))
 core_only = "--core" in sys.argv[1:]
