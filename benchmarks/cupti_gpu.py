@@ -11,10 +11,12 @@ editable when they are missing. Then:
    by the ``cupti`` timer (L2 flushed, and warm) and by the ``cudagraph`` timer (warm), against
    Nsight Compute's ``gpu__time_duration.sum`` (``ncu --clock-control none``, caches flushed):
    ratios per kernel, target cupti(flushed) / ncu <= 1.02 for kernels >= 2 us;
-2. the same in 6 independent processes: spread of each kernel's median, cupti against cudagraph;
+2. the same in 6 independent processes: spread of each kernel's median, cupti against cudagraph,
+   the two warm timers interleaved in slices within each process so that the device's state
+   (clock, power cap) reaches both alike;
 3. FlagGems v5.3.4 ``log10`` and ``softmax_backward`` (float32) before (``--ext flaggems --ext
    cudagraph``) and after (``... --ext cupti``), against CUPTI read through torch's profiler in a
-   separate process (sum of every kernel's duration over N calls / N); target within 3 %;
+   separate process (median over N calls of each call's kernel durations summed); target within 3 %;
 4. the paged-KV task package's CUDA C++ candidate with ``--ext cupti`` (and before, with
    ``--ext cudagraph``) against the same kind of reference.
 
@@ -44,6 +46,8 @@ TASK_CASES = "1,6,12"
 DEADLINE_S = 360
 NCU_WARM, NCU_RUNS = 2, 5
 KERNEL_RE = "add_kernel|softmax_kernel|matmul_kernel"
+#: warm measurements per timer and kernel in one process, interleaved (part 2's spread)
+SLICES = 4
 
 
 # ----------------------------------------------------------------------------- set-up
@@ -118,8 +122,10 @@ def _suite():
     return cvc, backend, ops, empty, specs
 
 
-def child_suite(out: Path) -> int:
-    """One process: every kernel by cupti (flushed, warm) and cudagraph (warm)."""
+def child_suite(out: Path, index: int = 0) -> int:
+    """One process: every kernel by cupti (flushed, warm) and cudagraph (warm); the warm ones in
+    :data:`SLICES` alternating slices each, whose order starts with cupti in even processes
+    (``index``) and with the graph timer in odd ones."""
     from zlf_timing_cudagraph.graph_timer import GraphSettings, time_graph
     from zlf_timing_cupti.sources import make_source
     from zlf_timing_cupti.timer import CuptiTimer
@@ -142,11 +148,22 @@ def child_suite(out: Path) -> int:
             flushed_w = timer.time(fn, backend, warmup_ms=10, rep_ms=40, flush_l2=True)
         finally:
             backend.flush_l2 = read_flush
-        warm = timer.time(fn, backend, warmup_ms=10, rep_ms=40, flush_l2=False)
-        graph = time_graph(fn, backend, GraphSettings(warmup_ms=10, rep_ms=40), op=op, inputs=inputs, dtype=dtype)
+        # The two warm timers in alternating slices (the first one alternates between processes),
+        # so that the device's state over the process (clock, power cap) reaches both alike.
+        warm_slices, graph_slices = [], []
+        for k in range(SLICES):
+            for which in (("cupti", "graph") if (k + index) % 2 == 0 else ("graph", "cupti")):
+                if which == "cupti":
+                    warm = timer.time(fn, backend, warmup_ms=5, rep_ms=40 / SLICES, flush_l2=False)
+                    warm_slices.append(warm.value_ms)
+                else:
+                    graph = time_graph(fn, backend, GraphSettings(warmup_ms=5, rep_ms=40 / SLICES), op=op, inputs=inputs,
+                                       dtype=dtype)
+                    graph_slices.append(graph.value_ms)
         rows.append({"kernel": label, "cupti_flush_ms": flushed.value_ms, "cupti_flush_write_ms": flushed_w.value_ms,
-                     "cupti_warm_ms": warm.value_ms,
-                     "cudagraph_ms": graph.value_ms, "wall_ms": warm.wall_ms, "source": source.name,
+                     "cupti_warm_ms": statistics.median(warm_slices), "cupti_warm_slices_ms": warm_slices,
+                     "cudagraph_ms": statistics.median(graph_slices), "cudagraph_slices_ms": graph_slices,
+                     "wall_ms": warm.wall_ms, "source": source.name,
                      "kernels_per_call": warm.extra["cupti"]["kernels_per_call"],
                      "kernel_names": warm.extra["cupti"]["kernel_names"]})
         del inputs
@@ -248,8 +265,8 @@ def _profiled(fn, backend, calls: int, flush) -> list:
 
 
 def profile_kernels_ms(fn, backend, calls: int = 50) -> dict:
-    """Every kernel's device time per call, read through torch's profiler, summed over ``calls``
-    calls / ``calls``: with L2 flushed before each call as zlf's timers do on a GPU (``kernel_ms``;
+    """Every kernel's device time per call, read through torch's profiler: the median over
+    ``calls`` calls of each call's kernels summed (the mean in ``*_mean``), with L2 flushed before each call as zlf's timers do on a GPU (``kernel_ms``;
     the flush's own kernels, learnt by profiling the flush alone, are left out) and warm
     (``warm_kernel_ms``)."""
     flush_names = {e["name"] for e in _profiled(backend.flush_l2, backend, 3, None) if e.get("cat") == "kernel"}
@@ -258,11 +275,24 @@ def profile_kernels_ms(fn, backend, calls: int = 50) -> dict:
         events = _profiled(fn, backend, calls, flush)
         kern = [e for e in events if e.get("cat") == "kernel" and "dur" in e and e["name"] not in flush_names]
         mem = [e for e in events if e.get("cat") in ("gpu_memcpy", "gpu_memset") and "dur" in e]
-        result[key] = sum(float(e["dur"]) for e in kern) / calls / 1e3
+        result[key + "_mean"] = sum(float(e["dur"]) for e in kern) / calls / 1e3
+        result[key] = _median_per_call(kern, calls) or result[key + "_mean"]
         if flush is None:
             result.update(memory_ms=sum(float(e["dur"]) for e in mem) / calls / 1e3,
                           kernels_per_call=len(kern) / calls, names=sorted({e["name"] for e in kern})[:5])
     return result
+
+
+def _median_per_call(kernels: list, calls: int):
+    """Median over calls of each call's summed kernel time (ms), as the timers report a median;
+    None when the kernels do not split evenly into calls (calls are synchronised one by one, so
+    in start order the first ``len / calls`` kernels are the first call's)."""
+    if not kernels or len(kernels) % calls:
+        return None
+    per = len(kernels) // calls
+    ordered = sorted(kernels, key=lambda e: float(e["ts"]))
+    sums = [sum(float(e["dur"]) for e in ordered[i * per:(i + 1) * per]) for i in range(calls)]
+    return statistics.median(sums) / 1e3
 
 
 def child_fgref(out: Path, run_dir: Path) -> int:
@@ -331,6 +361,14 @@ def _spread(values) -> float:
     return 100.0 * (max(values) - min(values)) / statistics.median(values) if len(values) >= 2 else float("nan")
 
 
+def _sd(values) -> float:
+    """Standard deviation of the log values, percent: one process's run-to-run noise."""
+    import math
+
+    logs = [math.log(v) for v in values if v and v > 0]
+    return 100.0 * statistics.stdev(logs) if len(logs) >= 2 else float("nan")
+
+
 def suite_table(children, ncu, ncu_warm=None) -> list:
     base = children[0]
     ncu_warm = ncu_warm or {}
@@ -339,8 +377,8 @@ def suite_table(children, ncu, ncu_warm=None) -> list:
            "ncu `--cache-control all`. Warm: no flush; ncu `--cache-control none`, kernel repeated.", "",
            "| kernel | ncu us (flushed) | cupti us (flushed) | cupti/ncu | write flush: cupti us, /ncu | ncu us (warm) | "
            "cupti us (warm) | cupti/ncu (warm) | cudagraph us (warm) | "
-           "cudagraph/cupti (warm) | wall us | kernels/call | cupti spread | cudagraph spread | targets |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "cudagraph/cupti (warm) | wall us | kernels/call | cupti spread | cudagraph spread | cupti sd / cudagraph sd | targets |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for i, row in enumerate(base):
         n = ncu.get(row["kernel"], {}).get("ncu_us")
         nw = ncu_warm.get(row["kernel"], {}).get("ncu_us")
@@ -348,6 +386,8 @@ def suite_table(children, ncu, ncu_warm=None) -> list:
         cfw = row.get("cupti_flush_write_ms", float("nan")) * 1e3
         s_cupti = _spread([c[i]["cupti_warm_ms"] for c in children])
         s_graph = _spread([c[i]["cudagraph_ms"] for c in children])
+        sd_cupti = _sd([c[i]["cupti_warm_ms"] for c in children])
+        sd_graph = _sd([c[i]["cudagraph_ms"] for c in children])
         checks = []
         if n and n >= 2:
             checks.append(f"<=1.02x ncu {'OK' if cf / n <= 1.02 else 'MISSED'}")
@@ -360,9 +400,12 @@ def suite_table(children, ncu, ncu_warm=None) -> list:
         nw_s, ratio_w = (f"{nw:.3f}", f"{cw / nw:.3f}x") if nw else ("-", "-")
         out.append(f"| {row['kernel']} | {n_s} | {cf:.3f} | {ratio_s} | {w_s} | {nw_s} | {cw:.3f} | {ratio_w} | {cg:.3f} | {cg / cw:.3f}x | "
                    f"{row['wall_ms'] * 1e3:.1f} | {row['kernels_per_call']} | {s_cupti:.2f}% | {s_graph:.2f}% | "
+                   f"{sd_cupti:.2f}% / {sd_graph:.2f}% | "
                    f"{'; '.join(checks)} |")
     out += ["", f"Spread = (max - min) / median of the per-process medians over {len(children)} processes "
-            f"(cupti warm vs cudagraph warm). Source: {base[0]['source']}.", ""]
+            f"(cupti warm vs cudagraph warm, each the median of {SLICES} slices interleaved with the other "
+            "timer's, the first timer alternating between processes); sd = standard deviation of their logs. "
+            f"Source: {base[0]['source']}.", ""]
     return out
 
 
@@ -408,9 +451,10 @@ def main(argv=None) -> int:
     parser.add_argument("--child-out", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--run-dir", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--cases", default=TASK_CASES, help=argparse.SUPPRESS)
+    parser.add_argument("--index", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child == "suite":
-        return child_suite(args.child_out)
+        return child_suite(args.child_out, args.index)
     if args.child == "ncu":
         return child_ncu(args.child_out)
     if args.child == "fgref":
@@ -440,7 +484,7 @@ def main(argv=None) -> int:
             if k and left() < 150:
                 notes.append(f"spread: {len(children)} of {wanted} processes ran (time budget)")
                 break
-            res = _child("suite", out / f"suite_{k}.json")
+            res = _child("suite", out / f"suite_{k}.json", ["--index", k])
             if isinstance(res, dict) and "error" in res:
                 notes.append(res["error"])
                 if k == 0:

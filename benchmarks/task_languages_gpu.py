@@ -20,8 +20,8 @@ with its Triton and its CUDA C++ candidate under ``zlf task``'s default timer, a
    judge does, reading a 256 MB buffer before every call (flushed) or not (warm);
 4. ``zlf ab --task PKG --a-candidate paged_decode.cu --b-candidate better_triton.py --rounds 3``:
    its verdict lines;
-5. the TileLang candidate (``candidates/tilelang_decode.py``) judged the same way, when
-   ``tilelang`` imports (else a note).
+5. the TileLang candidate (``candidates/tilelang_decode.py``) judged the same way, and ``zlf
+   compare`` of the Triton run against it, when ``tilelang`` imports (else a note).
 
     python3 benchmarks/task_languages_gpu.py --out DIR [--cases 1-12] [--ab-cases 1-12] [--skip 4,5]
 
@@ -380,6 +380,9 @@ def main(argv=None) -> int:
                       args.cases, "--reuse-worker", "--ext", ext, "--out", out / "task_runs", "--name", "tilelang"],
                      out / "task_tilelang.txt", timeout=420)
             text += [f"## 5. zlf task tilelang_decode.py: rc={tl['rc']}", "", "```", tl["stdout"].rstrip()[-5000:], "```", ""]
+            if "run_dir" in tl and "run_dir" in runs.get("triton", {}):
+                table = zlf(["compare", runs["triton"]["run_dir"], tl["run_dir"]], out / "compare_tilelang.txt")
+                text += ["## 5b. zlf compare triton tilelang", "", "```", table["stdout"].rstrip()[-6000:], "```", ""]
         say("tilelang done")
 
     report["elapsed_s"] = round(time.monotonic() - t0, 1)

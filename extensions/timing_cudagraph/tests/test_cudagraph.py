@@ -553,14 +553,14 @@ def _gpu_add_op(name, body=None):
                   outputs=(2,))
 
 
-def _gpu_time(timer, backend, op, **opts):
+def _gpu_time(timer, backend, op, kernel_timer=None, **opts):
     point = Point(op.name, (1 << 20,), "float32")
     inputs = op.make_inputs(point.shape, point.dtype, backend.device)
     op.fn(*inputs)
     backend.synchronize()
     o = options(warmup_ms=10.0, rep_ms=40.0, cudagraph_replay_ms=2.0, cudagraph_max_calls=10_000, **opts)
     return timer.time_fn(fn=lambda: op.fn(*inputs), point=point, backend=backend, options=o, op=op,
-                         inputs=inputs, kernel_timer=None), point
+                         inputs=inputs, kernel_timer=kernel_timer), point
 
 
 @pytest.mark.gpu
@@ -610,6 +610,40 @@ def test_gpu_unjoined_side_stream_work_is_marked():
     assert timing.fallback_reason == "unjoined_stream_work", timing.extra
     assert timing.markers == (f"BENCHMARK_DIRECT_NO_CUDAGRAPH op=side point={point.id} reason=unjoined_stream_work "
                               "timer=host_wall_sync",)
+
+
+@pytest.mark.gpu
+def test_gpu_a_view_op_under_cupti_is_no_device_work():
+    """A view launches nothing: with CUPTI beside the graph timer, the fallback says so (and the
+    host clock is all it has), while an op whose kernel runs on a side stream is CUPTI-timed."""
+    pytest.importorskip("zlf_timing_cupti")
+    from zlf_timing_cupti.sources import make_source
+    from zlf_timing_cupti.timer import CuptiTimer
+
+    source, why = make_source("auto")
+    if source is None:
+        pytest.skip(f"no CUPTI here: {why}")
+    backend = _cuda()
+
+    def make(shape, dtype, device):
+        return (torch.randn(shape, device=device),)
+
+    view = zlf.Op(name="alias", fn=lambda x: x.view(x.shape), make_inputs=make, shapes=[(1 << 20,)],
+                  reference=lambda x: x.clone())
+    timing, point = _gpu_time(CudaGraphTimer(), backend, view, kernel_timer=CuptiTimer(source))
+    assert timing.fallback_reason == "no_device_work", timing.extra
+    assert timing.markers == (f"{MARKER} op=alias point={point.id} reason=no_device_work timer=host_wall_sync",)
+    side = torch.cuda.Stream()
+    from zlf.ops.builtin import add
+
+    def fn(x, y, out):
+        with torch.cuda.stream(side):
+            add(x, y, out)
+
+    op = zlf.Op(name="side", fn=fn, make_inputs=_gpu_add_op("x").make_inputs, shapes=[(1 << 20,)],
+                reference=lambda x, y, out: x + y, outputs=(2,))
+    timing, _ = _gpu_time(CudaGraphTimer(), backend, op, kernel_timer=CuptiTimer(source))
+    assert (timing.fallback_reason, timing.timer) == ("unjoined_stream_work", "cupti"), timing.extra
 
 
 @pytest.mark.gpu
