@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import enum
 import json
+import types
 from pathlib import Path
 
 import pytest
@@ -24,7 +26,7 @@ from zlf_timing_cupti import sources
 from zlf_timing_cupti.activity import KERNEL, MEMCPY, MEMSET, SLACK_NS, ActivityRecord, CallActivity, Window, group
 from zlf_timing_cupti.plugin import CuptiPlugin
 from zlf_timing_cupti.sources import records_from_trace
-from zlf_timing_cupti.timer import CuptiTimer
+from zlf_timing_cupti.timer import CuptiTimer, grouped_median_ms
 
 from zlf.testing import read_records, run_dir_from
 
@@ -138,6 +140,36 @@ def test_the_first_traced_call_is_dropped():
     assert timing.extra["cupti"]["samples"] == calls.count(True) - 1
 
 
+def _stepped(source, long_every):
+    """A kernel of 4 timestamp steps of 256 ns, one call in ``long_every`` lasting a step more:
+    what a kernel whose true duration lies between two steps reads on an H200."""
+    calls = []
+
+    def fn():
+        calls.append(1)
+        source.launch(KERNEL, "k", 1_280 if len(calls) % long_every == 0 else 1_024)
+    return fn
+
+
+def test_a_median_between_two_timestamp_steps_follows_the_share_of_samples():
+    """Durations come in whole 256 ns steps: a plain median reads 1.024 µs until half the calls
+    are a step longer, then jumps 25 %. The median of grouped data moves with the share."""
+    source = FakeSource()
+    fewer = _time(source, _stepped(source, 4), rep_ms=20.0)  # a quarter of the calls a step longer
+    more = _time(source, _stepped(source, 3), rep_ms=20.0)  # a third
+    assert set(fewer.samples_ms) == set(more.samples_ms) == {0.001024, 0.00128}
+    assert fewer.extra["cupti"]["step_ns"] == 256 and "steps of 256 ns" in fewer.extra["cupti"]["median"]
+    assert 0.001024 < fewer.value_ms < more.value_ms < 0.00128
+
+
+def test_grouped_median_only_where_samples_share_a_step():
+    assert grouped_median_ms([0.001024] * 7) == (0.001024, None)  # one value: itself
+    assert grouped_median_ms([0.001000, 0.001001, 0.001003]) == (0.001001, None)  # no common step
+    assert grouped_median_ms([0.0010005, 0.0010015, 0.0010025]) == (0.0010015, None)  # not whole ns
+    value, step = grouped_median_ms([0.000768, 0.001024, 0.001024, 0.00128])
+    assert step == 256 and value == pytest.approx(0.001024, abs=1e-9)
+
+
 def test_a_call_without_kernels_is_timed_by_its_memory_operations_and_says_so():
     source = FakeSource()
 
@@ -198,6 +230,61 @@ def test_an_anchor_wins_over_the_device_interval():
 def test_call_activity_span_and_order():
     call = CallActivity.of([ActivityRecord(KERNEL, "second", 50, 80, 1), ActivityRecord(KERNEL, "first", 10, 40, 2)])
     assert call.names == ("first", "second") and call.span_ns == 70 and call.kernel_ns == 60 and call.streams == 2
+
+
+class FakeCuptiModule:
+    """What ``CuptiPythonSource`` uses of cupti-python's ``cupti`` module, with timestamps in ns
+    since the epoch as CUPTI gives them (about 2**60: a float64 there steps by 256 ns)."""
+
+    class ActivityKind(enum.IntEnum):
+        KERNEL = 1
+        CONCURRENT_KERNEL = 2
+        MEMCPY = 3
+        MEMSET = 4
+
+    class ActivityMemcpyKind(enum.IntEnum):
+        DTOH = 2
+
+    def __init__(self, now=1_780_000_000_123_456_789):
+        self.now = now
+        self.activities = []
+
+    def activity_register_callbacks(self, requested, completed):
+        self.completed = completed
+
+    def activity_enable(self, kind):
+        pass
+
+    def activity_disable(self, kind):
+        pass
+
+    def get_timestamp(self):
+        self.now += 1_000
+        return self.now
+
+    def activity_flush_all(self, forced):
+        self.completed(self.activities)
+
+    def activity(self, kind, start, duration, **kw):
+        self.activities.append(types.SimpleNamespace(kind=kind, start=start, end=start + duration, stream_id=7,
+                                                     name="k", **kw))
+
+
+def test_cupti_python_durations_keep_every_nanosecond():
+    """A 1000 ns kernel read 1024 ns: its epoch timestamps were made floats before subtracting."""
+    cupti = FakeCuptiModule()
+    source = sources.CuptiPythonSource(cupti)
+    source.start()
+    with source.mark("sample"):
+        t = cupti.get_timestamp()
+        cupti.activity(cupti.ActivityKind.CONCURRENT_KERNEL, t + 100, 1_000)
+        cupti.activity(cupti.ActivityKind.MEMCPY, t + 1_200, 2_080, copy_kind=2)
+        cupti.activity(cupti.ActivityKind.MEMSET, t + 3_400, 96)
+    records, windows = source.stop()
+    assert [r.duration_ns for r in records] == [1_000.0, 2_080.0, 96.0]
+    assert [r.kind for r in records] == [KERNEL, MEMCPY, MEMSET] and records[1].name == "memcpy DTOH"
+    calls, unassigned = group(records, windows)
+    assert unassigned == 0 and calls[0].kernel_ns == 1_000.0 and calls[0].memcpy_ns == 2_080.0
 
 
 def test_records_from_a_kineto_trace():

@@ -35,6 +35,9 @@ class CuptiPythonSource:
         self._cupti = cupti
         self._records = []
         self._windows = []
+        #: every timestamp is kept relative to this one, in integers until then: CUPTI's are ns
+        #: since the epoch (about 2**60), where a float64 steps by 256 ns
+        self._base = 0
         self._kinds = (cupti.ActivityKind.CONCURRENT_KERNEL, cupti.ActivityKind.MEMCPY, cupti.ActivityKind.MEMSET)
         self._kernel_kinds = {int(cupti.ActivityKind.CONCURRENT_KERNEL), int(cupti.ActivityKind.KERNEL)}
 
@@ -46,29 +49,35 @@ class CuptiPythonSource:
         cupti = self._cupti
         for a in activities:
             kind = int(a.kind)
+            start, end = self._ns(a.start), self._ns(a.end)
             if kind in self._kernel_kinds:
-                self._records.append(ActivityRecord(KERNEL, str(a.name), float(a.start), float(a.end), int(a.stream_id)))
+                self._records.append(ActivityRecord(KERNEL, str(a.name), start, end, int(a.stream_id)))
             elif kind == int(cupti.ActivityKind.MEMCPY):
                 try:
                     what = cupti.ActivityMemcpyKind(a.copy_kind).name
                 except Exception:  # an unknown copy kind still counts as a memcpy
                     what = str(a.copy_kind)
-                self._records.append(ActivityRecord(MEMCPY, f"memcpy {what}", float(a.start), float(a.end),
-                                                    int(a.stream_id)))
+                self._records.append(ActivityRecord(MEMCPY, f"memcpy {what}", start, end, int(a.stream_id)))
             elif kind == int(cupti.ActivityKind.MEMSET):
-                self._records.append(ActivityRecord(MEMSET, "memset", float(a.start), float(a.end), int(a.stream_id)))
+                self._records.append(ActivityRecord(MEMSET, "memset", start, end, int(a.stream_id)))
+
+    def _ns(self, timestamp) -> float:
+        """A CUPTI timestamp relative to the tracing's start: subtracted as integers, so the
+        device's 32 ns steps survive the conversion to float."""
+        return float(int(timestamp) - self._base)
 
     def start(self) -> None:
         self._cupti.activity_register_callbacks(self._requested, self._completed)
         self._records, self._windows = [], []
+        self._base = int(self._cupti.get_timestamp())
         for kind in self._kinds:
             self._cupti.activity_enable(kind)
 
     @contextlib.contextmanager
     def mark(self, label: str):
-        t0 = self._cupti.get_timestamp()  # the clock of every activity record
+        t0 = self._ns(self._cupti.get_timestamp())  # the clock of every activity record
         yield
-        self._windows.append(Window(label, float(t0), float(self._cupti.get_timestamp())))
+        self._windows.append(Window(label, t0, self._ns(self._cupti.get_timestamp())))
 
     def stop(self) -> tuple:
         try:
