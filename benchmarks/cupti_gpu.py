@@ -165,6 +165,7 @@ def child_suite(out: Path, index: int = 0) -> int:
                      "cudagraph_ms": statistics.median(graph_slices), "cudagraph_slices_ms": graph_slices,
                      "wall_ms": warm.wall_ms, "source": source.name,
                      "kernels_per_call": warm.extra["cupti"]["kernels_per_call"],
+                     "calls": warm.extra["cupti"].get("calls"),
                      "kernel_names": warm.extra["cupti"]["kernel_names"]})
         del inputs
         backend.free_memory()
@@ -405,7 +406,7 @@ def suite_table(children, ncu, ncu_warm=None) -> list:
     out += ["", f"Spread = (max - min) / median of the per-process medians over {len(children)} processes "
             f"(cupti warm vs cudagraph warm, each the median of {SLICES} slices interleaved with the other "
             "timer's, the first timer alternating between processes); sd = standard deviation of their logs. "
-            f"Source: {base[0]['source']}.", ""]
+            f"Source: {base[0]['source']}; calls: {base[0].get('calls')}.", ""]
     return out
 
 

@@ -23,7 +23,8 @@ from zlf.errors import UsageError
 from zlf.plugins import Hooks, Selection, build_plugin_manager
 from zlf.records import Point
 from zlf_timing_cupti import sources
-from zlf_timing_cupti.activity import KERNEL, MEMCPY, MEMSET, SLACK_NS, ActivityRecord, CallActivity, Window, group
+from zlf_timing_cupti.activity import (KERNEL, MEMCPY, MEMSET, SLACK_NS, ActivityRecord, CallActivity, Window, group,
+                                       overlapping)
 from zlf_timing_cupti.plugin import CuptiPlugin
 from zlf_timing_cupti.sources import records_from_trace
 from zlf_timing_cupti.timer import CuptiTimer, grouped_median_ms
@@ -123,6 +124,84 @@ def test_flush_kernels_are_not_part_of_any_call():
     timing = _time(source, two_kernels_and_a_copy(source), flush_l2=True)
     assert timing.l2 == "flush" and set(timing.samples_ms) == {0.005}
     assert "flush_kernel" not in timing.extra["cupti"]["kernel_names"]
+
+
+class LaggingSource(FakeSource):
+    """A device that runs each kernel well after its launch (the host is already in the next
+    call's window), and a tracer that knows which launch each record came from."""
+
+    anchors = True
+    #: the device's own clock: it runs one thing at a time, in launch order
+    device = 0.0
+    #: a kernel that runs beside the next one (work on a stream nobody waits for)
+    beside = False
+
+    def launch(self, kind, name, duration_ns, stream=7):
+        self.clock += 100.0
+        if self.tracing:
+            host = self.clock
+            start = max(self.device, host + 50_000)
+            self.records.append(ActivityRecord(kind, name, start, start + duration_ns, stream, host))
+            self.device = start if self.beside else start + duration_ns
+
+
+class CountingBackend(TracedBackend):
+    """Counts the synchronisations made while the tracer runs."""
+
+    def __init__(self, source):
+        super().__init__(source)
+        self.syncs_traced = 0
+
+    def synchronize(self):
+        self.syncs_traced += self.source.tracing
+
+
+def test_calls_run_back_to_back_when_every_record_is_anchored_at_its_launch():
+    """No synchronisation between traced calls (the graph timer's replay and core's event timer
+    run calls back to back; a synchronise after each lets the GPU idle between kernels, and a
+    power-capped H200 then reads a 4096³ matmul 5-15 % slower), and each call still gets its own
+    kernels."""
+    source = LaggingSource()
+    backend = CountingBackend(source)
+    calls = []
+
+    def fn():
+        calls.append(source.tracing)
+        source.launch(KERNEL, "k", 1_000 + 1_000 * (calls.count(True) % 2))
+
+    timing = CuptiTimer(source).time(fn, backend, warmup_ms=1.0, rep_ms=5.0, flush_l2=True)
+    synchronised = CountingBackend(FakeSource())  # a source without anchors: one by one, as before
+    CuptiTimer(synchronised.source).time(lambda: synchronised.source.launch(KERNEL, "k", 1_000), synchronised,
+                                         warmup_ms=1.0, rep_ms=5.0, flush_l2=True)
+    assert synchronised.syncs_traced > 10
+    assert calls.count(True) >= 6
+    assert backend.syncs_traced == 1  # once, before the tracer stops; not after every flush and call
+    info = timing.extra["cupti"]
+    assert info["calls"] == "back to back" and info["unanchored_records"] == 0 and info["unassigned_records"] == 0
+    assert sorted(set(timing.samples_ms)) == [0.001, 0.002]  # each call its own kernel, never two
+
+
+def test_calls_that_overlap_on_the_device_back_to_back_are_traced_again_one_by_one():
+    """A call whose work runs beside the next flush or call (a side stream nobody waits for)
+    must not be timed back to back: the overlap lengthens both. Seen, it is traced again with a
+    synchronisation after each flush and call, and the record says why."""
+    source = LaggingSource()
+    source.beside = True
+    backend = CountingBackend(source)
+    timing = CuptiTimer(source).time(lambda: source.launch(KERNEL, "k", 3_000), backend, warmup_ms=1.0, rep_ms=5.0,
+                                     flush_l2=True)
+    info = timing.extra["cupti"]
+    assert info["calls"] == "synchronised one by one" and "began on the device before" in info["calls_why"]
+    assert backend.syncs_traced > 10 and set(timing.samples_ms) == {0.003}
+
+
+def test_overlapping_counts_windows_whose_work_starts_before_the_earlier_work_ends():
+    w = [Window("sample", 0, 10), Window("flush", 20, 30), Window("sample", 40, 50)]
+    serial = [ActivityRecord(KERNEL, "a", 100, 200, 7, 5), ActivityRecord(KERNEL, "f", 200, 300, 7, 25),
+              ActivityRecord(KERNEL, "b", 300, 350, 7, 45)]
+    assert overlapping(serial, w) == 0
+    beside = serial[:2] + [ActivityRecord(KERNEL, "b", 250, 350, 9, 45)]
+    assert overlapping(beside, w) == 1
 
 
 def test_the_first_traced_call_is_dropped():
@@ -241,6 +320,8 @@ class FakeCuptiModule:
         CONCURRENT_KERNEL = 2
         MEMCPY = 3
         MEMSET = 4
+        RUNTIME = 5
+        DRIVER = 6
 
     class ActivityMemcpyKind(enum.IntEnum):
         DTOH = 2
@@ -269,6 +350,9 @@ class FakeCuptiModule:
         self.activities.append(types.SimpleNamespace(kind=kind, start=start, end=start + duration, stream_id=7,
                                                      name="k", **kw))
 
+    def enabled(self):
+        return self
+
 
 def test_cupti_python_durations_keep_every_nanosecond():
     """A 1000 ns kernel read 1024 ns: its epoch timestamps were made floats before subtracting."""
@@ -285,6 +369,28 @@ def test_cupti_python_durations_keep_every_nanosecond():
     assert [r.kind for r in records] == [KERNEL, MEMCPY, MEMSET] and records[1].name == "memcpy DTOH"
     calls, unassigned = group(records, windows)
     assert unassigned == 0 and calls[0].kernel_ns == 1_000.0 and calls[0].memcpy_ns == 2_080.0
+
+
+def test_cupti_python_anchors_each_record_at_the_call_that_launched_it():
+    """Calls run back to back: the device runs call 1's kernel while the host is already in call
+    2's window. The launch's correlation id still puts it in call 1."""
+    cupti = FakeCuptiModule()
+    source = sources.CuptiPythonSource(cupti)
+    assert source.anchors
+    source.start()
+    launched = []
+    for corr in (1, 2):
+        with source.mark("sample"):
+            t = cupti.get_timestamp()
+            launched.append(t)
+            cupti.activity(cupti.ActivityKind.RUNTIME, t, 300, correlation_id=corr)
+    for corr, t in zip((1, 2), launched):  # each kernel starts 5 µs after its launch, past its window
+        cupti.activity(cupti.ActivityKind.CONCURRENT_KERNEL, t + 5_000, 1_000 * corr, correlation_id=corr)
+    records, windows = source.stop()
+    assert [r.anchor_ns - records[0].anchor_ns for r in records] == [0.0, float(launched[1] - launched[0])]
+    assert all(w.start_ns <= r.anchor_ns <= w.end_ns < r.start_ns for r, w in zip(records, windows))
+    calls, unassigned = group(records, windows)
+    assert unassigned == 0 and [c.kernel_ns for c in calls] == [1_000.0, 2_000.0]
 
 
 def test_records_from_a_kineto_trace():

@@ -87,15 +87,11 @@ def _distance(at: float, w: Window) -> float:
     return 0.0 if w.start_ns <= at <= w.end_ns else min(abs(at - w.start_ns), abs(at - w.end_ns))
 
 
-def group(records, windows) -> tuple:
-    """Records per ``sample`` window, in window order.
-
-    :return: ``(calls, unassigned)``: a :class:`CallActivity` per sample window, and how many
-        records fell before the first or after the last window (activity of no marked call).
-    """
+def _buckets(records, windows) -> tuple:
+    """``(windows in start order, the records of each, how many fell outside every window)``."""
     windows = sorted(windows, key=lambda w: w.start_ns)
     if not windows:
-        return [], len(list(records))
+        return [], [], len(list(records))
     starts = [w.start_ns for w in windows]
     first, last = windows[0].start_ns - SLACK_NS, max(w.end_ns for w in windows) + SLACK_NS
     buckets = [[] for _ in windows]
@@ -109,8 +105,34 @@ def group(records, windows) -> tuple:
         candidates = [j for j in (i - 1, i, i + 1) if 0 <= j < len(windows)]
         best = min(candidates, key=lambda j: _distance(at, windows[j]))
         buckets[best].append(r)
+    return windows, buckets, unassigned
+
+
+def group(records, windows) -> tuple:
+    """Records per ``sample`` window, in window order.
+
+    :return: ``(calls, unassigned)``: a :class:`CallActivity` per sample window, and how many
+        records fell before the first or after the last window (activity of no marked call).
+    """
+    windows, buckets, unassigned = _buckets(records, windows)
     calls = [CallActivity.of(b) for w, b in zip(windows, buckets) if w.label == "sample"]
     return calls, unassigned
+
+
+def overlapping(records, windows) -> int:
+    """How many windows' device work began before an earlier window's work had ended: calls run
+    back to back must not share the device (a call's side-stream work nobody waits for would run
+    beside the next flush or call and lengthen both)."""
+    windows, buckets, _ = _buckets(records, windows)
+    count, end = 0, None
+    for bucket in buckets:
+        if not bucket:
+            continue
+        if end is not None and min(r.start_ns for r in bucket) < end:
+            count += 1
+        last = max(r.end_ns for r in bucket)
+        end = last if end is None else max(end, last)
+    return count
 
 
 def _median(values) -> float:

@@ -12,6 +12,8 @@ import json
 import os
 import tempfile
 
+import attrs
+
 from zlf.errors import one_line as _one_line
 
 from .activity import KERNEL, MEMCPY, MEMSET, ActivityRecord, Window
@@ -24,6 +26,11 @@ BUFFER_BYTES = 8 * 1024 * 1024
 class CuptiPythonSource:
     """``cupti-python`` (module ``cupti``): the Activity API, kernels traced concurrently.
 
+    The runtime and driver API calls are traced too: each device record's anchor is the host
+    time of the call that launched it (same correlation id), so a record lands in the window of
+    the call that launched it even when the device runs it later, and the timer need not
+    synchronise between calls (:attr:`anchors`).
+
     CUPTI takes one pair of buffer callbacks per process, and another client (torch's profiler)
     may have replaced ours since the last point: they are registered again at every start, while
     no activity kind is enabled.
@@ -33,13 +40,19 @@ class CuptiPythonSource:
 
     def __init__(self, cupti):
         self._cupti = cupti
-        self._records = []
+        self._records = []  # (ActivityRecord, correlation id)
+        self._launches = {}  # correlation id -> host time of the API call
         self._windows = []
         #: every timestamp is kept relative to this one, in integers until then: CUPTI's are ns
         #: since the epoch (about 2**60), where a float64 steps by 256 ns
         self._base = 0
-        self._kinds = (cupti.ActivityKind.CONCURRENT_KERNEL, cupti.ActivityKind.MEMCPY, cupti.ActivityKind.MEMSET)
-        self._kernel_kinds = {int(cupti.ActivityKind.CONCURRENT_KERNEL), int(cupti.ActivityKind.KERNEL)}
+        kinds = cupti.ActivityKind
+        self._kinds = (kinds.CONCURRENT_KERNEL, kinds.MEMCPY, kinds.MEMSET)
+        self._api_kinds = tuple(getattr(kinds, k) for k in ("RUNTIME", "DRIVER") if hasattr(kinds, k))
+        self._api_ints = {int(k) for k in self._api_kinds}
+        self._kernel_kinds = {int(kinds.CONCURRENT_KERNEL), int(kinds.KERNEL)}
+        #: every device record is anchored at its launch: calls need no synchronisation between them
+        self.anchors = len(self._api_kinds) == 2
 
     def _requested(self):
         return BUFFER_BYTES, 0  # 0: no limit on records per buffer
@@ -49,17 +62,24 @@ class CuptiPythonSource:
         cupti = self._cupti
         for a in activities:
             kind = int(a.kind)
+            if kind in self._api_ints:
+                corr, at = int(a.correlation_id), self._ns(a.start)
+                self._launches[corr] = min(at, self._launches.get(corr, at))
+                continue
             start, end = self._ns(a.start), self._ns(a.end)
             if kind in self._kernel_kinds:
-                self._records.append(ActivityRecord(KERNEL, str(a.name), start, end, int(a.stream_id)))
+                record = ActivityRecord(KERNEL, str(a.name), start, end, int(a.stream_id))
             elif kind == int(cupti.ActivityKind.MEMCPY):
                 try:
                     what = cupti.ActivityMemcpyKind(a.copy_kind).name
                 except Exception:  # an unknown copy kind still counts as a memcpy
                     what = str(a.copy_kind)
-                self._records.append(ActivityRecord(MEMCPY, f"memcpy {what}", start, end, int(a.stream_id)))
+                record = ActivityRecord(MEMCPY, f"memcpy {what}", start, end, int(a.stream_id))
             elif kind == int(cupti.ActivityKind.MEMSET):
-                self._records.append(ActivityRecord(MEMSET, "memset", start, end, int(a.stream_id)))
+                record = ActivityRecord(MEMSET, "memset", start, end, int(a.stream_id))
+            else:
+                continue
+            self._records.append((record, getattr(a, "correlation_id", None)))
 
     def _ns(self, timestamp) -> float:
         """A CUPTI timestamp relative to the tracing's start: subtracted as integers, so the
@@ -68,9 +88,9 @@ class CuptiPythonSource:
 
     def start(self) -> None:
         self._cupti.activity_register_callbacks(self._requested, self._completed)
-        self._records, self._windows = [], []
+        self._records, self._launches, self._windows = [], {}, []
         self._base = int(self._cupti.get_timestamp())
-        for kind in self._kinds:
+        for kind in self._kinds + self._api_kinds:
             self._cupti.activity_enable(kind)
 
     @contextlib.contextmanager
@@ -83,10 +103,13 @@ class CuptiPythonSource:
         try:
             self._cupti.activity_flush_all(1)  # 1: forced, incomplete buffers too
         finally:
-            for kind in self._kinds:
+            for kind in self._kinds + self._api_kinds:
                 self._cupti.activity_disable(kind)
-        records, windows = self._records, self._windows
-        self._records, self._windows = [], []
+        launches = self._launches
+        records = [attrs.evolve(r, anchor_ns=launches[c]) if c is not None and c in launches else r
+                   for r, c in self._records]
+        windows = self._windows
+        self._records, self._launches, self._windows = [], {}, []
         return records, windows
 
 
@@ -122,6 +145,9 @@ class TorchProfilerSource:
     """torch's profiler (kineto over CUPTI); host windows are ``record_function`` ranges."""
 
     name = "torch_profiler"
+    #: device records are anchored at the runtime or driver call that launched them (the trace's
+    #: correlation ids): calls need no synchronisation between them
+    anchors = True
 
     def __init__(self):
         self._prof = None

@@ -1,8 +1,9 @@
 """The CUPTI kernel timer: per call, the device time of every kernel it launched, on any stream.
 
-Each sample is one call between two device-wide synchronisations (and after an L2 flush when
-asked, as core's direct timer does): its kernels' device durations, summed, whatever stream they
-ran on. Host launch cost, the synchronisation and the tracer's own work are outside every
+Each sample is one call (after an L2 flush when asked, as core's direct timer does): its kernels'
+device durations, summed, whatever stream they ran on. Calls run back to back when the source
+ties every record to the call that launched it (its launch's correlation id); otherwise each is
+followed by a device-wide synchronisation. Host launch cost, the synchronisation and the tracer's own work are outside every
 duration, so a 2 µs kernel reads 2 µs. Memcpys and memsets are summed apart and reported; a call
 that launches no kernel at all is timed by its memory operations (said in ``extra``).
 
@@ -24,7 +25,7 @@ import attrs
 from zlf.records import Timing
 from zlf.timing import sample_counts
 
-from .activity import group, summary
+from .activity import group, overlapping, summary
 
 TIMER_NAME = "cupti"
 MAX_SAMPLES = 1000
@@ -54,28 +55,30 @@ class CuptiTimer:
             fn()
         backend.synchronize()
 
-        source = self.source
-        source.start()
-        try:
-            # one extra call first: the tracer's own first-launch work must not be a sample
-            for _ in range(n + 1):
-                if flush is not None:
-                    with source.mark("flush"):
-                        flush()
-                        backend.synchronize()
-                with source.mark("sample"):
-                    fn()
-                    backend.synchronize()
-        finally:
-            records, windows = source.stop()
+        # A source that anchors every record at its launch lets the calls run back to back, as
+        # the graph timer's replay and core's event timer run them; otherwise, and when calls
+        # run back to back overlapped on the device, each call is synchronised.
+        back_to_back = bool(getattr(self.source, "anchors", False))
+        records, windows = self._trace(fn, backend, flush, n, back_to_back)
+        overlaps = overlapping(records, windows) if back_to_back else 0
+        if overlaps:
+            back_to_back = False
+            records, windows = self._trace(fn, backend, flush, n, back_to_back)
         calls, unassigned = group(records, windows)
         calls = calls[1:]
         if not calls or not any(c.kernels or c.memcpys or c.memsets for c in calls):
             return None  # nothing on the device: the caller's own timer decides
         kernels = any(c.kernels for c in calls)
         samples = [(c.kernel_ns if kernels else c.memcpy_ns + c.memset_ns) / 1e6 for c in calls]
-        extra = summary(calls, source.name)
-        extra.update(warmup_calls=n_warmup, dropped_first=1, unassigned_records=unassigned)
+        extra = summary(calls, self.source.name)
+        extra.update(warmup_calls=n_warmup, dropped_first=1, unassigned_records=unassigned,
+                     calls="back to back" if back_to_back else "synchronised one by one")
+        if overlaps:
+            extra["calls_why"] = (f"back to back, {overlaps} of {2 * (n + 1) if flush else n + 1} flushes and calls "
+                                  "began on the device before the one before had ended (work on a stream the "
+                                  "call does not wait for): traced again, one by one")
+        if back_to_back:
+            extra["unanchored_records"] = sum(1 for r in records if r.anchor_ns is None)
         if not kernels:
             extra["value"] = "memcpy + memset (the call launched no kernel)"
         value_ms, step_ns = grouped_median_ms(samples)
@@ -87,6 +90,27 @@ class CuptiTimer:
                                      wall_ms=_wall_ms(fn, backend, flush, min(n, WALL_SAMPLES)),
                                      extra={"cupti": extra})
         return attrs.evolve(timing, value_ms=value_ms)
+
+    def _trace(self, fn, backend, flush, n: int, back_to_back: bool) -> tuple:
+        """``n + 1`` calls (each after a flush when given) under the tracer: records and windows.
+        The first call is traced too: the tracer's own first-launch work must not be a sample."""
+        source = self.source
+        source.start()
+        try:
+            for _ in range(n + 1):
+                if flush is not None:
+                    with source.mark("flush"):
+                        flush()
+                        if not back_to_back:
+                            backend.synchronize()
+                with source.mark("sample"):
+                    fn()
+                    if not back_to_back:
+                        backend.synchronize()
+            backend.synchronize()
+        finally:
+            records, windows = source.stop()
+        return records, windows
 
 
 def grouped_median_ms(samples_ms) -> tuple:
