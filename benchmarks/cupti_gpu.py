@@ -333,7 +333,7 @@ def child_taskref(out: Path, cases: str) -> int:
     from zlf.seeding import seed_everything
     from zlf_taskpkg.candidate import Candidate, compile_cuda, default_arch, default_cache_dir, load_kernel
     from zlf_taskpkg.package import TaskPackage
-    from zlf_taskpkg.worker import clone_args
+    from zlf_taskpkg.checker import clone_args
 
     backend = CudaBackend(0)
     backend.setup()
