@@ -4,8 +4,9 @@ Each sample is one call (after an L2 flush when asked, as core's direct timer do
 device durations, summed, whatever stream they ran on. Calls run back to back when the source
 ties every record to the call that launched it (its launch's correlation id); otherwise each is
 followed by a device-wide synchronisation. Host launch cost, any synchronisation and the
-tracer's own work are outside every duration, so a 2 µs kernel reads 2 µs. Memcpys and memsets are summed apart and reported; a call
-that launches no kernel at all is timed by its memory operations (said in ``extra``).
+tracer's own work are outside every duration, so a 2 µs kernel reads 2 µs. Memcpys and memsets
+are summed apart and reported; a call that launches no kernel at all is timed by its memory
+operations (said in ``extra``).
 
 The point's value is the median of its samples, interpolated within the device timestamps' step
 when the samples come in steps (:func:`grouped_median_ms`).
