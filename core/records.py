@@ -62,7 +62,8 @@ class Point:
 class Timing:
     """What a timer measured for one point.
 
-    ``value_ms`` is the median of ``samples_ms``; ``timer`` names the method (``cuda_event``,
+    ``value_ms`` is the median of ``samples_ms`` (a timer whose samples come in whole steps of its
+    clock may interpolate it within its step: ``cupti``); ``timer`` names the method (``cuda_event``,
     ``cudagraph``, ``host_wall`` ...) so tables never mix methods silently.
     ``fallback_reason`` is set when the preferred timer could not be used for this point and
     ``markers`` holds the grep-able marker lines that say so.
