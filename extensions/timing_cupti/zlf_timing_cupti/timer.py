@@ -16,10 +16,9 @@ The host wall-clock per call (launches and synchronisation, tracer off) is kept 
 """
 from __future__ import annotations
 
-import functools
-import math
 import statistics
 import time
+from typing import Optional
 
 import attrs
 
@@ -61,8 +60,8 @@ class CuptiTimer:
         # run back to back overlapped on the device, each call is synchronised.
         back_to_back = bool(getattr(self.source, "anchors", False))
         records, windows = self._trace(fn, backend, flush, n, back_to_back)
-        overlaps = overlapping(records, windows) if back_to_back else 0
-        if overlaps:
+        why = self._not_back_to_back(records, windows, n, flush) if back_to_back else None
+        if why:
             back_to_back = False
             records, windows = self._trace(fn, backend, flush, n, back_to_back)
         calls, unassigned = group(records, windows)
@@ -74,12 +73,8 @@ class CuptiTimer:
         extra = summary(calls, self.source.name)
         extra.update(warmup_calls=n_warmup, dropped_first=1, unassigned_records=unassigned,
                      calls="back to back" if back_to_back else "synchronised one by one")
-        if overlaps:
-            extra["calls_why"] = (f"back to back, {overlaps} of {2 * (n + 1) if flush else n + 1} flushes and calls "
-                                  "began on the device before the one before had ended (work on a stream the "
-                                  "call does not wait for): traced again, one by one")
-        if back_to_back:
-            extra["unanchored_records"] = sum(1 for r in records if r.anchor_ns is None)
+        if why:
+            extra["calls_why"] = why
         if not kernels:
             extra["value"] = "memcpy + memset (the call launched no kernel)"
         value_ms, step_ns = grouped_median_ms(samples)
@@ -91,6 +86,23 @@ class CuptiTimer:
                                      wall_ms=_wall_ms(fn, backend, flush, min(n, WALL_SAMPLES)),
                                      extra={"cupti": extra})
         return attrs.evolve(timing, value_ms=value_ms)
+
+    @staticmethod
+    def _not_back_to_back(records, windows, n: int, flush) -> str:
+        """Why calls traced back to back cannot be read as such ('' when they can): a record the
+        source could not tie to its launch (a runtime it does not trace, such as one linked
+        statically into a candidate) may belong to any window, and work that overlapped the next
+        flush or call lengthened both."""
+        unanchored = sum(1 for r in records if r.anchor_ns is None)
+        if unanchored:
+            return (f"back to back, {unanchored} of {len(records)} activity records had no launch to tie them to "
+                    "a call: traced again, one by one")
+        overlaps = overlapping(records, windows)
+        if overlaps:
+            return (f"back to back, {overlaps} of {2 * (n + 1) if flush else n + 1} flushes and calls began on the "
+                    "device before the one before had ended (work on a stream the call does not wait for): traced "
+                    "again, one by one")
+        return ""
 
     def _trace(self, fn, backend, flush, n: int, back_to_back: bool) -> tuple:
         """``n + 1`` calls (each after a flush when given) under the tracer: records and windows.
@@ -114,25 +126,45 @@ class CuptiTimer:
         return records, windows
 
 
+#: steps a device's timestamps may come in, largest first (an H200's: 32 ns)
+STEPS_NS = (1024, 512, 256, 128, 64, 32, 16, 8)
+#: how far (ns) a duration may sit from a whole number of steps: converting the device's clock to
+#: the host's moves a timestamp by a nanosecond or so (an H200 read 1407 and 1409 for 1408)
+STEP_SLACK_NS = 2
+#: share of the samples that must sit on whole steps for the step to be taken as the clock's
+STEP_SHARE = 0.9
+
+
+def timestamp_step_ns(samples_ns) -> Optional[int]:
+    """The largest of :data:`STEPS_NS` that at least :data:`STEP_SHARE` of the durations are a
+    whole number of (within :data:`STEP_SLACK_NS`), with at least two different numbers of steps
+    among them; None when there is none (durations with 1 ns resolution, or all equal)."""
+    if len(samples_ns) < 3:
+        return None
+    for step in STEPS_NS:
+        on = [v for v in samples_ns if abs(v - step * round(v / step)) <= STEP_SLACK_NS]
+        if len(on) >= STEP_SHARE * len(samples_ns) and len({round(v / step) for v in on}) >= 2:
+            return step
+    return None
+
+
 def grouped_median_ms(samples_ms) -> tuple:
     """``(median ms, step ns or None)``: the median of samples that come in whole steps.
 
-    Activity timestamps tick in steps (32 ns on an H200), so every duration is a multiple of one
-    step and the plain median of a point's samples can only move a whole step at a time: 3 % of a
-    1 µs kernel. Where the samples share a step (their greatest common divisor in ns, with at
-    least two distinct values), each stands for the interval of one step around it and the median
-    is interpolated within its interval (``statistics.median_grouped``): it follows the share of
-    samples on either side of the step, so a change smaller than a step still moves it. Otherwise
-    the plain median.
+    Activity timestamps tick in steps (32 ns on an H200), so every duration is a whole number of
+    steps (give or take the nanosecond of the clock conversion), and the plain median of a
+    point's samples can only move a whole step at a time: 3 % of a 1 µs kernel. Where the samples
+    come in steps (:func:`timestamp_step_ns`), each is taken to the nearest whole step and stands
+    for the interval of one step around it, and the median is interpolated within its interval
+    (``statistics.median_grouped``): it follows the share of samples on either side of a step,
+    so a change smaller than a step still moves it. Otherwise the plain median.
     """
     ns = [s * 1e6 for s in samples_ms]
-    ints = [round(v) for v in ns]
-    step = 0
-    if len(ints) >= 3 and len(set(ints)) >= 2 and all(abs(v - i) < 1e-3 for v, i in zip(ns, ints)):
-        step = functools.reduce(math.gcd, ints)
-    if step < 2:
+    step = timestamp_step_ns(ns)
+    if step is None:
         return statistics.median(samples_ms), None
-    return statistics.median_grouped(ints, interval=step) / 1e6, step
+    snapped = [step * round(v / step) for v in ns]
+    return statistics.median_grouped(snapped, interval=step) / 1e6, step
 
 
 def _wall_ms(fn, backend, flush, n: int) -> float:
