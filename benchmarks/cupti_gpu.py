@@ -29,6 +29,7 @@ import argparse
 import csv
 import glob
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -364,8 +365,6 @@ def _spread(values) -> float:
 
 def _sd(values) -> float:
     """Standard deviation of the log values, percent: one process's run-to-run noise."""
-    import math
-
     logs = [math.log(v) for v in values if v and v > 0]
     return 100.0 * statistics.stdev(logs) if len(logs) >= 2 else float("nan")
 

@@ -30,10 +30,9 @@ def pytest_configure(config):
 def pytest_collection_modifyitems(config, items):
     if not config.getoption("--only-marked-extensions"):
         return
-    here = Path(__file__).resolve().parent
     keep, drop = [], []
     for item in items:
-        core_test = here in Path(str(item.path)).resolve().parents
+        core_test = ROOT / "tests" in Path(str(item.path)).resolve().parents
         (drop if core_test and item.get_closest_marker("extensions") is None else keep).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
