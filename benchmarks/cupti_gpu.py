@@ -44,11 +44,16 @@ WHEELS = "python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl
 FLAGGEMS = ROOT / ".flaggems" / "v5.3.4"
 TASK = ROOT / "examples" / "tasks" / "paged_kv_decode"
 TASK_CASES = "1,6,12"
-DEADLINE_S = 360
+DEADLINE_S = 480
 NCU_WARM, NCU_RUNS = 2, 5
 KERNEL_RE = "add_kernel|softmax_kernel|matmul_kernel"
 #: warm measurements per timer and kernel in one process, interleaved (part 2's spread)
 SLICES = 4
+#: each slice's budgets (warm-up ms, repetition ms): zlf run's defaults, so that a slice loads the
+#: device as one point of a real run does (a power-capped kernel slows after some ms of it)
+SLICE_MS = (25.0, 100.0)
+#: NVML's "software power cap" clock-event reason
+POWER_CAP = 0x4
 
 
 # ----------------------------------------------------------------------------- set-up
@@ -123,10 +128,50 @@ def _suite():
     return cvc, backend, ops, empty, specs
 
 
-def child_suite(out: Path, index: int = 0) -> int:
+class _Clock:
+    """NVML's SM clock and clock-event reasons, sampled every 2 ms on a thread while inside."""
+
+    def __init__(self):
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            self._nvml, self._handle = pynvml, pynvml.nvmlDeviceGetHandleByIndex(0)
+        except Exception:  # no NVML: slices carry no clock
+            self._nvml = None
+
+    def __enter__(self):
+        import threading
+
+        self.samples, self._stop = [], False
+        if self._nvml is not None:
+            self._thread = threading.Thread(target=self._run, daemon=True)
+            self._thread.start()
+        return self
+
+    def _run(self):
+        n, h = self._nvml, self._handle
+        while not self._stop:
+            self.samples.append((n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_SM),
+                                 int(n.nvmlDeviceGetCurrentClocksThrottleReasons(h))))
+            time.sleep(0.002)
+
+    def __exit__(self, *exc):
+        self._stop = True
+        if self._nvml is not None:
+            self._thread.join()
+
+    def summary(self) -> dict:
+        if not self.samples:
+            return {}
+        return {"sm_mhz": statistics.median(c for c, _ in self.samples),
+                "power_capped": round(sum(1 for _, r in self.samples if r & POWER_CAP) / len(self.samples), 3)}
+
+
+def child_suite(out: Path, index: int = 0, slice_ms=SLICE_MS) -> int:
     """One process: every kernel by cupti (flushed, warm) and cudagraph (warm); the warm ones in
-    :data:`SLICES` alternating slices each, whose order starts with cupti in even processes
-    (``index``) and with the graph timer in odd ones."""
+    :data:`SLICES` alternating slices each (budgets ``slice_ms``), whose order starts with cupti
+    in even processes (``index``) and with the graph timer in odd ones; NVML's clock per slice."""
     from zlf_timing_cudagraph.graph_timer import GraphSettings, time_graph
     from zlf_timing_cupti.sources import make_source
     from zlf_timing_cupti.timer import CuptiTimer
@@ -136,6 +181,8 @@ def child_suite(out: Path, index: int = 0) -> int:
     if source is None:
         raise SystemExit(f"no CUPTI source: {why}")
     timer = CuptiTimer(source)
+    clock = _Clock()
+    warmup_ms, rep_ms = slice_ms
     rows = []
     for spec in specs:
         label, op_name, shape, dtype = spec
@@ -151,22 +198,25 @@ def child_suite(out: Path, index: int = 0) -> int:
             backend.flush_l2 = read_flush
         # The two warm timers in alternating slices (the first one alternates between processes),
         # so that the device's state over the process (clock, power cap) reaches both alike.
-        warm_slices, graph_slices = [], []
+        warm_slices, graph_slices, clocks = [], [], {"cupti": [], "graph": []}
         for k in range(SLICES):
             for which in (("cupti", "graph") if (k + index) % 2 == 0 else ("graph", "cupti")):
-                if which == "cupti":
-                    warm = timer.time(fn, backend, warmup_ms=5, rep_ms=40 / SLICES, flush_l2=False)
-                    warm_slices.append(warm.value_ms)
-                else:
-                    graph = time_graph(fn, backend, GraphSettings(warmup_ms=5, rep_ms=40 / SLICES), op=op, inputs=inputs,
-                                       dtype=dtype)
-                    graph_slices.append(graph.value_ms)
+                with clock:
+                    if which == "cupti":
+                        warm = timer.time(fn, backend, warmup_ms=warmup_ms, rep_ms=rep_ms, flush_l2=False)
+                        warm_slices.append(warm.value_ms)
+                    else:
+                        graph = time_graph(fn, backend, GraphSettings(warmup_ms=warmup_ms, rep_ms=rep_ms), op=op,
+                                           inputs=inputs, dtype=dtype)
+                        graph_slices.append(graph.value_ms)
+                clocks[which].append(clock.summary())
         rows.append({"kernel": label, "cupti_flush_ms": flushed.value_ms, "cupti_flush_write_ms": flushed_w.value_ms,
                      "cupti_warm_ms": statistics.median(warm_slices), "cupti_warm_slices_ms": warm_slices,
                      "cudagraph_ms": statistics.median(graph_slices), "cudagraph_slices_ms": graph_slices,
                      "wall_ms": warm.wall_ms, "source": source.name,
                      "kernels_per_call": warm.extra["cupti"]["kernels_per_call"],
-                     "calls": warm.extra["cupti"].get("calls"),
+                     "calls": warm.extra["cupti"].get("calls"), "step_ns": warm.extra["cupti"].get("step_ns"),
+                     "slice_ms": list(slice_ms), "clocks": clocks,
                      "kernel_names": warm.extra["cupti"]["kernel_names"]})
         del inputs
         backend.free_memory()
@@ -355,6 +405,11 @@ def child_taskref(out: Path, cases: str) -> int:
 
 
 # ----------------------------------------------------------------------------- report
+def _slice_ms(text: str) -> tuple:
+    warmup, rep = (float(v) for v in text.split(","))
+    return warmup, rep
+
+
 def _pct(a, b):
     return f"{100.0 * (a / b - 1):+.1f}%" if a and b else "-"
 
@@ -405,8 +460,33 @@ def suite_table(children, ncu, ncu_warm=None) -> list:
     out += ["", f"Spread = (max - min) / median of the per-process medians over {len(children)} processes "
             f"(cupti warm vs cudagraph warm, each the median of {SLICES} slices interleaved with the other "
             "timer's, the first timer alternating between processes); sd = standard deviation of their logs. "
-            f"Source: {base[0]['source']}; calls: {base[0].get('calls')}.", ""]
-    return out
+            f"Source: {base[0]['source']}; calls: {base[0].get('calls')}; slice budgets (warm-up, repetition ms): "
+            f"{base[0].get('slice_ms', 'not recorded')}.", ""]
+    return out + slice_table(children)
+
+
+def slice_table(children) -> list:
+    """Every slice of every process, per kernel and timer: range, NVML's SM clock, and the share of
+    the slice's NVML samples under the power cap (a capped kernel runs in two modes: this says which)."""
+    base = children[0]
+    if not base or "clocks" not in base[0]:
+        return []
+    out = ["| kernel | cupti slices us (min-max) | cudagraph slices us (min-max) | SM MHz cupti / graph (median of slices) "
+           "| power-capped share of samples cupti / graph | step ns |", "|---|---|---|---|---|---|"]
+    for i, row in enumerate(base):
+        cells = []
+        for key in ("cupti_warm_slices_ms", "cudagraph_slices_ms"):
+            vals = [v * 1e3 for c in children for v in c[i][key]]
+            cells.append(f"{min(vals):.3f}-{max(vals):.3f}")
+        mhz, capped = [], []
+        for which in ("cupti", "graph"):
+            sums = [s for c in children for s in c[i]["clocks"][which] if s]
+            mhz.append(f"{statistics.median(s['sm_mhz'] for s in sums):.0f}" if sums else "-")
+            capped.append(f"{statistics.mean(s['power_capped'] for s in sums):.2f}" if sums else "-")
+        steps = sorted({c[i].get("step_ns") for c in children}, key=str)
+        out.append(f"| {row['kernel']} | {cells[0]} | {cells[1]} | {' / '.join(mhz)} | {' / '.join(capped)} | "
+                   f"{', '.join(map(str, steps))} |")
+    return out + [""]
 
 
 def compare_table(title, runs: dict, ref: dict, key) -> list:
@@ -452,9 +532,12 @@ def main(argv=None) -> int:
     parser.add_argument("--run-dir", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--cases", default=TASK_CASES, help=argparse.SUPPRESS)
     parser.add_argument("--index", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--slice-ms", default=",".join(f"{v:g}" for v in SLICE_MS),
+                        help="part 2: warm-up and repetition budgets (ms) of each slice, WARMUP,REP "
+                             "(default: zlf run's %(default)s)")
     args = parser.parse_args(argv)
     if args.child == "suite":
-        return child_suite(args.child_out, args.index)
+        return child_suite(args.child_out, args.index, _slice_ms(args.slice_ms))
     if args.child == "ncu":
         return child_ncu(args.child_out)
     if args.child == "fgref":
@@ -484,7 +567,7 @@ def main(argv=None) -> int:
             if k and left() < 150:
                 notes.append(f"spread: {len(children)} of {wanted} processes ran (time budget)")
                 break
-            res = _child("suite", out / f"suite_{k}.json", ["--index", k])
+            res = _child("suite", out / f"suite_{k}.json", ["--index", k, "--slice-ms", args.slice_ms])
             if isinstance(res, dict) and "error" in res:
                 notes.append(res["error"])
                 if k == 0:
