@@ -14,7 +14,7 @@ editable when they are missing. Then:
 2. the same in 6 independent processes: spread of each kernel's median, cupti against cudagraph,
    the two warm timers interleaved in slices within each process so that the device's state
    (clock, power cap) reaches both alike (``--parts 2`` alone skips ncu); ``2a``: three kernels,
-   each timer alone in its own processes (2 × 6 processes, one timer each), as ``zlf run`` times;
+   each timer alone in its own processes (2 × ``--processes``, one timer each), as ``zlf run`` times;
 3. FlagGems v5.3.4 ``log10`` and ``softmax_backward`` (float32) before (``--ext flaggems --ext
    cudagraph``) and after (``... --ext cupti``), against CUPTI read through torch's profiler in a
    separate process (median over N calls of each call's kernel durations summed); target within 3 %;
@@ -66,7 +66,7 @@ def _env() -> dict:
 
 
 def setup(notes: list) -> None:
-    """The wheels line (when cupti is not importable) and the extensions this script uses."""
+    """The wheels line (when cupti is not importable), zlf and the extensions this script uses."""
     probe = subprocess.run([sys.executable, "-c", "from cupti import cupti"], env=_env(), capture_output=True)
     if probe.returncode != 0 and glob.glob(str(ROOT / ".whl" / "*.whl")):
         proc = subprocess.run(["bash", "-c", WHEELS.split(" && export")[0]], cwd=ROOT, capture_output=True, text=True)
@@ -77,11 +77,12 @@ def setup(notes: list) -> None:
     missing = [e for e, mod in (("timing_cupti", "zlf_timing_cupti"), ("timing_cudagraph", "zlf_timing_cudagraph"),
                                 ("flaggems", "zlf_flaggems"), ("taskpkg", "zlf_taskpkg"), ("seed", "zlf_seed"))
                if subprocess.run([sys.executable, "-c", f"import {mod}"], env=_env(), capture_output=True).returncode]
-    if missing:
-        args = [a for e in missing for a in ("-e", str(ROOT / "extensions" / e))]
+    core = subprocess.run([sys.executable, "-c", "import zlf"], env=_env(), capture_output=True).returncode != 0
+    if missing or core:
+        args = (["-e", str(ROOT)] if core else []) + [a for e in missing for a in ("-e", str(ROOT / "extensions" / e))]
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", *args],
                        capture_output=True, text=True)
-        notes.append(f"installed extensions: {', '.join(missing)}")
+        notes.append(f"installed: {', '.join((['zlf'] if core else []) + missing)}")
 
 
 def _zlf(args, log: Path, timeout: int = 240) -> dict:
