@@ -27,6 +27,7 @@ DIR/cupti_gpu.json, DIR/summary.md and every log and run directory under DIR; pr
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import glob
 import json
@@ -53,8 +54,6 @@ SLICES = 4
 #: each slice's budgets (warm-up ms, repetition ms): zlf run's defaults, so that a slice loads the
 #: device as one point of a real run does (a power-capped kernel slows after some ms of it)
 SLICE_MS = (25.0, 100.0)
-#: NVML's "software power cap" clock-event reason
-POWER_CAP = 0x4
 
 
 # ----------------------------------------------------------------------------- set-up
@@ -130,50 +129,10 @@ def _suite():
     return cvc, backend, ops, empty, specs
 
 
-class _Clock:
-    """NVML's SM clock and clock-event reasons, sampled every 2 ms on a thread while inside."""
-
-    def __init__(self):
-        try:
-            import pynvml
-
-            pynvml.nvmlInit()
-            self._nvml, self._handle = pynvml, pynvml.nvmlDeviceGetHandleByIndex(0)
-        except Exception:  # no NVML: slices carry no clock
-            self._nvml = None
-
-    def __enter__(self):
-        import threading
-
-        self.samples, self._stop = [], False
-        if self._nvml is not None:
-            self._thread = threading.Thread(target=self._run, daemon=True)
-            self._thread.start()
-        return self
-
-    def _run(self):
-        n, h = self._nvml, self._handle
-        while not self._stop:
-            self.samples.append((n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_SM),
-                                 int(n.nvmlDeviceGetCurrentClocksThrottleReasons(h))))
-            time.sleep(0.002)
-
-    def __exit__(self, *exc):
-        self._stop = True
-        if self._nvml is not None:
-            self._thread.join()
-
-    def summary(self) -> dict:
-        if not self.samples:
-            return {}
-        return {"sm_mhz": statistics.median(c for c, _ in self.samples),
-                "power_capped": round(sum(1 for _, r in self.samples if r & POWER_CAP) / len(self.samples), 3)}
-
-
 def child_suite(out: Path, index: int = 0, slice_ms=SLICE_MS) -> int:
     """One process: every kernel by cupti (flushed, warm) and cudagraph (warm); the warm ones in
     :data:`SLICES` alternating slices each (budgets ``slice_ms``), whose order starts with cupti
-    in even processes (``index``) and with the graph timer in odd ones; NVML's clock per slice."""
+    in even processes (``index``) and with the graph timer in odd ones; the backend's clock sampler per slice."""
     from zlf_timing_cudagraph.graph_timer import GraphSettings, time_graph
     from zlf_timing_cupti.sources import make_source
     from zlf_timing_cupti.timer import CuptiTimer
@@ -183,7 +142,7 @@ def child_suite(out: Path, index: int = 0, slice_ms=SLICE_MS) -> int:
     if source is None:
         raise SystemExit(f"no CUPTI source: {why}")
     timer = CuptiTimer(source)
-    clock = _Clock()
+    sampler = backend.clock_sampler()  # NVML (or nvidia-smi) on a thread, per slice; None without either
     warmup_ms, rep_ms = slice_ms
     rows = []
     for spec in specs:
@@ -203,7 +162,8 @@ def child_suite(out: Path, index: int = 0, slice_ms=SLICE_MS) -> int:
         warm_slices, graph_slices, clocks = [], [], {"cupti": [], "graph": []}
         for k in range(SLICES):
             for which in (("cupti", "graph") if (k + index) % 2 == 0 else ("graph", "cupti")):
-                with clock:
+                window = sampler.window() if sampler is not None else contextlib.nullcontext()
+                with window:
                     if which == "cupti":
                         warm = timer.time(fn, backend, warmup_ms=warmup_ms, rep_ms=rep_ms, flush_l2=False)
                         warm_slices.append(warm.value_ms)
@@ -211,7 +171,7 @@ def child_suite(out: Path, index: int = 0, slice_ms=SLICE_MS) -> int:
                         graph = time_graph(fn, backend, GraphSettings(warmup_ms=warmup_ms, rep_ms=rep_ms), op=op,
                                            inputs=inputs, dtype=dtype)
                         graph_slices.append(graph.value_ms)
-                clocks[which].append(clock.summary())
+                clocks[which].append(window.summary() if sampler is not None else None)
         rows.append({"kernel": label, "cupti_flush_ms": flushed.value_ms, "cupti_flush_write_ms": flushed_w.value_ms,
                      "cupti_warm_ms": statistics.median(warm_slices), "cupti_warm_slices_ms": warm_slices,
                      "cudagraph_ms": statistics.median(graph_slices), "cudagraph_slices_ms": graph_slices,
@@ -520,12 +480,12 @@ def suite_table(children, ncu, ncu_warm=None) -> list:
 
 def slice_table(children) -> list:
     """Every slice of every process, per kernel and timer: range, NVML's SM clock, and the share of
-    the slice's NVML samples under the power cap (a capped kernel runs in two modes: this says which)."""
+    the slice's clock readings that were throttled (a power-capped kernel runs in two modes)."""
     base = children[0]
     if not base or "clocks" not in base[0]:
         return []
     out = ["| kernel | cupti slices us (min-max) | cudagraph slices us (min-max) | SM MHz cupti / graph (median of slices) "
-           "| power-capped share of samples cupti / graph | step ns |", "|---|---|---|---|---|---|"]
+           "| throttled share of readings cupti / graph | step ns |", "|---|---|---|---|---|---|"]
     for i, row in enumerate(base):
         cells = []
         for key in ("cupti_warm_slices_ms", "cudagraph_slices_ms"):
@@ -534,8 +494,8 @@ def slice_table(children) -> list:
         mhz, capped = [], []
         for which in ("cupti", "graph"):
             sums = [s for c in children for s in c[i]["clocks"][which] if s]
-            mhz.append(f"{statistics.median(s['sm_mhz'] for s in sums):.0f}" if sums else "-")
-            capped.append(f"{statistics.mean(s['power_capped'] for s in sums):.2f}" if sums else "-")
+            mhz.append(f"{statistics.median(s['sm_mhz_median'] for s in sums):.0f}" if sums else "-")
+            capped.append(f"{statistics.mean(s['throttled_readings'] / s['readings'] for s in sums):.2f}" if sums else "-")
         steps = sorted({c[i].get("step_ns") for c in children}, key=str)
         out.append(f"| {row['kernel']} | {cells[0]} | {cells[1]} | {' / '.join(mhz)} | {' / '.join(capped)} | "
                    f"{', '.join(map(str, steps))} |")
