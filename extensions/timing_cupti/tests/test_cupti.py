@@ -24,6 +24,7 @@ from zlf.errors import UsageError
 from zlf.plugins import Hooks, Selection, build_plugin_manager
 from zlf.records import Point
 from zlf_timing_cupti import sources
+from zlf_timing_cupti import timer as timer_module
 from zlf_timing_cupti.activity import (KERNEL, MEMCPY, MEMSET, SLACK_NS, ActivityRecord, CallActivity, Window, group,
                                        overlapping)
 from zlf_timing_cupti.plugin import CuptiPlugin
@@ -172,7 +173,8 @@ def test_calls_run_back_to_back_when_every_record_is_anchored_at_its_launch():
         calls.append(source.tracing)
         source.launch(KERNEL, "k", 1_000 + 1_000 * (calls.count(True) % 2))
 
-    timing = CuptiTimer(source).time(fn, backend, warmup_ms=1.0, rep_ms=5.0, flush_l2=True)
+    # settle_ms=0: fn counts its calls in a list, and a settled warm-up would be 50,000 of them
+    timing = CuptiTimer(source, settle_ms=0).time(fn, backend, warmup_ms=1.0, rep_ms=5.0, flush_l2=True)
     synchronised = CountingBackend(FakeSource())  # a source without anchors: one by one, as before
     CuptiTimer(synchronised.source).time(lambda: synchronised.source.launch(KERNEL, "k", 1_000), synchronised,
                                          warmup_ms=1.0, rep_ms=5.0, flush_l2=True)
@@ -182,6 +184,55 @@ def test_calls_run_back_to_back_when_every_record_is_anchored_at_its_launch():
     info = timing.extra["cupti"]
     assert info["calls"] == "back to back" and "calls_why" not in info and info["unassigned_records"] == 0
     assert sorted(set(timing.samples_ms)) == [0.001, 0.002]  # each call its own kernel, never two
+
+
+class SequenceBackend(TracedBackend):
+    """Writes down what the timer does, in order: calls (traced or not) and synchronisations."""
+
+    def __init__(self, source):
+        super().__init__(source)
+        self.steps = []
+
+    def synchronize(self):
+        self.steps.append("sync")
+
+
+def test_the_device_is_never_left_idle_between_the_warm_up_and_the_first_sample():
+    """A power-capped device runs a heavy kernel faster for tens of ms after any pause of a
+    millisecond or more (an H200's 4096³ matmul: 222 µs, then 258–262 µs under load): a
+    synchronisation between the warm-up and the trace timed the fast mode in some points and the
+    slow one in others (spread over processes 9.1 %, against the graph timer's 1.2 %). The tracer
+    starts while the warm-up is queued, and no synchronisation comes between them."""
+    source = FakeSource()
+    backend = SequenceBackend(source)
+
+    def fn():
+        backend.steps.append("traced" if source.tracing else "call")
+        source.launch(KERNEL, "k", 1_000)
+
+    CuptiTimer(source, settle_ms=0).time(fn, backend, warmup_ms=1.0, rep_ms=2.0, flush_l2=False)
+    first_traced = backend.steps.index("traced")
+    assert backend.steps[first_traced - 1] == "call"  # the warm-up's last call, then the trace at once
+    assert backend.steps[:first_traced].count("call") > 3
+
+    paused = SequenceBackend(source)  # the former design, kept for comparisons: the pause is there
+    fn_paused = lambda: (paused.steps.append("traced" if source.tracing else "call"), source.launch(KERNEL, "k", 1_000))  # noqa: E731
+    CuptiTimer(source, settle_ms=0, pause=True).time(fn_paused, paused, warmup_ms=1.0, rep_ms=2.0, flush_l2=False)
+    assert paused.steps[paused.steps.index("traced") - 1] == "sync"
+
+
+def test_the_warm_up_is_stretched_to_settle_ms_of_load_within_a_bound():
+    def warmup_calls(settle_ms, warmup_ms=1.0):
+        source = FakeSource()
+        timing = CuptiTimer(source, settle_ms=settle_ms).time(lambda: source.launch(KERNEL, "k", 1_000),
+                                                              TracedBackend(source), warmup_ms=warmup_ms,
+                                                              rep_ms=2.0, flush_l2=False)
+        return timing.extra["cupti"]["warmup_calls"]
+
+    plain = warmup_calls(0)
+    stretched = warmup_calls(20.0)
+    assert stretched > 5 * plain  # 20 ms against 1 ms of warm-up (host-timed fake calls vary)
+    assert warmup_calls(1e9) <= timer_module.MAX_SETTLE_CALLS  # bounded: tiny calls are no power load
 
 
 def test_calls_that_overlap_on_the_device_back_to_back_are_traced_again_one_by_one():

@@ -11,11 +11,20 @@ operations (said in ``extra``).
 The point's value is the median of its samples, interpolated within the device timestamps' step
 when the samples come in steps (:func:`grouped_median_ms`).
 
+The device is never left idle between the warm-up and the first sample: the tracer starts while
+the warm-up still runs, and the traced calls queue behind it, as the graph timer's replays follow
+its warm-up. A device held back by its power cap runs a heavy kernel fast for the first tens of
+milliseconds after any pause of a millisecond or more, then slower for as long as the load lasts
+(an H200's 4096³ fp16 matmul: about 222 µs, then 258–262 µs); a pause there would time the
+first mode in some points and the second in others. ``settle_ms`` stretches the warm-up so that
+the samples begin in the state the device keeps under load.
+
 The host wall-clock per call (launches and synchronisation, tracer off) is kept in
 ``Timing.wall_ms``: for ops whose host work is real (autograd), that is a metric of its own.
 """
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from typing import Optional
@@ -32,6 +41,11 @@ MAX_SAMPLES = 1000
 MIN_SAMPLES = 5
 #: host wall-clock samples taken after the trace, tracer off
 WALL_SAMPLES = 100
+#: least time (ms) the warm-up keeps the device loaded before the first sample
+SETTLE_MS = 100.0
+#: most warm-up calls the stretch may ask for (a call of a few µs, bound by its launch, is no
+#: power load worth settling)
+MAX_SETTLE_CALLS = 50_000
 
 
 class CuptiTimer:
@@ -39,10 +53,14 @@ class CuptiTimer:
 
     name = TIMER_NAME
 
-    def __init__(self, source, max_samples: int = MAX_SAMPLES, min_samples: int = MIN_SAMPLES):
+    def __init__(self, source, max_samples: int = MAX_SAMPLES, min_samples: int = MIN_SAMPLES,
+                 settle_ms: float = SETTLE_MS, pause: bool = False):
         self.source = source
         self.max_samples = max_samples
         self.min_samples = min_samples
+        self.settle_ms = settle_ms
+        #: synchronise between the warm-up and the trace, as this timer did before (for comparisons)
+        self.pause = pause
 
     def time(self, fn, backend, *, warmup_ms: float, rep_ms: float, flush_l2: bool):
         flush = backend.flush_l2 if flush_l2 else None
@@ -51,9 +69,12 @@ class CuptiTimer:
         # budgets sized as core's direct timer sizes them
         n_warmup, n = sample_counts(fn, backend, flush or (lambda: None), warmup_ms, rep_ms,
                                     self.min_samples, self.max_samples)
+        if warmup_ms > 0 and self.settle_ms > warmup_ms:
+            n_warmup = max(n_warmup, min(MAX_SETTLE_CALLS, math.ceil(n_warmup * self.settle_ms / warmup_ms)))
         for _ in range(n_warmup):
             fn()
-        backend.synchronize()
+        if self.pause:
+            backend.synchronize()
 
         # A source that anchors every record at its launch lets the calls run back to back, as
         # the graph timer's replay and core's event timer run them; otherwise, and when calls
