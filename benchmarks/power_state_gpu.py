@@ -314,6 +314,24 @@ def _child(args: list, out: Path, timeout: int = 120) -> dict:
     return json.loads(out.read_text())
 
 
+def _run_children(jobs: list, per_round: int, deadline_s: float, t0: float, notes: list) -> list:
+    """``(child, output path)`` jobs in order, in rounds of ``per_round``; no new round once
+    ``deadline_s`` have passed since ``t0``. The results that came back; failures go to ``notes``."""
+    done = []
+    for k, (name, path) in enumerate(jobs):
+        if k and k % per_round == 0 and time.monotonic() - t0 > deadline_s:
+            notes.append(f"{k // per_round} of {len(jobs) // per_round} rounds of {name} processes ran "
+                         f"(--deadline-s {deadline_s:g})")
+            break
+        res = _child(["--child", name], path)
+        if isinstance(res, dict):
+            notes.append(res["error"])
+            continue
+        done.append(res)
+        print(f"[{time.monotonic() - t0:.0f}s] process {k + 1}/{len(jobs)} ({name})", file=sys.stderr, flush=True)
+    return done
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, help="directory for power_state.json, summary.md and each child's JSON")
@@ -349,29 +367,14 @@ def main(argv=None) -> int:
         print(f"[{time.monotonic() - t0:.0f}s] load done", file=sys.stderr, flush=True)
     if "variants" in parts:
         names = [n for n, _, _ in VARIANTS]
-        children = []
-        for k in range(args.processes):
-            if k and time.monotonic() - t0 > args.deadline_s:
-                notes.append(f"variants: {k} of {args.processes} rounds ran (--deadline-s {args.deadline_s:g})")
-                break
-            for name in names[k % len(names):] + names[:k % len(names)]:  # rotating order
-                res = _child(["--child", name], out / f"variant_{name}_{k}.json")
-                if isinstance(res, dict):
-                    notes.append(res["error"])
-                    continue
-                children.append(res)
-            print(f"[{time.monotonic() - t0:.0f}s] variants round {k + 1}/{args.processes}", file=sys.stderr, flush=True)
+        jobs = [(name, out / f"variant_{name}_{k}.json") for k in range(args.processes)
+                for name in names[k % len(names):] + names[:k % len(names)]]  # rotating order
+        children = _run_children(jobs, len(names), args.deadline_s, t0, notes)
         report["variants"] = children
         text += variants_summary(children)
     if "kernels" in parts:
-        children = []
-        for k in range(args.processes):
-            res = _child(["--child", "kernels"], out / f"kernels_{k}.json")
-            if isinstance(res, dict):
-                notes.append(res["error"])
-                continue
-            children.append(res)
-            print(f"[{time.monotonic() - t0:.0f}s] kernels process {k + 1}/{args.processes}", file=sys.stderr, flush=True)
+        jobs = [("kernels", out / f"kernels_{k}.json") for k in range(args.processes)]
+        children = _run_children(jobs, 1, args.deadline_s, t0, notes)
         report["kernels"] = children
         text += kernels_summary(children)
     report["notes"], report["elapsed_s"] = notes, round(time.monotonic() - t0, 1)

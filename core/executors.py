@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from .procs import Terminated, die_with_parent
+from .procs import Terminated, die_with_parent, python_child_env
 from .config import parse_gpus  # noqa: F401  (parsed with the run's options)
 from .errors import UsageError
 from .rundir import RunDir, inside, safe_name
@@ -102,7 +102,7 @@ def _now() -> str:
 
 
 def environment(overrides: dict) -> dict:
-    env = dict(os.environ)
+    env = python_child_env(os.environ)
     env.update(overrides)
     env.pop("FORCE_COLOR", None)
     return env

@@ -31,6 +31,7 @@ from typing import Optional
 import pytest
 
 from . import hookimpl
+from .procs import python_child_env
 
 # ----------------------------------------------------------------------------- plain helpers
 
@@ -49,7 +50,7 @@ def core_only_env() -> dict:
 
 def clean_env(extra: Optional[dict] = None) -> dict:
     """This process's environment for a zlf child: no colour forcing, no progress bar."""
-    env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "NO_COLOR")}
+    env = {k: v for k, v in python_child_env(os.environ).items() if k not in ("FORCE_COLOR", "NO_COLOR")}
     env["ZLF_NO_PROGRESS"] = "1"
     env.update(extra or {})
     return env
@@ -363,6 +364,28 @@ def extension_hooks(*names):
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU; skipped when none is visible")
     config.addinivalue_line("markers", "slow: spawns several zlf processes")
+    _session_bytecode_cache(config)
+
+
+def _session_bytecode_cache(config) -> None:
+    """Where this environment keeps no compiled bytecode, the zlf processes a test session starts
+    (hundreds) share one bytecode cache of the session's own, instead of each compiling zlf, its
+    extensions and their imports from source again (:func:`zlf.procs.python_child_env`); tests
+    that point ``ZLF_CACHE_DIR`` elsewhere do not send them back to an empty one. Removed when the
+    session ends."""
+    import shutil
+    import tempfile
+
+    if os.environ.get("PYTHONPYCACHEPREFIX"):
+        return
+    folder = tempfile.mkdtemp(prefix="zlf-pycache-")
+    env = python_child_env(os.environ, folder=Path(folder))
+    if env.get("PYTHONPYCACHEPREFIX") != folder:
+        os.rmdir(folder)
+        return
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    os.environ["PYTHONPYCACHEPREFIX"] = folder
+    config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
 
 
 def pytest_collection_modifyitems(config, items):

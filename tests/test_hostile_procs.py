@@ -442,3 +442,60 @@ def test_cudagraph_replay_comparison_is_complex():
     x = torch.randn(256, dtype=torch.complex64)
     assert graph_timer._mismatch(torch.conj(x).resolve_conj(), x, 1e-5) is not None
     assert graph_timer._mismatch(x.clone(), x, 1e-5) is None
+
+
+# ----------------------------------------------------------------------------- children's bytecode
+@pytest.fixture
+def no_bytecode_kept(monkeypatch, tmp_path):
+    """An environment that keeps no bytecode (PYTHONDONTWRITEBYTECODE, as container images set)."""
+    from zlf import procs
+
+    monkeypatch.setattr(procs.sys, "dont_write_bytecode", True)
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    monkeypatch.delenv("PYTHONPYCACHEPREFIX", raising=False)
+    monkeypatch.setenv("ZLF_CACHE_DIR", str(tmp_path / "cache"))
+    return procs
+
+
+def test_children_keep_their_bytecode_in_zlfs_cache_where_the_environment_keeps_none(no_bytecode_kept, tmp_path):
+    """A campaign starts a Python process per run: without bytecode caches each one compiled
+    torch, Triton and FlagGems from source again (9.5 s of a 19 s FlagGems run on an H200 machine).
+    The child writes its bytecode to zlf's cache instead, and the source tree stays clean."""
+    from zlf.executors import environment
+
+    env = no_bytecode_kept.python_child_env(os.environ)
+    folder = tmp_path / "cache" / "pycache"
+    assert env["PYTHONPYCACHEPREFIX"] == str(folder) and "PYTHONDONTWRITEBYTECODE" not in env and folder.is_dir()
+    assert environment({"X": "1"})["PYTHONPYCACHEPREFIX"] == str(folder)  # a campaign's runs get it
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "some_module.py").write_text("VALUE = 42\n")
+    for _ in range(2):
+        proc = subprocess.run([sys.executable, "-c", "import some_module; print(some_module.VALUE)"],
+                              env={**env, "PYTHONPATH": str(src)}, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0 and proc.stdout.strip() == "42", proc.stderr
+    assert list(folder.rglob("some_module*.pyc")) and not (src / "__pycache__").exists()
+
+
+def test_childrens_bytecode_leaves_a_users_prefix_and_a_working_environment_alone(no_bytecode_kept, monkeypatch, tmp_path):
+    mine = {**os.environ, "PYTHONPYCACHEPREFIX": str(tmp_path / "mine")}
+    assert no_bytecode_kept.python_child_env(mine) == mine  # the user's own prefix, and their variable kept
+    monkeypatch.setattr(no_bytecode_kept.sys, "dont_write_bytecode", False)
+    cached = tmp_path / "zlf.pyc"
+    cached.write_bytes(b"")
+    monkeypatch.setattr("zlf.__cached__", str(cached))
+    plain = dict(os.environ)
+    assert no_bytecode_kept.python_child_env(plain) == plain  # bytecode is kept: nothing to do
+    monkeypatch.setattr("zlf.__cached__", str(tmp_path / "missing.pyc"))  # a tree zlf cannot write to
+    assert "PYTHONPYCACHEPREFIX" in no_bytecode_kept.python_child_env(plain)
+
+
+def test_childrens_bytecode_never_fails_a_run_over_its_cache(no_bytecode_kept, monkeypatch, tmp_path):
+    """A cache directory that cannot be made (a file in the way, a read-only disk): the child
+    runs as before, compiling from source, and nothing is raised."""
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    monkeypatch.setenv("ZLF_CACHE_DIR", str(blocker / "cache"))
+    env = no_bytecode_kept.python_child_env(os.environ)
+    assert "PYTHONPYCACHEPREFIX" not in env and env["PYTHONDONTWRITEBYTECODE"] == "1"

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Optional
 
 from zlf import UsageError
+from zlf.procs import python_child_env
 
 from . import checkout as _checkout
 from . import phases as _phases
@@ -198,7 +199,7 @@ def run_op(settings: dict, root: Path, spec: str, gpu, running: Optional[dict] =
     logs.mkdir(exist_ok=True)
     phase_file = logs / f"{safe}.phases"
     phase_file.unlink(missing_ok=True)
-    env = dict(os.environ, ZLF_NO_PROGRESS="1", NO_COLOR="1", **{_phases.ENV: str(phase_file)})
+    env = dict(python_child_env(os.environ), ZLF_NO_PROGRESS="1", NO_COLOR="1", **{_phases.ENV: str(phase_file)})
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = str(gpu)
     started = time.time()

@@ -33,7 +33,7 @@ from tabulate import tabulate
 
 from zlf import UsageError, ceilings
 from zlf.console import StatusLine, clean, number, paint
-from zlf.procs import die_with_parent, kill_group, stop_code, stop_word
+from zlf.procs import die_with_parent, kill_group, python_child_env, stop_code, stop_word
 from zlf.records import STATUS_FAILED, STATUS_OK, is_jsonable
 from zlf.options import check_run_options
 from zlf.run import Run
@@ -112,6 +112,7 @@ class WorkerProcess:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", module, str(spec_path), str(r_ctrl), str(w_evt)],
             stdin=subprocess.PIPE, stdout=self._log, stderr=subprocess.STDOUT, pass_fds=(r_ctrl, w_evt),
+            env=python_child_env(os.environ),
             start_new_session=True,  # its own process group: a kill takes its compiler children too
             preexec_fn=die_with_parent(signal.SIGKILL),  # a killed judge leaves no candidate running
         )

@@ -19,6 +19,8 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
+from zlf.procs import python_child_env
+
 from .capture_errors import CaptureFailure
 
 #: seconds a child may take (imports, compilation and autotuning of the op included).
@@ -35,7 +37,7 @@ def probe_in_child(config, point, timeout: float = PROBE_TIMEOUT_S) -> Optional[
     None if yes, else the failure."""
     if config is None:
         return CaptureFailure("probe_error", "capture probe: no run configuration to rebuild the point from")
-    env = dict(os.environ)
+    env = python_child_env(os.environ)
     env["ZLF_NO_PROGRESS"] = "1"
     with tempfile.TemporaryDirectory(prefix="zlf-probe-") as tmp:
         path = config.write(Path(tmp) / "config.json")
