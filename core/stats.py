@@ -317,6 +317,46 @@ def min_detectable_pct(est: Estimate, level: float, power: float, min_effect_pct
     return pct(up + c * est.se) if math.isfinite(c) and c * est.se < 5.0 else None
 
 
+def mde_level(alpha: float, m: int, power: float) -> float:
+    """The level the MDE is computed at: Holm's level for the last point decided when a share
+    ``power`` of the ``m`` points carries an effect that large, with one binomial standard
+    deviation of margin, ``alpha / ((1−p)·m + √(p·(1−p)·m))`` (α/10.5 for 40 points at p = 0.8;
+    α for one point). The level a point faced in this campaign is no guide: in an A/A campaign
+    almost nothing is decided, and Holm's first step (α/m) made the MDE too large wherever many
+    points carry the effect (docs/measurements.md, "Verdict rule: simulation")."""
+    q = 1.0 - power
+    return alpha / max(1.0, q * m + math.sqrt(power * q * m))
+
+
+def pooled_excess_kurtosis(values: dict) -> float:
+    """The campaign's excess kurtosis of the per-round log deltas: the bias-corrected sample
+    excess kurtosis (G2) of each point with 4 or more rounds, averaged, never below 0."""
+    g2s = []
+    for a_ms, b_ms in values.values():
+        d = np.log(np.asarray(b_ms, float)) - np.log(np.asarray(a_ms, float))
+        n = d.size
+        if n < 4:
+            continue
+        dev = d - d.mean()
+        m2 = float(np.mean(dev ** 2))
+        if m2 <= 0.0:
+            continue
+        g2 = float(np.mean(dev ** 4)) / m2 ** 2 - 3.0
+        g2s.append(((n + 1) * g2 + 6.0) * (n - 1) / ((n - 2) * (n - 3)))
+    return max(0.0, float(np.mean(g2s))) if g2s else 0.0
+
+
+def tail_adjusted(est: "Estimate", rounds: int, kurtosis: float) -> "Estimate":
+    """``est`` with its degrees of freedom cut for heavy tails: a variance estimated from ``n``
+    rounds varies as ``2/(n−1) + κ/n`` (κ the excess kurtosis) instead of ``2/(n−1)``, so it is
+    worth the degrees of freedom of a normal sample that varies as much. The noncentral t then
+    asks heavy-tailed noise for the larger effect it really needs."""
+    if est is None or kurtosis <= 0.0 or rounds < 2:
+        return est
+    shrink = (2.0 / (rounds - 1)) / (2.0 / (rounds - 1) + kurtosis / rounds)
+    return attrs.evolve(est, df=max(1.0, est.df * shrink))
+
+
 def rounds_needed(noise: Noise, pairing: str, level: float, power: float, min_effect_pct: float, trim: float,
                   aa_df: float = 0.0) -> Optional[int]:
     """Fewest rounds at which a true zero delta is called SAME (and, symmetrically, a true ``2δ``
@@ -527,6 +567,7 @@ def analyse(values: dict, settings: Settings = Settings(), alpha: Optional[float
     """
     alpha = settings.alpha if alpha is None else alpha
     noise, notes, frozen, levels = noise or {}, notes or {}, frozen or {}, levels or {}
+    kurtosis = pooled_excess_kurtosis(values)
     chosen, trim = choose_estimate(values, settings, noise)
     pairing = pairing or chosen
     noise = {p: nz for p in values if (nz := aa_noise_at(noise, p, trim)) is not None}
@@ -587,7 +628,8 @@ def analyse(values: dict, settings: Settings = Settings(), alpha: Optional[float
             delta_lo_pct=ci_pct[0] if ci_pct else None, delta_hi_pct=ci_pct[1] if ci_pct else None,
             noise_a_pct=spread_pct(a_ms), noise_b_pct=spread_pct(b_ms), flips=sign_flips(d), verdict=v,
             min_effect_pct=settings.min_effect_pct,
-            mde_pct=min_detectable_pct(e, lvl, settings.power, settings.min_effect_pct) if enough else None,
+            mde_pct=(min_detectable_pct(tail_adjusted(e, n, kurtosis), mde_level(levels.get(point, alpha), m, settings.power),
+                                        settings.power, settings.min_effect_pct) if enough else None),
             p_value=dec.get(point, (None, None))[1] if enough else None, confidence=1.0 - 2.0 * lvl, note=note,
             deltas_pct=tuple(pct(x) for x in d),
             delta_pct=pct(e.mean) if e is not None else pct(float(d.mean())) if d.size else None,
