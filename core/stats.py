@@ -333,9 +333,10 @@ def pooled_excess_kurtosis(values: dict) -> float:
     excess kurtosis (G2) of each point with 4 or more rounds, averaged, never below 0."""
     g2s = []
     for a_ms, b_ms in values.values():
-        d = np.log(np.asarray(b_ms, float)) - np.log(np.asarray(a_ms, float))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            d = np.log(np.asarray(b_ms, float)) - np.log(np.asarray(a_ms, float))
         n = d.size
-        if n < 4:
+        if n < 4 or not np.all(np.isfinite(d)):  # a missing or zero time says nothing of the tails
             continue
         dev = d - d.mean()
         m2 = float(np.mean(dev ** 2))

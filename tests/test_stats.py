@@ -187,6 +187,8 @@ def test_heavy_tails_cut_the_mdes_degrees_of_freedom_and_raise_it():
     assert stats.min_detectable_pct(cut, level, 0.8, 1.0) > stats.min_detectable_pct(e, level, 0.8, 1.0)
     assert stats.tail_adjusted(e, 12, 0.0) == e
     assert stats.pooled_excess_kurtosis({"p": ([1.0, 1.0, 1.0], [1.0, 1.0, 1.0])}) == 0.0  # too few rounds, no noise
+    broken = {**heavy, "nan": ([1.0, float("nan"), 1.0, 1.0], [1.0, 1.0, 0.0, 1.0])}
+    assert stats.pooled_excess_kurtosis(broken) == pytest.approx(k_heavy)  # a missing or zero time is left out
 
 
 def test_the_reported_mde_is_at_the_mde_level_with_the_tail_cut():
