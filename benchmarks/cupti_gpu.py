@@ -13,8 +13,8 @@ editable when they are missing. Then:
    ratios per kernel, target cupti(flushed) / ncu <= 1.02 for kernels >= 2 us;
 2. the same in 6 independent processes: spread of each kernel's median, cupti against cudagraph,
    the two warm timers interleaved in slices within each process so that the device's state
-   (clock, power cap) reaches both alike (``--parts 2`` alone skips ncu); ``2a``: three kernels,
-   each timer alone in its own processes (2 × ``--processes``, one timer each), as ``zlf run`` times;
+   (clock, power cap) reaches both alike (``--parts 2`` alone skips ncu); each timer alone in
+   processes of its own, as ``zlf run`` times: ``benchmarks/power_state_gpu.py --parts variants``;
 3. FlagGems v5.3.4 ``log10`` and ``softmax_backward`` (float32) before (``--ext flaggems --ext
    cudagraph``) and after (``... --ext cupti``), against CUPTI read through torch's profiler in a
    separate process (median over N calls of each call's kernel durations summed); target within 3 %;
@@ -184,57 +184,6 @@ def child_suite(out: Path, index: int = 0, slice_ms=SLICE_MS) -> int:
         backend.free_memory()
     out.write_text(json.dumps(rows))
     return 0
-
-
-#: part 2a: the kernels each timer times alone, one timer per process
-ALONE_KERNELS = ("add 1M fp32", "softmax 1024x1024 fp32", "matmul 4096x4096x4096 fp16")
-
-
-def child_alone(out: Path, which: str, slice_ms=SLICE_MS) -> int:
-    """Part 2a: one timer only (``cupti`` or ``graph``), :data:`SLICES` slices per kernel, as a
-    ``zlf run`` with that timer times a point: nothing else runs between its slices."""
-    from zlf_timing_cudagraph.graph_timer import GraphSettings, time_graph
-    from zlf_timing_cupti.sources import make_source
-    from zlf_timing_cupti.timer import CuptiTimer
-
-    cvc, backend, ops, empty, specs = _suite()
-    source, why = make_source("auto")
-    if source is None:
-        raise SystemExit(f"no CUPTI source: {why}")
-    timer = CuptiTimer(source)
-    warmup_ms, rep_ms = slice_ms
-    rows = []
-    for label, op_name, shape, dtype in [s for s in specs if s[0] in ALONE_KERNELS]:
-        fn, op, inputs = cvc._build(label, op_name, shape, dtype, backend, ops, empty)
-        fn()
-        backend.synchronize()
-        slices = []
-        for _ in range(SLICES):
-            if which == "cupti":
-                slices.append(timer.time(fn, backend, warmup_ms=warmup_ms, rep_ms=rep_ms, flush_l2=False).value_ms)
-            else:
-                slices.append(time_graph(fn, backend, GraphSettings(warmup_ms=warmup_ms, rep_ms=rep_ms), op=op,
-                                         inputs=inputs, dtype=dtype).value_ms)
-        rows.append({"kernel": label, "timer": which, "slices_ms": slices, "ms": statistics.median(slices)})
-        del inputs
-        backend.free_memory()
-    out.write_text(json.dumps(rows))
-    return 0
-
-
-def alone_table(children: list) -> list:
-    """Spread over processes of each timer alone (part 2a)."""
-    out = ["## 2a. Each timer alone in its processes (no other timer between its slices)", "",
-           "| kernel | cupti spread | cudagraph spread | cupti sd / cudagraph sd | processes cupti / graph |",
-           "|---|---|---|---|---|"]
-    for label in ALONE_KERNELS:
-        vals = {w: [r["ms"] for c in children for r in c if r["kernel"] == label and r["timer"] == w]
-                for w in ("cupti", "graph")}
-        if not vals["cupti"] or not vals["graph"]:
-            continue
-        out.append(f"| {label} | {_spread(vals['cupti']):.2f}% | {_spread(vals['graph']):.2f}% | "
-                   f"{_sd(vals['cupti']):.2f}% / {_sd(vals['graph']):.2f}% | {len(vals['cupti'])} / {len(vals['graph'])} |")
-    return out + [""]
 
 
 def _write_flush(backend) -> None:
@@ -551,8 +500,6 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.child == "suite":
         return child_suite(args.child_out, args.index, _slice_ms(args.slice_ms))
-    if args.child in ("alone-cupti", "alone-graph"):
-        return child_alone(args.child_out, args.child.split("-")[1], _slice_ms(args.slice_ms))
     if args.child == "ncu":
         return child_ncu(args.child_out)
     if args.child == "fgref":
@@ -597,19 +544,6 @@ def main(argv=None) -> int:
         report["suite"], report["ncu"], report["ncu_warm"] = children, ncu, ncu_warm
         if children:
             text += suite_table(children, ncu, ncu_warm)
-
-    if "2a" in parts:
-        alone = []
-        for k in range(2 * args.processes):  # C G G C C G ...: each timer as early as the other on average
-            which = "cupti" if k % 4 in (0, 3) else "graph"
-            res = _child(f"alone-{which}", out / f"alone_{k}.json", ["--slice-ms", args.slice_ms])
-            if isinstance(res, dict) and "error" in res:
-                notes.append(res["error"])
-                continue
-            alone.append(res)
-            say(f"alone process {k + 1}/{2 * args.processes} ({which})")
-        report["alone"] = alone
-        text += alone_table(alone)
 
     if "3" in parts:
         if not (FLAGGEMS / "benchmark").is_dir():

@@ -12,7 +12,7 @@ queued; then idle gaps of 1 ms to 1 s each followed by 40 ms of calls (how fast 
 recovers); then, after 2 s idle, 1.5 s of graph replays (8 calls and a spin per graph).
 
 ``variants`` (one process per timer and variant, in rotating order, each timing its kernels in
-four slices at zlf run's budgets, one kernel after another, as part 2a of ``cupti_gpu.py``): over
+four slices at zlf run's budgets, one kernel after another, as ``zlf run`` times its points): over
 the whole suite, the CUPTI timer as shipped and the graph timer. The spread of each variant's process medians is what docs/measurements.md compares.
 
 ``kernels`` (one process each): the short kernels whose process medians spread more under CUPTI
@@ -34,6 +34,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+
+from cupti_gpu import _spread  # noqa: E402 -- (max − min) / median of process medians, percent
 
 KERNEL = "matmul 4096x4096x4096 fp16"
 #: cycles of one spin kernel: about 20 µs at an H200's 1980 MHz
@@ -282,10 +284,6 @@ def load_summary(data: dict) -> list:
             lines.append("| " + " | ".join(str(x) for x in row) + " |")
         summary[name] = rows
     return lines + [""], summary
-
-
-def _spread(values) -> float:
-    return 100.0 * (max(values) - min(values)) / statistics.median(values)
 
 
 def variants_summary(children: list) -> list:
