@@ -97,7 +97,10 @@ def _campaign_facts(parent: Path) -> dict:
             "alone": sum(bool(r.get("alone")) for r in runs), "counts": counts, "dir": str(found[-1].parent)}
 
 
-def stage_campaign(out: Path, rounds: int) -> list:
+MODES = {"shared": ("shared (default)", []), "per-op": ("per-op (--process-per-op)", ["--process-per-op"])}
+
+
+def stage_campaign(out: Path, rounds: int, modes=("shared", "per-op"), label: str = "") -> list:
     d = out / "campaign"
     d.mkdir(parents=True, exist_ok=True)
     fg = Path(os.environ.get("FLAGGEMS_DIR", ROOT / ".flaggems" / "v5.3.4"))
@@ -116,8 +119,9 @@ def stage_campaign(out: Path, rounds: int) -> list:
     warm = ["run", "softmax", mm, *common[common.index("--ext"):common.index("--triton-cache")], "--out", str(d / "warm")]
     rc, seconds, _ = sh([PY, "-m", "zlf", *warm], d / "warm.txt", env=env, timeout=300)
     rows, walls = [["warm-up zlf run (not counted)", rc, f"{seconds:.1f}", 1, "-", "-", "-"]], {}
-    for mode, extra in (("shared (default)", []), ("per-op (--process-per-op)", ["--process-per-op"])):
-        parent = d / ("shared" if not extra else "per_op")
+    for mode, extra in (MODES[m] for m in modes):
+        mode = f"{label}{mode}"
+        parent = d / f"{label.strip().replace(' ', '_')}{'shared' if not extra else 'per_op'}"
         rc, seconds, _ = sh([PY, "-m", "zlf", *common, *extra, "--out", str(parent)], d / f"{parent.name}.txt", env=env,
                             timeout=420)
         facts = _campaign_facts(parent)
@@ -128,7 +132,7 @@ def stage_campaign(out: Path, rounds: int) -> list:
                      " ".join(f"{k} {v}" for k, v in c.items()) or "-"])
     table = tabulate(rows, headers=["campaign", "rc", "wall s", "processes", "runs ok", "runs alone", "verdicts"],
                      disable_numparse=True)
-    shared, per_op = walls.get("shared (default)"), walls.get("per-op (--process-per-op)")
+    shared, per_op = walls.get(f"{label}shared (default)"), walls.get(f"{label}per-op (--process-per-op)")
     ratio = f"shared / per-op wall time: {shared / per_op:.2f} (target <= 0.5)" if shared and per_op else ""
     return [f"(b) FlagGems softmax + {mm}, A/A, {rounds} rounds: wall time of the whole zlf ab", table, ratio]
 
@@ -140,6 +144,12 @@ def main() -> int:
     p.add_argument("--processes", type=int, default=6)
     p.add_argument("--rep-ms", type=float, default=200.0)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--campaign-modes", default="shared,per-op",
+                   help="which campaigns the campaign stage runs: shared (one process per round and side), per-op "
+                        "(--process-per-op), comma-separated (default %(default)s)")
+    p.add_argument("--label", default="",
+                   help="prefix for the campaign stage's rows and folders (to run the stage again with another zlf "
+                        "installed, such as the code before a change, into the same --out)")
     args = p.parse_args()
     out = Path(args.out).absolute()
     out.mkdir(parents=True, exist_ok=True)
@@ -148,7 +158,11 @@ def main() -> int:
     if "spread" in stages:
         lines += stage_spread(out, args.processes, args.rep_ms) + [""]
     if "campaign" in stages:
-        lines += stage_campaign(out, args.rounds)
+        modes = [m.strip() for m in args.campaign_modes.split(",") if m.strip()]
+        unknown = sorted(set(modes) - set(MODES))
+        if unknown:
+            p.error(f"--campaign-modes: unknown {', '.join(unknown)} (choose from {', '.join(MODES)})")
+        lines += stage_campaign(out, args.rounds, modes, f"{args.label} " if args.label else "")
     text = "\n".join(lines)
     (out / "summary.txt").write_text(text + "\n")
     print(text)

@@ -15,6 +15,10 @@ recovers); then, after 2 s idle, 1.5 s of graph replays (8 calls and a spin per 
 four slices at zlf run's budgets, one kernel after another, as ``zlf run`` times its points): over
 the whole suite, the CUPTI timer as shipped and the graph timer. The spread of each variant's process medians is what docs/measurements.md compares.
 
+``placement`` (one process each): the same short kernels with their inputs allocated afresh ten
+times in one process, each allocation timed by both timers: whether a process's median follows
+where its inputs live in device memory.
+
 ``kernels`` (one process each): the short kernels whose process medians spread more under CUPTI
 than under the graph timer, by both timers and by CUPTI tracing inside the graph timer's
 replays: whether a process's shift is the kernel's own duration.
@@ -222,6 +226,66 @@ def child_kernels(out: Path) -> int:
     return 0
 
 
+#: part ``placement``: fresh input allocations per kernel in one process
+ALLOCATIONS = 10
+
+
+def child_placement(out: Path) -> int:
+    """One process: each short kernel's inputs allocated :data:`ALLOCATIONS` times (earlier ones
+    kept alive, a spacer of a few MB between, so each lands elsewhere in device memory), each timed
+    in one slice by the CUPTI timer and by the graph timer, then the first allocation again. If a
+    process's CUPTI median depends on where its inputs live, the medians vary across allocations
+    within one process as much as across processes."""
+    import random
+
+    import torch
+    from zlf_timing_cudagraph.graph_timer import GraphSettings, time_graph
+    from zlf_timing_cupti.sources import make_source
+    from zlf_timing_cupti.timer import CuptiTimer
+
+    import cudagraph_vs_cupti as cvc
+
+    backend, ops, empty = cvc._setup()
+    source, why = make_source("cupti-python")
+    if source is None:
+        raise SystemExit(why)
+    timer = CuptiTimer(source)
+    warmup_ms, rep_ms = SLICE_MS
+    settings = GraphSettings(warmup_ms=warmup_ms, rep_ms=rep_ms)
+    rng = random.Random(os.getpid())
+    kept, rows = [], []
+    for spec in [s for s in cvc.KERNELS if s[0] in SHORT]:
+        allocations = []
+        for _ in range(ALLOCATIONS):
+            kept.append(torch.empty(rng.randint(1, 64) << 20, dtype=torch.uint8, device=backend.device))
+            fn, op, inputs = cvc._build(*spec, backend, ops, empty)
+            fn()
+            backend.synchronize()
+            allocations.append((fn, op, inputs))
+        kept.append(allocations)
+        cupti_us, graph_us, addresses = [], [], []
+        for fn, op, inputs in allocations + allocations[:1]:
+            cupti_us.append(timer.time(fn, backend, warmup_ms=warmup_ms, rep_ms=rep_ms, flush_l2=False).value_ms * 1e3)
+            graph_us.append(time_graph(fn, backend, settings, op=op, inputs=inputs, dtype=spec[3]).value_ms * 1e3)
+            addresses.append(hex(inputs[0].data_ptr()))
+        rows.append({"kernel": spec[0], "cupti_us": cupti_us, "graph_us": graph_us, "addresses": addresses})
+    out.write_text(json.dumps(rows))
+    return 0
+
+
+def placement_summary(children: list) -> list:
+    lines = ["## placement: one slice per fresh input allocation within a process (the last: the first allocation again)", "",
+             "| kernel | process | timer | spread over allocations | sd | µs per allocation |", "|---|---|---|---|---|---|"]
+    for k, rows in enumerate(children):
+        for r in rows:
+            for timer in ("cupti", "graph"):
+                v = r[f"{timer}_us"]
+                sd = 100.0 * statistics.stdev(v[:-1]) / statistics.mean(v[:-1])
+                lines.append(f"| {r['kernel']} | {k} | {timer} | {_spread(v[:-1]):.2f} % | {sd:.2f} % | "
+                             f"{', '.join(f'{x:.3f}' for x in v)} |")
+    return lines + [""]
+
+
 def kernels_summary(children: list) -> list:
     lines = ["## kernels: per process, CUPTI's value, the graph timer's, and the kernel's own duration inside the replays", "",
              "| kernel | process | cupti µs | graph µs | kernel inside the replays µs |", "|---|---|---|---|---|"]
@@ -335,7 +399,8 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, help="directory for power_state.json, summary.md and each child's JSON")
     parser.add_argument("--parts", default="load,variants",
                         help="comma-separated: load (one process, ~20 s), variants (~25 s per round of processes), "
-                             "kernels (~45 s per process: every record of the traced replays is read); default %(default)s")
+                             "kernels (~45 s per process: every record of the traced replays is read), placement "
+                             "(fresh input allocations within one process); default %(default)s")
     parser.add_argument("--processes", type=int, default=6, help="processes per variant, or of part kernels (default 6)")
     parser.add_argument("--deadline-s", type=float, default=360.0,
                         help="no new round of variant processes after this many seconds (default %(default)s)")
@@ -346,6 +411,8 @@ def main(argv=None) -> int:
         return child_load(args.child_out)
     if args.child == "kernels":
         return child_kernels(args.child_out)
+    if args.child == "placement":
+        return child_placement(args.child_out)
     if args.child:
         return child_variant(args.child_out, args.child)
     if args.out is None:
@@ -375,6 +442,11 @@ def main(argv=None) -> int:
         children = _run_children(jobs, 1, args.deadline_s, t0, notes)
         report["kernels"] = children
         text += kernels_summary(children)
+    if "placement" in parts:
+        jobs = [("placement", out / f"placement_{k}.json") for k in range(args.processes)]
+        children = _run_children(jobs, 1, args.deadline_s, t0, notes)
+        report["placement"] = children
+        text += placement_summary(children)
     report["notes"], report["elapsed_s"] = notes, round(time.monotonic() - t0, 1)
     (out / "power_state.json").write_text(json.dumps(report, indent=1))
     summary = "\n".join(text + [f"- {n}" for n in notes] + [f"\nelapsed {report['elapsed_s']} s"]) + "\n"

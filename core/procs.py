@@ -13,6 +13,7 @@ point that never returns is stopped at its time limit.
 from __future__ import annotations
 
 import ctypes
+import importlib.util
 import os
 import signal
 import sys
@@ -191,16 +192,30 @@ class _Armed:
 PYCACHE_DIR = "pycache"
 
 
+#: the packages whose bytecode decides whether a child starts fast: zlf's and its two heavy
+#: dependencies' (torch alone is about 2,000 modules)
+BYTECODE_PACKAGES = ("zlf", "torch", "triton")
+
+
 def _bytecode_kept() -> bool:
     """Whether this interpreter finds its modules' compiled bytecode from one process to the next:
-    not with ``PYTHONDONTWRITEBYTECODE`` (or ``-B``), nor where zlf's own cache file is missing
-    (source trees it cannot write to)."""
+    not with ``PYTHONDONTWRITEBYTECODE`` (or ``-B``), nor where the cache file of zlf, torch or
+    Triton is missing (a source tree Python cannot write to, such as a read-only image's
+    site-packages: zlf's own tree may be writable while torch's is not)."""
     if sys.dont_write_bytecode:
         return False
-    import zlf
-
-    cached = getattr(zlf, "__cached__", None)
-    return not cached or os.path.exists(cached)
+    for name in BYTECODE_PACKAGES:
+        module = sys.modules.get(name)
+        if module is not None:
+            cached = getattr(module, "__cached__", None)
+        else:
+            try:
+                cached = getattr(importlib.util.find_spec(name), "cached", None)  # found, not imported
+            except (ImportError, ValueError):
+                continue
+        if cached and not os.path.exists(cached):
+            return False
+    return True
 
 
 def python_child_env(env: dict, folder: Optional[Path] = None) -> dict:

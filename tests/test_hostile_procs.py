@@ -491,6 +491,29 @@ def test_childrens_bytecode_leaves_a_users_prefix_and_a_working_environment_alon
     assert "PYTHONPYCACHEPREFIX" in no_bytecode_kept.python_child_env(plain)
 
 
+def test_childrens_bytecode_counts_torch_whose_tree_may_be_read_only_where_zlfs_is_not(no_bytecode_kept, monkeypatch,
+                                                                                         tmp_path):
+    """A GPU image: zlf installed editable from a writable checkout (its bytecode kept), torch in a
+    read-only site-packages (its 2,000 modules compiled again by every child). Judged by zlf's
+    own cache file alone, nothing was done there."""
+    import types
+
+    monkeypatch.setattr(no_bytecode_kept.sys, "dont_write_bytecode", False)
+    kept = tmp_path / "zlf.pyc"
+    kept.write_bytes(b"")
+    monkeypatch.setattr("zlf.__cached__", str(kept))
+    plain = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    for name in ("torch", "triton"):
+        monkeypatch.setitem(sys.modules, name, types.SimpleNamespace(__cached__=str(kept)))
+    assert no_bytecode_kept.python_child_env(plain) == plain  # every cache file there: nothing to do
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(__cached__=str(tmp_path / "ro" / "torch.pyc")))
+    assert "PYTHONPYCACHEPREFIX" in no_bytecode_kept.python_child_env(plain)
+    monkeypatch.delitem(sys.modules, "torch")  # not imported yet: found without importing it
+    monkeypatch.setattr(no_bytecode_kept.importlib.util, "find_spec",
+                        lambda name: types.SimpleNamespace(cached=str(tmp_path / "ro" / f"{name}.pyc")))
+    assert "PYTHONPYCACHEPREFIX" in no_bytecode_kept.python_child_env(plain)
+
+
 def test_childrens_bytecode_never_fails_a_run_over_its_cache(no_bytecode_kept, monkeypatch, tmp_path):
     """A cache directory that cannot be made (a file in the way, a read-only disk): the child
     runs as before, compiling from source, and nothing is raised."""

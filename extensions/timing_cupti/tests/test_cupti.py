@@ -221,6 +221,39 @@ def test_the_device_is_never_left_idle_between_the_warm_up_and_the_first_sample(
     assert paused.steps[paused.steps.index("traced") - 1] == "sync"
 
 
+def test_a_point_traced_again_one_by_one_is_warmed_up_again_first():
+    """Reading the back-to-back trace's records leaves the device idle; a second trace (one by
+    one, because a record had no launch to tie it to) that began at once would start in the
+    power-capped device's fast mode. It gets the same warm-up as the first, with no pause."""
+    source = LaggingSource()
+    backend = SequenceBackend(source)
+
+    def synchronize():  # written down, and the host waits for the device (as CountingBackend)
+        backend.steps.append("sync")
+        source.clock = max(source.clock, source.device)
+    backend.synchronize = synchronize
+
+    def fn():
+        backend.steps.append("traced" if source.tracing else "call")
+        source.launch(KERNEL, "k", 2_000)
+        if source.tracing:  # a runtime the tracer does not see: no anchor, so traced again
+            source.records[-1] = attrs.evolve(source.records[-1], anchor_ns=None)
+
+    timing = CuptiTimer(source, settle_ms=0).time(fn, backend, warmup_ms=1.0, rep_ms=2.0, flush_l2=False)
+    assert timing.extra["cupti"]["calls"] == "synchronised one by one"
+    steps = backend.steps
+    first = steps.index("traced")
+    warm_up = steps[:first].count("call")
+    end_of_first = first
+    while steps[end_of_first] == "traced":  # back to back: no synchronisation inside the trace
+        end_of_first += 1
+    second = steps.index("traced", end_of_first)
+    between = steps[end_of_first:second]
+    n_warmup = timing.extra["cupti"]["warmup_calls"]
+    assert n_warmup > 3 and warm_up >= n_warmup and between.count("call") == n_warmup
+    assert between[-1] == "call"  # the tracer starts on the queued warm-up, no synchronisation
+
+
 def test_the_warm_up_is_stretched_to_settle_ms_of_load_within_a_bound():
     def warmup_calls(settle_ms, warmup_ms=1.0):
         source = FakeSource()

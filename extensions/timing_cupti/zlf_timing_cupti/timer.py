@@ -17,7 +17,8 @@ its warm-up. A device held back by its power cap runs a heavy kernel fast for th
 milliseconds after any pause of a millisecond or more, then slower for as long as the load lasts
 (an H200's 4096³ fp16 matmul: about 222 µs, then 258–262 µs); a pause there would time the
 first mode in some points and the second in others. ``settle_ms`` stretches the warm-up so that
-the samples begin in the state the device keeps under load.
+the samples begin in the state the device keeps under load. A point traced again one by one
+(below) is warmed up again first: reading the first trace's records left the device idle.
 
 The host wall-clock per call (launches and synchronisation, tracer off) is kept in
 ``Timing.wall_ms``: for ops whose host work is real (autograd), that is a metric of its own.
@@ -71,20 +72,17 @@ class CuptiTimer:
                                     self.min_samples, self.max_samples)
         if warmup_ms > 0 and self.settle_ms > warmup_ms:
             n_warmup = max(n_warmup, min(MAX_SETTLE_CALLS, math.ceil(n_warmup * self.settle_ms / warmup_ms)))
-        for _ in range(n_warmup):
-            fn()
-        if self.pause:
-            backend.synchronize()
 
         # A source that anchors every record at its launch lets the calls run back to back, as
         # the graph timer's replay and core's event timer run them; otherwise, and when calls
         # run back to back overlapped on the device, each call is synchronised.
         back_to_back = bool(getattr(self.source, "anchors", False))
-        records, windows = self._trace(fn, backend, flush, n, back_to_back)
+        records, windows = self._trace(fn, backend, flush, n, n_warmup, back_to_back)
         why = self._not_back_to_back(records, windows, n, flush) if back_to_back else None
         if why:
+            # reading the first trace left the device idle: the second is warmed up again
             back_to_back = False
-            records, windows = self._trace(fn, backend, flush, n, back_to_back)
+            records, windows = self._trace(fn, backend, flush, n, n_warmup, back_to_back)
         calls, unassigned = group(records, windows)
         calls = calls[1:]
         if not calls or not any(c.kernels or c.memcpys or c.memsets for c in calls):
@@ -125,10 +123,16 @@ class CuptiTimer:
                     "again, one by one")
         return ""
 
-    def _trace(self, fn, backend, flush, n: int, back_to_back: bool) -> tuple:
-        """``n + 1`` calls (each after a flush when given) under the tracer: records and windows.
-        The first call is traced too: the tracer's own first-launch work must not be a sample."""
+    def _trace(self, fn, backend, flush, n: int, n_warmup: int, back_to_back: bool) -> tuple:
+        """``n_warmup`` calls, then ``n + 1`` calls (each after a flush when given) under the
+        tracer: records and windows. The tracer starts while the warm-up is still queued (no
+        synchronisation between them unless :attr:`pause`). The first traced call is traced too:
+        the tracer's own first-launch work must not be a sample."""
         source = self.source
+        for _ in range(n_warmup):
+            fn()
+        if self.pause:
+            backend.synchronize()
         source.start()
         try:
             for _ in range(n + 1):
