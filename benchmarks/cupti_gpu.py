@@ -46,6 +46,8 @@ WHEELS = "python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl
 FLAGGEMS = ROOT / ".flaggems" / "v5.3.4"
 TASK = ROOT / "examples" / "tasks" / "paged_kv_decode"
 TASK_CASES = "1,6,12"
+#: part 3's budgets (warm-up ms, repetition ms)
+FG_BUDGETS = (10, 40)
 DEADLINE_S = 480
 NCU_WARM, NCU_RUNS = 2, 5
 KERNEL_RE = "add_kernel|softmax_kernel|matmul_kernel"
@@ -324,6 +326,14 @@ def child_fgref(out: Path, run_dir: Path) -> int:
     session.hooks.configure(session)
     backend = session.choose_backend(getattr(options, "backend", None), getattr(options, "device", 0) or 0)
     ops = {op.name: op for op in session.resolve_ops(getattr(options, "ops", None) or None)}
+    try:
+        from zlf_timing_cupti.sources import make_source
+        from zlf_timing_cupti.timer import CuptiTimer
+
+        source, _ = make_source("cupti-python")
+        timer = CuptiTimer(source) if source is not None else None
+    except ImportError:
+        timer = None
     rows = {}
     for line in (run_dir / "results.jsonl").read_text().splitlines():
         r = json.loads(line)
@@ -334,6 +344,10 @@ def child_fgref(out: Path, run_dir: Path) -> int:
         inputs = session.hooks.make_inputs(op, point, backend)
         fn = lambda: op.fn(*inputs)  # noqa: E731 -- the callable zlf times
         rows[r["point"]] = profile_kernels_ms(fn, backend)
+        if timer is not None:  # the timer on the same inputs in the same process, at the run's budgets
+            rows[r["point"]]["cupti_timer_warm_ms"] = [
+                timer.time(fn, backend, warmup_ms=FG_BUDGETS[0], rep_ms=FG_BUDGETS[1], flush_l2=False).value_ms
+                for _ in range(3)]
         del inputs
         backend.free_memory()
     out.write_text(json.dumps(rows))
@@ -550,7 +564,8 @@ def main(argv=None) -> int:
             notes.append(f"part 3 skipped: no FlagGems checkout in {FLAGGEMS}")
         else:
             common = ["--flaggems-dir", FLAGGEMS, "log10", "softmax_backward:softmax", "--flaggems-level", "core",
-                      "--dtype", "float32", "--warmup-ms", "10", "--rep-ms", "40", "--out", out / "fg_runs"]
+                      "--dtype", "float32", "--warmup-ms", str(FG_BUDGETS[0]), "--rep-ms", str(FG_BUDGETS[1]),
+                      "--out", out / "fg_runs"]
             fg = {"before": _zlf(["run", "--ext", "flaggems,cudagraph,seed", *common, "--name", "before"], out / "fg_before.txt"),
                   "after": _zlf(["run", "--ext", "flaggems,cudagraph,cupti,seed", *common, "--name", "after"], out / "fg_after.txt")}
             say("flaggems runs done")
@@ -561,6 +576,13 @@ def main(argv=None) -> int:
             report["flaggems"], report["flaggems_ref"] = fg, ref
             text += compare_table("## 3. FlagGems v5.3.4 log10 / softmax_backward (float32): before / after vs torch-profiler CUPTI",
                                   fg, ref if "error" not in ref else {}, key=lambda r: r["point"])
+            same = [(k, v["warm_kernel_ms"], v["cupti_timer_warm_ms"]) for k, v in (ref if "error" not in ref else {}).items()
+                    if isinstance(v, dict) and v.get("cupti_timer_warm_ms")]
+            if same:
+                text += ["Same process, same inputs: the CUPTI timer (3 times, warm, the run's budgets) against the "
+                         "warm reference", "", "| point | reference µs | cupti timer µs | vs ref |", "|---|---|---|---|"]
+                text += [f"| {k} | {w * 1e3:.3f} | {', '.join(f'{t * 1e3:.3f}' for t in ts)} | "
+                         f"{_pct(statistics.median(ts), w)} |" for k, w, ts in same] + [""]
             text += [f"markers (after): {sorted({m.split(' timer=')[-1] for r in fg['after'].get('records', []) for m in r.get('markers', [])})}", ""]
             say("flaggems reference done")
 

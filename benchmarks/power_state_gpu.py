@@ -273,6 +273,30 @@ def child_placement(out: Path) -> int:
     return 0
 
 
+def child_fastmode(out: Path) -> int:
+    """One process, the matmul: the CUPTI timer right after a second idle, with a short warm-up and
+    a pause before its trace (the device state Nsight Compute measures, each kernel replayed after
+    an idle gap), against the timer as shipped (at least 100 ms of load first), three times each."""
+    from zlf_timing_cupti.sources import make_source
+    from zlf_timing_cupti.timer import CuptiTimer
+
+    backend, spec, fn, op, inputs = _matmul()
+    source, why = make_source("cupti-python")
+    if source is None:
+        raise SystemExit(why)
+    rows = {"after_idle": [], "shipped": []}
+    for _ in range(3):
+        backend.synchronize()
+        time.sleep(1.0)
+        t = CuptiTimer(source, settle_ms=0, pause=True).time(fn, backend, warmup_ms=1.0, rep_ms=10.0, flush_l2=False)
+        rows["after_idle"].append(t.value_ms * 1e3)
+    for _ in range(3):
+        rows["shipped"].append(CuptiTimer(source).time(fn, backend, warmup_ms=SLICE_MS[0], rep_ms=SLICE_MS[1],
+                                                       flush_l2=False).value_ms * 1e3)
+    out.write_text(json.dumps(rows))
+    return 0
+
+
 def placement_summary(children: list) -> list:
     lines = ["## placement: one slice per fresh input allocation within a process (the last: the first allocation again)", "",
              "| kernel | process | timer | spread over allocations | sd | µs per allocation |", "|---|---|---|---|---|---|"]
@@ -400,7 +424,8 @@ def main(argv=None) -> int:
     parser.add_argument("--parts", default="load,variants",
                         help="comma-separated: load (one process, ~20 s), variants (~25 s per round of processes), "
                              "kernels (~45 s per process: every record of the traced replays is read), placement "
-                             "(fresh input allocations within one process); default %(default)s")
+                             "(fresh input allocations within one process), fastmode (the matmul after an idle "
+                             "second against the timer as shipped); default %(default)s")
     parser.add_argument("--processes", type=int, default=6, help="processes per variant, or of part kernels (default 6)")
     parser.add_argument("--deadline-s", type=float, default=360.0,
                         help="no new round of variant processes after this many seconds (default %(default)s)")
@@ -413,6 +438,8 @@ def main(argv=None) -> int:
         return child_kernels(args.child_out)
     if args.child == "placement":
         return child_placement(args.child_out)
+    if args.child == "fastmode":
+        return child_fastmode(args.child_out)
     if args.child:
         return child_variant(args.child_out, args.child)
     if args.out is None:
@@ -442,6 +469,15 @@ def main(argv=None) -> int:
         children = _run_children(jobs, 1, args.deadline_s, t0, notes)
         report["kernels"] = children
         text += kernels_summary(children)
+    if "fastmode" in parts:
+        data = _child(["--child", "fastmode"], out / "fastmode.json", timeout=120)
+        if "error" in data:
+            notes.append(data["error"])
+        else:
+            report["fastmode"] = data
+            text += ["## fastmode: the matmul by the CUPTI timer after 1 s idle (10 ms, paused) and as shipped, µs", "",
+                     f"- after idle: {', '.join(f'{v:.1f}' for v in data['after_idle'])}",
+                     f"- as shipped: {', '.join(f'{v:.1f}' for v in data['shipped'])}", ""]
     if "placement" in parts:
         jobs = [("placement", out / f"placement_{k}.json") for k in range(args.processes)]
         children = _run_children(jobs, 1, args.deadline_s, t0, notes)
