@@ -71,6 +71,27 @@ def _kernels(every: bool):
     return backend, built
 
 
+def _cupti_source():
+    from zlf_timing_cupti.sources import make_source
+
+    source, why = make_source("cupti-python")
+    if source is None:
+        raise SystemExit(why)
+    return source
+
+
+def _short_setup():
+    """What the parts on the short kernels share: ``(cudagraph_vs_cupti, backend, ops, empty
+    kernel, activity source, the CUPTI timer as shipped, graph settings at one slice's budgets)``."""
+    import cudagraph_vs_cupti as cvc
+    from zlf_timing_cudagraph.graph_timer import GraphSettings
+    from zlf_timing_cupti.timer import CuptiTimer
+
+    backend, ops, empty = cvc._setup()
+    source = _cupti_source()
+    return cvc, backend, ops, empty, source, CuptiTimer(source), GraphSettings(warmup_ms=SLICE_MS[0], rep_ms=SLICE_MS[1])
+
+
 def _matmul():
     backend, [(spec, fn, op, inputs)] = _kernels(False)
     return backend, spec, fn, op, inputs
@@ -111,12 +132,9 @@ def child_load(out: Path) -> int:
     import torch
     from cupti import cupti
     from cupti_power_gpu import Nvml
-    from zlf_timing_cupti.sources import make_source
 
     backend, spec, fn, op, inputs = _matmul()
-    source, why = make_source("cupti-python")
-    if source is None:
-        raise SystemExit(why)
+    source = _cupti_source()
 
     def batch():
         for _ in range(CALLS_PER_SPIN):
@@ -153,7 +171,6 @@ def child_load(out: Path) -> int:
 
 def child_variant(out: Path, variant: str) -> int:
     from zlf_timing_cudagraph.graph_timer import GraphSettings, time_graph
-    from zlf_timing_cupti.sources import make_source
     from zlf_timing_cupti.timer import CuptiTimer
 
     keywords, every = next((k, e) for n, k, e in VARIANTS if n == variant)
@@ -161,10 +178,7 @@ def child_variant(out: Path, variant: str) -> int:
     warmup_ms, rep_ms = SLICE_MS
     timer = None
     if keywords is not None:
-        source, why = make_source("cupti-python")
-        if source is None:
-            raise SystemExit(why)
-        timer = CuptiTimer(source, **keywords)
+        timer = CuptiTimer(_cupti_source(), **keywords)
     rows = []
     for spec, fn, op, inputs in built:  # each kernel's slices back to back, as zlf run times a point
         slices, calls = [], []
@@ -191,23 +205,15 @@ def child_kernels(out: Path) -> int:
     """One process: each short kernel by the CUPTI timer, the graph timer, and the graph timer with
     CUPTI tracing around it (the median device duration of the kernel inside the replays): is a
     process's shift under CUPTI the kernel's own, seen inside the graph's replays too?"""
-    import cudagraph_vs_cupti as cvc
-    from zlf_timing_cudagraph.graph_timer import GraphSettings, time_graph
-    from zlf_timing_cupti.sources import make_source
-    from zlf_timing_cupti.timer import CuptiTimer
+    from zlf_timing_cudagraph.graph_timer import time_graph
 
-    backend, ops, empty = cvc._setup()
-    source, why = make_source("cupti-python")
-    if source is None:
-        raise SystemExit(why)
-    timer = CuptiTimer(source)
+    cvc, backend, ops, empty, source, timer, settings = _short_setup()
     warmup_ms, rep_ms = SLICE_MS
     rows = []
     for spec in [s for s in cvc.KERNELS if s[0] in SHORT]:
         fn, op, inputs = cvc._build(*spec, backend, ops, empty)
         fn()
         backend.synchronize()
-        settings = GraphSettings(warmup_ms=warmup_ms, rep_ms=rep_ms)
         cupti_us = [timer.time(fn, backend, warmup_ms=warmup_ms, rep_ms=rep_ms, flush_l2=False).value_ms * 1e3
                     for _ in range(SLICES)]
         graph_us, inside_us = [], []
@@ -239,19 +245,10 @@ def child_placement(out: Path) -> int:
     import random
 
     import torch
-    from zlf_timing_cudagraph.graph_timer import GraphSettings, time_graph
-    from zlf_timing_cupti.sources import make_source
-    from zlf_timing_cupti.timer import CuptiTimer
+    from zlf_timing_cudagraph.graph_timer import time_graph
 
-    import cudagraph_vs_cupti as cvc
-
-    backend, ops, empty = cvc._setup()
-    source, why = make_source("cupti-python")
-    if source is None:
-        raise SystemExit(why)
-    timer = CuptiTimer(source)
+    cvc, backend, ops, empty, source, timer, settings = _short_setup()
     warmup_ms, rep_ms = SLICE_MS
-    settings = GraphSettings(warmup_ms=warmup_ms, rep_ms=rep_ms)
     rng = random.Random(os.getpid())
     kept, rows = [], []
     for spec in [s for s in cvc.KERNELS if s[0] in SHORT]:
@@ -277,13 +274,10 @@ def child_fastmode(out: Path) -> int:
     """One process, the matmul: the CUPTI timer right after a second idle, with a short warm-up and
     a pause before its trace (the device state Nsight Compute measures, each kernel replayed after
     an idle gap), against the timer as shipped (at least 100 ms of load first), three times each."""
-    from zlf_timing_cupti.sources import make_source
     from zlf_timing_cupti.timer import CuptiTimer
 
     backend, spec, fn, op, inputs = _matmul()
-    source, why = make_source("cupti-python")
-    if source is None:
-        raise SystemExit(why)
+    source = _cupti_source()
     rows = {"after_idle": [], "shipped": []}
     for _ in range(3):
         backend.synchronize()
