@@ -19,9 +19,11 @@ editable when they are missing. Then:
    cudagraph``) and after (``... --ext cupti``), against CUPTI read through torch's profiler in a
    separate process (median over N calls of each call's kernel durations summed); target within 3 %;
 4. the paged-KV task package's CUDA C++ candidate with ``--ext cupti`` (and before, with
-   ``--ext cudagraph``) against the same kind of reference.
+   ``--ext cudagraph``) against the same kind of reference;
+5. the timer before and after torch's profiler ran in the same process (a client that leaves
+   serialised kernel tracing on made CUPTI report every kernel twice).
 
-Usage: ``python3 benchmarks/cupti_gpu.py --out DIR`` (``--parts 1,2,3,4`` to choose). Writes
+Usage: ``python3 benchmarks/cupti_gpu.py --out DIR`` (``--parts 1,2,3,4,5`` to choose). Writes
 DIR/cupti_gpu.json, DIR/summary.md and every log and run directory under DIR; prints the tables.
 """
 from __future__ import annotations
@@ -354,6 +356,39 @@ def child_fgref(out: Path, run_dir: Path) -> int:
     return 0
 
 
+#: part 5's kernels: short and long
+AFTER_PROFILER = ("add 1M fp32", "softmax 4096x4096 fp32", "matmul 128x4096x4096 fp16")
+
+
+def child_afterprof(out: Path) -> int:
+    """One process: each of :data:`AFTER_PROFILER` by the CUPTI timer (warm), then under torch's
+    profiler for a few calls, then by the timer again: a CUPTI client that left serialised kernel
+    tracing on once doubled every kernel the timer read."""
+    from torch.profiler import ProfilerActivity, profile
+    from zlf_timing_cupti.sources import make_source
+    from zlf_timing_cupti.timer import CuptiTimer
+
+    cvc, backend, ops, empty, specs = _suite()
+    source, why = make_source("cupti-python")
+    if source is None:
+        raise SystemExit(f"no CUPTI source: {why}")
+    timer = CuptiTimer(source)
+    rows = []
+    for spec in [s for s in specs if s[0] in AFTER_PROFILER]:
+        fn, _, _ = cvc._build(*spec, backend, ops, empty)
+        before = timer.time(fn, backend, warmup_ms=SLICE_MS[0], rep_ms=SLICE_MS[1], flush_l2=False)
+        with profile(activities=[ProfilerActivity.CUDA]):
+            for _ in range(20):
+                fn()
+            backend.synchronize()
+        after = timer.time(fn, backend, warmup_ms=SLICE_MS[0], rep_ms=SLICE_MS[1], flush_l2=False)
+        rows.append({"kernel": spec[0], "before_us": before.value_ms * 1e3, "after_us": after.value_ms * 1e3,
+                     "kernels_per_call": after.extra["cupti"].get("kernels_per_call"),
+                     "duplicate_records": after.extra["cupti"].get("duplicate_records", 0)})
+    out.write_text(json.dumps(rows))
+    return 0
+
+
 def child_taskref(out: Path, cases: str) -> int:
     """The CUDA C++ candidate of the paged-KV package on each case, profiled."""
     from zlf.backends import CudaBackend
@@ -501,7 +536,7 @@ def compare_table(title, runs: dict, ref: dict, key) -> list:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, help="directory for logs, runs and the summary")
-    parser.add_argument("--parts", default="1,2,3,4")
+    parser.add_argument("--parts", default="1,2,3,4,5")
     parser.add_argument("--processes", type=int, default=6)
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--child-out", type=Path, help=argparse.SUPPRESS)
@@ -520,6 +555,8 @@ def main(argv=None) -> int:
         return child_fgref(args.child_out, args.run_dir)
     if args.child == "taskref":
         return child_taskref(args.child_out, args.cases)
+    if args.child == "afterprof":
+        return child_afterprof(args.child_out)
     if args.out is None:
         parser.error("--out DIR is required")
     t0 = time.monotonic()
@@ -585,6 +622,19 @@ def main(argv=None) -> int:
                          f"{_pct(statistics.median(ts), w)} |" for k, w, ts in same] + [""]
             text += [f"markers (after): {sorted({m.split(' timer=')[-1] for r in fg['after'].get('records', []) for m in r.get('markers', [])})}", ""]
             say("flaggems reference done")
+
+    if "5" in parts:
+        rows = _child("afterprof", out / "afterprof.json", timeout=120)
+        report["after_profiler"] = rows
+        if isinstance(rows, dict) and "error" in rows:
+            notes.append(f"part 5: {rows['error']}")
+        else:
+            text += ["## 5. The CUPTI timer before and after torch's profiler ran in the same process (warm)", "",
+                     "| kernel | before µs | after µs | after / before | kernels per call | duplicate records |",
+                     "|---|---|---|---|---|---|"]
+            text += [f"| {r['kernel']} | {r['before_us']:.3f} | {r['after_us']:.3f} | {r['after_us'] / r['before_us']:.3f} | "
+                     f"{r['kernels_per_call']} | {r['duplicate_records']} |" for r in rows] + [""]
+        say("part 5 done")
 
     if "4" in parts:
         cand = TASK / "candidates" / "paged_decode.cu"

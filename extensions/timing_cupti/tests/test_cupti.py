@@ -511,6 +511,37 @@ def test_cupti_python_anchors_each_record_at_the_call_that_launched_it():
     assert unassigned == 0 and [c.kernel_ns for c in calls] == [1_000.0, 2_000.0]
 
 
+def test_a_kernel_reported_twice_by_a_client_that_left_serialised_tracing_on_counts_once():
+    """On an H200, the CUPTI timer in a process where torch's profiler had run read every FlagGems
+    point at 2.10× its kernel time: the profiler left kind KERNEL on, CUPTI reported each kernel
+    under both kinds, and kernels ran serialised. The kind is switched off at start and a kernel
+    reported twice is counted once; two kernels that merely look alike are both kept."""
+    cupti = FakeCuptiModule()
+    switched = []
+    cupti.activity_disable = lambda kind: switched.append(kind)
+    source = sources.CuptiPythonSource(cupti)
+    source.start()
+    assert cupti.ActivityKind.KERNEL in switched  # switched off before the trace
+    with source.mark("sample"):
+        t = cupti.get_timestamp()
+        for kind in (cupti.ActivityKind.CONCURRENT_KERNEL, cupti.ActivityKind.KERNEL):  # one kernel, twice
+            cupti.activity(kind, t + 100, 1_000, correlation_id=1)
+        cupti.activity(cupti.ActivityKind.CONCURRENT_KERNEL, t + 1_100, 1_000, correlation_id=1)  # a second one
+    records, windows = source.stop()
+    assert [r.start_ns - records[0].start_ns for r in records] == [0.0, 1_000.0] and source.duplicates == 1
+    calls, _ = group(records, windows)
+    assert calls[0].kernel_ns == 2_000.0
+
+
+def test_the_timer_says_when_kernels_came_twice():
+    source = FakeSource()
+    source.duplicates = 3
+    timing = CuptiTimer(source, settle_ms=0).time(lambda: source.launch(KERNEL, "k", 1_000), TracedBackend(source),
+                                                  warmup_ms=1.0, rep_ms=2.0, flush_l2=False)
+    info = timing.extra["cupti"]
+    assert info["duplicate_records"] == 3 and "serialised kernel tracing" in info["duplicates_why"]
+
+
 def test_records_from_a_kineto_trace():
     events = [
         {"ph": "X", "cat": "user_annotation", "name": "zlf_sample", "ts": 1000.0, "dur": 20.0},

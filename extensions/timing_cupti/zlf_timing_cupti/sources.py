@@ -34,6 +34,12 @@ class CuptiPythonSource:
     CUPTI takes one pair of buffer callbacks per process, and another client (torch's profiler)
     may have replaced ours since the last point: they are registered again at every start, while
     no activity kind is enabled.
+
+    Another client may also have left serialised kernel tracing (kind ``KERNEL``) on: CUPTI then
+    reports every kernel twice, once per kind, and runs kernels one at a time. On an H200, after
+    torch's profiler had run in the process, every FlagGems point read 2.10× its kernel time. The
+    kind is switched off at every start, and a kernel reported under both kinds (same name,
+    stream and timestamps) is kept once (:attr:`duplicates` counts the copies dropped).
     """
 
     name = "cupti_python"
@@ -51,6 +57,8 @@ class CuptiPythonSource:
         self._api_kinds = tuple(getattr(kinds, k) for k in ("RUNTIME", "DRIVER") if hasattr(kinds, k))
         self._api_ints = {int(k) for k in self._api_kinds}
         self._kernel_kinds = {int(kinds.CONCURRENT_KERNEL), int(kinds.KERNEL)}
+        #: records dropped at the last stop as copies of another (a kernel reported under both kinds)
+        self.duplicates = 0
         #: every device record is anchored at its launch: calls need no synchronisation between them
         self.anchors = len(self._api_kinds) == 2
 
@@ -90,6 +98,10 @@ class CuptiPythonSource:
         self._cupti.activity_register_callbacks(self._requested, self._completed)
         self._records, self._launches, self._windows = [], {}, []
         self._base = int(self._cupti.get_timestamp())
+        try:  # serialised kernel tracing another client left on (see the class's docstring)
+            self._cupti.activity_disable(self._cupti.ActivityKind.KERNEL)
+        except Exception:  # not enabled, or a CUPTI that refuses: the records are deduplicated anyway
+            pass
         for kind in self._kinds + self._api_kinds:
             self._cupti.activity_enable(kind)
 
@@ -106,8 +118,15 @@ class CuptiPythonSource:
             for kind in self._kinds + self._api_kinds:
                 self._cupti.activity_disable(kind)
         launches = self._launches
-        records = [attrs.evolve(r, anchor_ns=launches[c]) if c is not None and c in launches else r
-                   for r, c in self._records]
+        seen, kept = set(), []
+        for r, c in self._records:
+            key = (r.kind, r.name, r.start_ns, r.end_ns, r.stream)
+            if key in seen:  # one kernel, reported under both kernel kinds
+                continue
+            seen.add(key)
+            kept.append(attrs.evolve(r, anchor_ns=launches[c]) if c is not None and c in launches else r)
+        self.duplicates = len(self._records) - len(kept)
+        records = kept
         windows = self._windows
         self._records, self._launches, self._windows = [], {}, []
         return records, windows

@@ -94,6 +94,10 @@ class CuptiTimer:
                      calls="back to back" if back_to_back else "synchronised one by one")
         if why:
             extra["calls_why"] = why
+        if getattr(self.source, "duplicates", 0):
+            extra["duplicate_records"] = self.source.duplicates
+            extra["duplicates_why"] = ("another CUPTI client in this process left serialised kernel tracing on: "
+                                       "kernels reported twice were counted once")
         if not kernels:
             extra["value"] = "memcpy + memset (the call launched no kernel)"
         value_ms, step_ns = grouped_median_ms(samples)
