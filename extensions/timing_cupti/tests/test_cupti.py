@@ -532,6 +532,16 @@ def test_a_kernel_reported_twice_by_a_client_that_left_serialised_tracing_on_cou
     calls, _ = group(records, windows)
     assert calls[0].kernel_ns == 2_000.0
 
+    source.start()  # the serialised copy with timestamps of its own: still the same launch's kernel
+    with source.mark("sample"):
+        t = cupti.get_timestamp()
+        cupti.activities = []
+        cupti.activity(cupti.ActivityKind.CONCURRENT_KERNEL, t + 100, 1_000, correlation_id=2)
+        cupti.activity(cupti.ActivityKind.KERNEL, t + 2_000, 1_050, correlation_id=2)
+        cupti.activity(cupti.ActivityKind.KERNEL, t + 4_000, 500, correlation_id=3)  # a launch seen only so: kept
+    records, windows = source.stop()
+    assert [r.duration_ns for r in records] == [1_000.0, 500.0] and source.duplicates == 1
+
 
 def test_the_timer_says_when_kernels_came_twice():
     source = FakeSource()

@@ -38,15 +38,16 @@ class CuptiPythonSource:
     Another client may also have left serialised kernel tracing (kind ``KERNEL``) on: CUPTI then
     reports every kernel twice, once per kind, and runs kernels one at a time. On an H200, after
     torch's profiler had run in the process, every FlagGems point read 2.10× its kernel time. The
-    kind is switched off at every start, and a kernel reported under both kinds (same name,
-    stream and timestamps) is kept once (:attr:`duplicates` counts the copies dropped).
+    kind is switched off at every start, and a kernel reported twice (under kind ``KERNEL`` for a
+    launch whose kernels also came as ``CONCURRENT_KERNEL``, or with the same name, stream and
+    timestamps) is kept once (:attr:`duplicates` counts the copies dropped).
     """
 
     name = "cupti_python"
 
     def __init__(self, cupti):
         self._cupti = cupti
-        self._records = []  # (ActivityRecord, correlation id)
+        self._records = []  # (ActivityRecord, correlation id, CUPTI activity kind)
         self._launches = {}  # correlation id -> host time of the API call
         self._windows = []
         #: every timestamp is kept relative to this one, in integers until then: CUPTI's are ns
@@ -56,7 +57,8 @@ class CuptiPythonSource:
         self._kinds = (kinds.CONCURRENT_KERNEL, kinds.MEMCPY, kinds.MEMSET)
         self._api_kinds = tuple(getattr(kinds, k) for k in ("RUNTIME", "DRIVER") if hasattr(kinds, k))
         self._api_ints = {int(k) for k in self._api_kinds}
-        self._kernel_kinds = {int(kinds.CONCURRENT_KERNEL), int(kinds.KERNEL)}
+        self._concurrent, self._serial = int(kinds.CONCURRENT_KERNEL), int(kinds.KERNEL)
+        self._kernel_kinds = {self._concurrent, self._serial}
         #: records dropped at the last stop as copies of another (a kernel reported under both kinds)
         self.duplicates = 0
         #: every device record is anchored at its launch: calls need no synchronisation between them
@@ -87,7 +89,7 @@ class CuptiPythonSource:
                 record = ActivityRecord(MEMSET, "memset", start, end, int(a.stream_id))
             else:
                 continue
-            self._records.append((record, getattr(a, "correlation_id", None)))
+            self._records.append((record, getattr(a, "correlation_id", None), kind))
 
     def _ns(self, timestamp) -> float:
         """A CUPTI timestamp relative to the tracing's start: subtracted as integers, so the
@@ -118,10 +120,13 @@ class CuptiPythonSource:
             for kind in self._kinds + self._api_kinds:
                 self._cupti.activity_disable(kind)
         launches = self._launches
+        # a launch whose kernels came as kind CONCURRENT_KERNEL (the kind enabled here) may have
+        # them again as kind KERNEL (another client's): those copies go, whatever their timestamps
+        concurrent = {c for _, c, kind in self._records if kind == self._concurrent and c is not None}
         seen, kept = set(), []
-        for r, c in self._records:
+        for r, c, kind in self._records:
             key = (r.kind, r.name, r.start_ns, r.end_ns, r.stream)
-            if key in seen:  # one kernel, reported under both kernel kinds
+            if key in seen or (kind == self._serial and c in concurrent):  # one kernel, reported twice
                 continue
             seen.add(key)
             kept.append(attrs.evolve(r, anchor_ns=launches[c]) if c is not None and c in launches else r)
