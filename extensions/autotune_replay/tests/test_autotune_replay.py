@@ -411,6 +411,7 @@ def test_replay_options_are_refused_where_they_would_be_ignored(tmp_path):
     import subprocess
     import sys
 
+    pytest.importorskip("zlf_taskpkg", reason="needs the task extension (zlf-taskpkg) installed")
     pkg = Path(__file__).resolve().parents[3] / "tests" / "data" / "taskpkg_vecadd"
     proc = subprocess.run([sys.executable, "-m", "zlf", "task", str(pkg), "--candidate", str(pkg / "candidates" / "correct.py"),
                            "--ext", "task", "--ext", "autotune_replay", "--replay-from", str(tmp_path)],

@@ -676,6 +676,7 @@ def test_zlf_run_with_cupti_on_cpu_says_so_in_one_line_and_core_times(zlf_cli, t
 
 
 def test_zlf_run_timer_cupti_on_cpu_runs(zlf_cli, tmp_path):
+    pytest.importorskip("zlf_timing_cudagraph", reason="needs the cudagraph extension (zlf-timing-cudagraph) installed")
     proc = zlf_cli("run", "--ext", "cupti,cudagraph", "--timer", "cupti", "add", "--rep-ms", "5", "--warmup-ms", "1",
                    check_rc=0)
     assert {r["timer"] for r in read_records(run_dir_from(proc.stdout, tmp_path))} == {"host_wall"}
