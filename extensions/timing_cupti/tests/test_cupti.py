@@ -11,6 +11,7 @@ import argparse
 import contextlib
 import enum
 import json
+import time
 import types
 from pathlib import Path
 
@@ -444,9 +445,12 @@ class FakeCuptiModule:
     class ActivityMemcpyKind(enum.IntEnum):
         DTOH = 2
 
-    def __init__(self, now=1_780_000_000_123_456_789):
+    def __init__(self, now=1_780_000_000_123_456_789, per_ns=1.0):
         self.now = now
         self.activities = []
+        #: timestamps per host nanosecond (not 1: another client's clock left on CUPTI)
+        self.per_ns = per_ns
+        self._since = (now, time.perf_counter_ns())
 
     def activity_register_callbacks(self, requested, completed):
         self.completed = completed
@@ -458,8 +462,12 @@ class FakeCuptiModule:
         pass
 
     def get_timestamp(self):
-        self.now += 1_000
+        epoch, host = self._since  # host time at per_ns timestamps per ns, never the same twice
+        self.now = max(self.now + 1, epoch + int((time.perf_counter_ns() - host) * self.per_ns))
         return self.now
+
+    def set_clock(self, per_ns):
+        self._since, self.per_ns = (self.get_timestamp(), time.perf_counter_ns()), per_ns
 
     def activity_flush_all(self, forced):
         self.completed(self.activities)
@@ -502,8 +510,8 @@ def test_cupti_python_anchors_each_record_at_the_call_that_launched_it():
             t = cupti.get_timestamp()
             launched.append(t)
             cupti.activity(cupti.ActivityKind.RUNTIME, t, 300, correlation_id=corr)
-    for corr, t in zip((1, 2), launched):  # each kernel starts 5 µs after its launch, past its window
-        cupti.activity(cupti.ActivityKind.CONCURRENT_KERNEL, t + 5_000, 1_000 * corr, correlation_id=corr)
+    for corr, t in zip((1, 2), launched):  # each kernel starts 5 ms after its launch, past its window
+        cupti.activity(cupti.ActivityKind.CONCURRENT_KERNEL, t + 5_000_000, 1_000 * corr, correlation_id=corr)
     records, windows = source.stop()
     assert [r.anchor_ns - records[0].anchor_ns for r in records] == [0.0, float(launched[1] - launched[0])]
     assert all(w.start_ns <= r.anchor_ns <= w.end_ns < r.start_ns for r, w in zip(records, windows))
@@ -512,10 +520,9 @@ def test_cupti_python_anchors_each_record_at_the_call_that_launched_it():
 
 
 def test_a_kernel_reported_twice_by_a_client_that_left_serialised_tracing_on_counts_once():
-    """On an H200, the CUPTI timer in a process where torch's profiler had run read every FlagGems
-    point at 2.10× its kernel time: the profiler left kind KERNEL on, CUPTI reported each kernel
-    under both kinds, and kernels ran serialised. The kind is switched off at start and a kernel
-    reported twice is counted once; two kernels that merely look alike are both kept."""
+    """A client that left kind KERNEL on makes CUPTI report each kernel under both kinds. The kind
+    is switched off at start and a kernel reported twice is counted once; two kernels that merely
+    look alike are both kept."""
     cupti = FakeCuptiModule()
     switched = []
     cupti.activity_disable = lambda kind: switched.append(kind)
@@ -541,6 +548,53 @@ def test_a_kernel_reported_twice_by_a_client_that_left_serialised_tracing_on_cou
         cupti.activity(cupti.ActivityKind.KERNEL, t + 4_000, 500, correlation_id=3)  # a launch seen only so: kept
     records, windows = source.stop()
     assert [r.duration_ns for r in records] == [1_000.0, 500.0] and source.duplicates == 1
+
+
+def test_timestamps_another_client_left_in_its_own_unit_are_read_as_nanoseconds():
+    """On an H200, after torch's profiler had run in the process, every kernel read 2.1× its
+    duration, no record twice: CUPTI's clock and records ran at 2.11 per host nanosecond. A trace
+    reads CUPTI's rate against the host's clock and divides every timestamp by it."""
+    cupti = FakeCuptiModule(per_ns=2.1)
+    source = sources.CuptiPythonSource(cupti)
+    source.start()
+    launched = []
+    for corr in (1, 2):
+        with source.mark("sample"):
+            t = cupti.get_timestamp()
+            launched.append(t)
+            cupti.activity(cupti.ActivityKind.RUNTIME, t, 300, correlation_id=corr)
+            cupti.activity(cupti.ActivityKind.CONCURRENT_KERNEL, t + 2_100, 2_100 * corr, correlation_id=corr)
+    records, windows = source.stop()
+    assert source.clock_per_ns == pytest.approx(2.1, rel=0.01) and "torch's profiler" in source.clock_why
+    assert [r.duration_ns for r in records] == [pytest.approx(1_000, rel=0.01), pytest.approx(2_000, rel=0.01)]
+    calls, unassigned = group(records, windows)  # windows and records in one unit still
+    assert unassigned == 0 and [c.kernel_ns for c in calls] == [pytest.approx(1_000, rel=0.01),
+                                                                pytest.approx(2_000, rel=0.01)]
+    cupti.set_clock(1.0)  # the other client's clock gone: nanoseconds again
+    cupti.activities = []
+    source.start()
+    with source.mark("sample"):
+        cupti.activity(cupti.ActivityKind.CONCURRENT_KERNEL, cupti.get_timestamp() + 100, 1_000)
+    records, _ = source.stop()
+    assert source.clock_per_ns == 1.0 and source.clock_why == "" and [r.duration_ns for r in records] == [1_000.0]
+
+
+def test_a_clock_in_nanoseconds_is_left_alone_even_for_a_trace_shorter_than_the_check():
+    cupti = FakeCuptiModule()
+    source = sources.CuptiPythonSource(cupti)
+    t0 = time.perf_counter_ns()
+    source.start()
+    source.stop()
+    assert time.perf_counter_ns() - t0 >= sources.CLOCK_CHECK_NS and source.clock_per_ns == 1.0
+
+
+def test_the_timer_says_when_cupti_ran_on_another_clock():
+    source = FakeSource()
+    source.clock_per_ns, source.clock_why = 2.1, "CUPTI's timestamps ran at 2.1 per host nanosecond"
+    timing = CuptiTimer(source, settle_ms=0).time(lambda: source.launch(KERNEL, "k", 1_000), TracedBackend(source),
+                                                  warmup_ms=1.0, rep_ms=2.0, flush_l2=False)
+    info = timing.extra["cupti"]
+    assert info["clock_per_ns"] == 2.1 and "2.1 per host" in info["clock_why"]
 
 
 def test_the_timer_says_when_kernels_came_twice():

@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import tempfile
+import time
 
 import attrs
 
@@ -21,6 +22,13 @@ from .activity import KERNEL, MEMCPY, MEMSET, ActivityRecord, Window
 SOURCES = ("auto", "cupti-python", "torch")
 #: bytes of one CUPTI activity buffer; a point's few thousand records fit in one
 BUFFER_BYTES = 8 * 1024 * 1024
+#: CUPTI timestamps per host nanosecond beyond which they are taken for another unit (1 ± this)
+CLOCK_TOLERANCE = 0.005
+#: a trace lasts at least this many host ns, and long enough for the host intervals around the two
+#: readings of CUPTI's clock to move its rate by at most a tenth of :data:`CLOCK_TOLERANCE`
+CLOCK_CHECK_NS = 2_000_000
+#: ... and at most this long for it (a host too busy to read both clocks together takes what it got)
+CLOCK_CHECK_MAX_NS = 50_000_000
 
 
 class CuptiPythonSource:
@@ -36,11 +44,20 @@ class CuptiPythonSource:
     no activity kind is enabled.
 
     Another client may also have left serialised kernel tracing (kind ``KERNEL``) on: CUPTI then
-    reports every kernel twice, once per kind, and runs kernels one at a time. On an H200, after
-    torch's profiler had run in the process, every FlagGems point read 2.10× its kernel time. The
-    kind is switched off at every start, and a kernel reported twice (under kind ``KERNEL`` for a
-    launch whose kernels also came as ``CONCURRENT_KERNEL``, or with the same name, stream and
-    timestamps) is kept once (:attr:`duplicates` counts the copies dropped).
+    reports every kernel twice, once per kind. The kind is switched off at every start, and a
+    kernel reported twice (under kind ``KERNEL`` for a launch whose kernels also came as
+    ``CONCURRENT_KERNEL``, or with the same name, stream and timestamps) is kept once
+    (:attr:`duplicates` counts the copies dropped).
+
+    And another client may have left its own timestamp clock on CUPTI. On an H200, after torch's
+    profiler had run in the process, every kernel read 2.1× its duration with no record twice:
+    CUPTI's timestamps, its own clock and its records alike, then ran at 2.11 per host nanosecond
+    (torch's profiler registers a clock of its own with CUPTI, one that counts the host's
+    time-stamp counter). So every trace reads CUPTI's clock against the host's at its start and
+    its end (at least :data:`CLOCK_CHECK_NS` apart); where they differ by more than
+    :data:`CLOCK_TOLERANCE` every timestamp of the trace is divided by CUPTI's rate
+    (:attr:`clock_per_ns`, and :attr:`clock_why` says so). The other client's set-up is left as it
+    is: it may run again in the same process.
     """
 
     name = "cupti_python"
@@ -63,6 +80,10 @@ class CuptiPythonSource:
         self.duplicates = 0
         #: every device record is anchored at its launch: calls need no synchronisation between them
         self.anchors = len(self._api_kinds) == 2
+        #: CUPTI timestamps per host nanosecond in the last trace where they were not nanoseconds
+        #: (its timestamps were divided by it), else 1.0; and why
+        self.clock_per_ns, self.clock_why = 1.0, ""
+        self._clock0 = (0, 0, 0)
 
     def _requested(self):
         return BUFFER_BYTES, 0  # 0: no limit on records per buffer
@@ -96,10 +117,24 @@ class CuptiPythonSource:
         device's 32 ns steps survive the conversion to float."""
         return float(int(timestamp) - self._base)
 
+    def _clock(self) -> tuple:
+        """``(CUPTI timestamp, host ns, host interval around the reading)``: the tightest of five
+        readings (a thread held up between the two clocks widens its interval)."""
+        get = self._cupti.get_timestamp
+        best = None
+        for _ in range(5):
+            before = time.perf_counter_ns()
+            stamp = int(get())
+            after = time.perf_counter_ns()
+            if best is None or after - before < best[2]:
+                best = (stamp, (before + after) // 2, after - before)
+        return best
+
     def start(self) -> None:
         self._cupti.activity_register_callbacks(self._requested, self._completed)
         self._records, self._launches, self._windows = [], {}, []
-        self._base = int(self._cupti.get_timestamp())
+        self._clock0 = self._clock()
+        self._base = self._clock0[0]
         try:  # serialised kernel tracing another client left on (see the class's docstring)
             self._cupti.activity_disable(self._cupti.ActivityKind.KERNEL)
         except Exception:  # not enabled, or a CUPTI that refuses: the records are deduplicated anyway
@@ -134,6 +169,32 @@ class CuptiPythonSource:
         records = kept
         windows = self._windows
         self._records, self._launches, self._windows = [], {}, []
+        return self._in_ns(records, windows)
+
+    def _in_ns(self, records, windows) -> tuple:
+        """The trace's timestamps in nanoseconds: divided by CUPTI's rate where it is not 1."""
+        stamp0, host0, width0 = self._clock0
+        while True:  # a trace too short to read the rate to a tenth of the tolerance is stretched
+            while time.perf_counter_ns() - host0 < CLOCK_CHECK_NS:
+                pass
+            stamp1, host1, width1 = self._clock()
+            if (width0 + width1) / 2 <= (host1 - host0) * CLOCK_TOLERANCE / 10 or host1 - host0 > CLOCK_CHECK_MAX_NS:
+                break
+        rate = (stamp1 - stamp0) / (host1 - host0)
+        if abs(rate - 1.0) <= CLOCK_TOLERANCE:
+            self.clock_per_ns, self.clock_why = 1.0, ""
+            return records, windows
+        self.clock_per_ns = rate
+        self.clock_why = (f"CUPTI's timestamps ran at {rate:.4g} per host nanosecond (another CUPTI client in this "
+                          "process, such as torch's profiler, left a clock of its own on CUPTI): every timestamp "
+                          "was divided by that rate")
+
+        def ns(value):
+            return None if value is None else value / rate
+
+        records = [attrs.evolve(r, start_ns=ns(r.start_ns), end_ns=ns(r.end_ns), anchor_ns=ns(r.anchor_ns))
+                   for r in records]
+        windows = [attrs.evolve(w, start_ns=ns(w.start_ns), end_ns=ns(w.end_ns)) for w in windows]
         return records, windows
 
 

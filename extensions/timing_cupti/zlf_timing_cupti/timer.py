@@ -98,6 +98,9 @@ class CuptiTimer:
             extra["duplicate_records"] = self.source.duplicates
             extra["duplicates_why"] = ("another CUPTI client in this process left serialised kernel tracing on: "
                                        "kernels reported twice were counted once")
+        if getattr(self.source, "clock_why", ""):
+            extra["clock_per_ns"] = round(self.source.clock_per_ns, 6)
+            extra["clock_why"] = self.source.clock_why
         if not kernels:
             extra["value"] = "memcpy + memset (the call launched no kernel)"
         value_ms, step_ns = grouped_median_ms(samples)
