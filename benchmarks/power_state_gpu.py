@@ -270,6 +270,69 @@ def child_placement(out: Path) -> int:
     return 0
 
 
+#: part ``rotate``: input allocations a rotated call cycles through
+ROTATE = 8
+
+
+def child_rotate(out: Path) -> int:
+    """One process: each short kernel's inputs allocated :data:`ROTATE` times (spacers between, as
+    in part ``placement``); the CUPTI timer on the first allocation alone and on a call that cycles
+    through all of them (one allocation per call), warm and flushed, and the graph timer on the
+    first allocation: does averaging over placements inside a process shrink the spread of process
+    medians?"""
+    import random
+
+    import torch
+    from zlf_timing_cudagraph.graph_timer import time_graph
+
+    cvc, backend, ops, empty, source, timer, settings = _short_setup()
+    warmup_ms, rep_ms = SLICE_MS
+    rng = random.Random(os.getpid())
+    kept, rows = [], []
+    for spec in [s for s in cvc.KERNELS if s[0] in SHORT + ("softmax 4096x4096 fp32",)]:
+        allocations = []
+        for _ in range(ROTATE):
+            kept.append(torch.empty(rng.randint(1, 64) << 20, dtype=torch.uint8, device=backend.device))
+            fn, op, inputs = cvc._build(*spec, backend, ops, empty)
+            fn()
+            backend.synchronize()
+            allocations.append((fn, op, inputs))
+        kept.append(allocations)
+        fns = [a[0] for a in allocations]
+        state = [0]
+
+        def rotated():
+            k = state[0]
+            state[0] = (k + 1) % len(fns)
+            return fns[k]()
+
+        fn0, op0, inputs0 = allocations[0]
+        row = {"kernel": spec[0]}
+        for name, f, flush in (("cupti_single_warm", fn0, False), ("cupti_rot_warm", rotated, False),
+                               ("cupti_single_flush", fn0, True), ("cupti_rot_flush", rotated, True)):
+            row[name] = [timer.time(f, backend, warmup_ms=warmup_ms, rep_ms=rep_ms, flush_l2=flush).value_ms * 1e3
+                         for _ in range(SLICES)]
+        row["graph_single_warm"] = [time_graph(fn0, backend, settings, op=op0, inputs=inputs0, dtype=spec[3]).value_ms * 1e3
+                                    for _ in range(SLICES)]
+        rows.append(row)
+    out.write_text(json.dumps(rows))
+    return 0
+
+
+def rotate_summary(children: list) -> list:
+    lines = ["## rotate: spread of process medians, one allocation against calls cycling through "
+             f"{ROTATE}", "", "| kernel | variant | µs (median of processes) | spread % | sd % |", "|---|---|---|---|---|"]
+    if not children:
+        return lines + ["", "no process ran", ""]
+    for i, r0 in enumerate(children[0]):
+        for name in [k for k in r0 if k != "kernel"]:
+            meds = [statistics.median(c[i][name]) for c in children]
+            m = statistics.median(meds)
+            sd = statistics.stdev(meds) / m * 100 if len(meds) > 1 else float("nan")
+            lines.append(f"| {r0['kernel']} | {name} | {m:.3f} | {_spread(meds):.2f} | {sd:.2f} |")
+    return lines + [""]
+
+
 def child_fastmode(out: Path) -> int:
     """One process, the matmul: the CUPTI timer right after a second idle, with a short warm-up and
     a pause before its trace (the device state Nsight Compute measures, each kernel replayed after
@@ -418,7 +481,7 @@ def main(argv=None) -> int:
     parser.add_argument("--parts", default="load,variants",
                         help="comma-separated: load (one process, ~20 s), variants (~25 s per round of processes), "
                              "kernels (~45 s per process: every record of the traced replays is read), placement "
-                             "(fresh input allocations within one process), fastmode (the matmul after an idle "
+                             "(fresh input allocations within one process), rotate (calls cycling through 8 allocations against one, ~20 s per process), fastmode (the matmul after an idle "
                              "second against the timer as shipped); default %(default)s")
     parser.add_argument("--processes", type=int, default=6, help="processes per variant, or of part kernels (default 6)")
     parser.add_argument("--deadline-s", type=float, default=360.0,
@@ -434,6 +497,8 @@ def main(argv=None) -> int:
         return child_placement(args.child_out)
     if args.child == "fastmode":
         return child_fastmode(args.child_out)
+    if args.child == "rotate":
+        return child_rotate(args.child_out)
     if args.child:
         return child_variant(args.child_out, args.child)
     if args.out is None:
@@ -477,6 +542,11 @@ def main(argv=None) -> int:
         children = _run_children(jobs, 1, args.deadline_s, t0, notes)
         report["placement"] = children
         text += placement_summary(children)
+    if "rotate" in parts:
+        jobs = [("rotate", out / f"rotate_{k}.json") for k in range(args.processes)]
+        children = _run_children(jobs, 1, args.deadline_s, t0, notes)
+        report["rotate"] = children
+        text += rotate_summary(children)
     report["notes"], report["elapsed_s"] = notes, round(time.monotonic() - t0, 1)
     (out / "power_state.json").write_text(json.dumps(report, indent=1))
     summary = "\n".join(text + [f"- {n}" for n in notes] + [f"\nelapsed {report['elapsed_s']} s"]) + "\n"
