@@ -26,6 +26,9 @@ from .errors import UsageError
 FORMAT = 1
 MIN_SAMPLES = 5
 MAX_SAMPLES = 10_000
+#: sets of a flushed point's inputs its calls cycle through, one set per call (``--input-copies``;
+#: :func:`zlf.timing.input_copies`)
+INPUT_COPIES = 32
 
 
 class ConfigError(UsageError):
@@ -236,6 +239,8 @@ class TimingBudget:
     iters: Optional[int] = None
     min_samples: int = MIN_SAMPLES
     max_samples: int = MAX_SAMPLES
+    #: sets of the inputs a flushed point's calls cycle through (None: :data:`INPUT_COPIES`)
+    input_copies: Optional[int] = None
     extensions: ExtensionOptions = attrs.field(factory=ExtensionOptions, eq=False, repr=False)
 
     def budgets(self, backend) -> tuple:
@@ -246,6 +251,10 @@ class TimingBudget:
     def flush(self, backend) -> bool:
         """Whether to flush L2 before each sample: ``--flush-l2`` / ``--no-flush-l2`` or the backend's default."""
         return backend.flush_l2_default if self.flush_l2 is None else bool(self.flush_l2)
+
+    def copies(self) -> int:
+        """Sets of the inputs a flushed point's calls cycle through (``--input-copies``)."""
+        return INPUT_COPIES if self.input_copies is None else self.input_copies
 
     def option(self, name: str, default=None):
         """An extension option's value (``default`` when no active extension declared it)."""
@@ -270,6 +279,8 @@ class TimingBudget:
         for flag, value, low in (("--warmup", self.warmup, 0), ("--iters", self.iters, 1)):
             if value is not None and value < low:
                 raise UsageError(f"{flag} {value}: expected {low} or more")
+        if self.input_copies is not None and self.input_copies < 1:
+            raise UsageError(f"--input-copies {self.input_copies}: expected 1 (no copies) or more")
 
 
 def as_budget(options) -> TimingBudget:
@@ -288,6 +299,7 @@ ARGS = {
     "gpus": "gpus", "executor": "executor", "ray_address": "ray_address", "retries": "retries",
     "timer": "timing.timer", "warmup_ms": "timing.warmup_ms", "rep_ms": "timing.rep_ms",
     "flush_l2": "timing.flush_l2", "warmup": "timing.warmup", "iters": "timing.iters",
+    "input_copies": "timing.input_copies",
 }
 #: parsed-namespace entries that are the command line's own, never a run setting.
 NOT_SETTINGS = frozenset({"handler", "config", "run_options", "config_file"})

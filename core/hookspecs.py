@@ -200,7 +200,7 @@ def make_inputs(op, point, backend):
 
 @_exclusive(chosen_by="--timer")
 @_spec(firstresult=True)
-def time_fn(fn, point, backend, options, op, inputs, kernel_timer):
+def time_fn(fn, point, backend, options, op, inputs, kernel_timer, call_on):
     """Time a callable that runs the point once per call.
 
     Called once per point, after its first call was checked against the reference. Exclusive:
@@ -225,6 +225,11 @@ def time_fn(fn, point, backend, options, op, inputs, kernel_timer):
         :func:`kernel_timer` (None when there is none, or with ``--timer core``): what a timer
         that cannot use its own method for a point (a graph timer whose capture failed) times
         it with, rather than with host-inclusive events.
+    :param call_on: ``call_on(args)`` gives a no-argument callable that runs the point on ``args``
+        (a tuple shaped like ``inputs``), when ``fn`` is exactly that call on ``inputs``; None
+        otherwise (a task candidate, FlagGems' torch side). Core's timer uses it, with L2
+        flushed, to cycle the calls through copies of the inputs (``--input-copies``,
+        :func:`zlf.timing.input_copies`).
     :return: a :class:`zlf.records.Timing`, or None to let the next timer decide.
     """
 

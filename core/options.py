@@ -57,16 +57,23 @@ TIMING_HELP = {
     "rep_ms": "measurement budget per point (default: backend's, 100 on GPU)",
     "flush_l2": "flush L2 before every sample (direct timer's default on GPUs)",
     "no_flush_l2": "keep L2 warm between samples",
+    "input_copies": "with L2 flushed, core's timers cycle each point's calls through N sets of its inputs (the "
+                    "inputs and copies elsewhere in device memory, 1 GiB of copies at most): a short kernel's "
+                    "time depends on where its inputs live, and one allocation is one draw per process; "
+                    "1: the inputs alone (default 32)",
 }
 
 
-def add_timing_arguments(group, helps=None) -> None:
-    """``--timer``, ``--warmup-ms``, ``--rep-ms`` and ``--flush-l2`` / ``--no-flush-l2``: how every
-    point is timed (:class:`zlf.config.TimingBudget`), on every command that starts runs.
+def add_timing_arguments(group, helps=None, copies: bool = True) -> None:
+    """``--timer``, ``--warmup-ms``, ``--rep-ms``, ``--flush-l2`` / ``--no-flush-l2`` and
+    ``--input-copies``: how every point is timed (:class:`zlf.config.TimingBudget`), on every
+    command that starts runs.
 
     :param group: the parser or argument group to add them to.
     :param helps: ``{name: text}`` replacing a :data:`TIMING_HELP` text where a command says it
         its own way (names as in :data:`TIMING_HELP`).
+    :param copies: offer ``--input-copies`` (False where no point's call can be made on other
+        inputs, as with a task's candidates).
     """
     text = {**TIMING_HELP, **(helps or {})}
     group.add_argument("--timer", metavar="EXT", help=text["timer"])
@@ -75,6 +82,8 @@ def add_timing_arguments(group, helps=None) -> None:
     l2 = group.add_mutually_exclusive_group()
     l2.add_argument("--flush-l2", dest="flush_l2", action="store_true", default=None, help=text["flush_l2"])
     l2.add_argument("--no-flush-l2", dest="flush_l2", action="store_false", help=text["no_flush_l2"])
+    if copies:
+        group.add_argument("--input-copies", type=int, metavar="N", help=text["input_copies"])
 
 
 def add_dtype_argument(parser, help_text: str = "dtype(s) to run instead of each op's defaults "

@@ -273,12 +273,12 @@ class Hooks:
             self._kernel_timers[backend] = self.call("kernel_timer", backend=backend, options=options)
         return self._kernel_timers[backend]
 
-    def time_fn(self, fn, point, backend, options, op=None, inputs=None):
+    def time_fn(self, fn, point, backend, options, op=None, inputs=None, call_on=None):
         """Time ``fn`` with the chosen timer, offering it the backend's kernel timer."""
         # --timer core: core's event timer, whatever kernel timer is on offer
         kernel = None if self._preferred.get("time_fn") == CORE_PLUGIN else self.kernel_timer(backend, options)
         return self.call("time_fn", fn=fn, point=point, backend=backend, options=options, op=op, inputs=inputs,
-                         kernel_timer=kernel)
+                         kernel_timer=kernel, call_on=call_on)
 
     # campaigns: hooks whose answers core gathers into one list
     def campaign_run_needs(self, campaign, op, round, side) -> list:

@@ -157,11 +157,13 @@ class Run:
         """The context in which the point's first (checked) call reports its launches (``on_launch``)."""
         return self.compiler_hooks.launch_window(point.id) if self.compiler_hooks else contextlib.nullcontext()
 
-    def time_point(self, fn, point, op=None, inputs=None, budget=None):
+    def time_point(self, fn, point, op=None, inputs=None, budget=None, call_on=None):
         """Time ``fn`` with ``time_fn`` under ``budget`` (default: the config's); the timing's
-        markers are attached to the point. Returns the :class:`~zlf.records.Timing` (or None)."""
+        markers are attached to the point. ``call_on(args)``: the point's call on other arguments,
+        where ``fn`` is that call on ``inputs`` (see the ``time_fn`` hook). Returns the
+        :class:`~zlf.records.Timing` (or None)."""
         budget = self.config.timing if budget is None else budget
-        timing = self.hooks.time_fn(fn, point, self.backend, budget, op=op, inputs=inputs)
+        timing = self.hooks.time_fn(fn, point, self.backend, budget, op=op, inputs=inputs, call_on=call_on)
         for line in timing.markers if timing is not None else ():
             self.mark(line)
         return timing
@@ -303,7 +305,8 @@ def run_point(run: Run, planned) -> PointRecord:
             else:
                 # the clock is read beside the timer (a background thread), never between its samples
                 with (run.clock_sampler.window() if run.clock_sampler else contextlib.nullcontext()) as window:
-                    timing = run.time_point(lambda: op.fn(*inputs), point, op=op, inputs=inputs)
+                    timing = run.time_point(lambda: op.fn(*inputs), point, op=op, inputs=inputs,
+                                            call_on=(lambda args: lambda: op.fn(*args)) if op.copies else None)
                 clock = window.summary() if window is not None else None
     except KeyboardInterrupt:
         raise

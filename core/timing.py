@@ -100,3 +100,101 @@ def time_direct(fn, backend, *, warmup_ms: float, rep_ms: float, flush_l2: bool,
     backend.synchronize()
     samples = [s.elapsed_time(e) for s, e in zip(starts, ends)]
     return Timing.from_samples(samples, timer=backend.timer_name, l2="flush" if flush_l2 else "warm")
+
+
+# ----------------------------------------------------------------------------- input copies
+#: bytes the extra copies of one point's inputs may take together
+INPUT_COPIES_BYTES = 1 << 30
+
+
+def input_copies(inputs, copies: int, max_bytes: int = INPUT_COPIES_BYTES, is_oom=None) -> tuple:
+    """``(sets, why)``: ``[inputs, copy, ...]``, at most ``copies`` argument sets, and why fewer
+    ('' when none are missing).
+
+    Where a short kernel's inputs land in device memory sets its time by up to a few percent, and
+    one allocation is one draw for the whole process (docs/timing.md, "Input copies"): a point whose
+    calls cycle through several allocations is timed over several draws. Each copy keeps every
+    tensor's storage, offset, size and strides (tensors that share memory share it in the copy
+    too), its values and ``requires_grad``; anything that is no tensor is shared. Inputs that are
+    part of an autograd graph, or tensors that are not plain strided ones, are not copied.
+    """
+    import torch
+
+    tensors = []
+    _walk(inputs, tensors)
+    if copies <= 1:
+        return [inputs], ""
+    if not tensors:
+        return [inputs], "no tensor among the inputs"
+    if any(t.grad_fn is not None for t in tensors):
+        return [inputs], "an input is part of an autograd graph"
+    if any(t.layout != torch.strided or t.is_nested or t.is_quantized or t.device.type == "meta" for t in tensors):
+        return [inputs], "an input is not a plain strided tensor"
+    nbytes = sum({t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}.values())
+    extra = min(copies - 1, max_bytes // max(nbytes, 1))
+    if extra < 1:
+        return [inputs], f"the inputs take {_mib(nbytes)}, over the copies' {_mib(max_bytes)}"
+    sets = [inputs]
+    for _ in range(extra):
+        try:
+            sets.append(_copy(inputs, {}))
+        except Exception as exc:  # device memory ran out: time over the sets made so far
+            if is_oom is None or not is_oom(exc):
+                raise
+            return sets, f"device memory held {len(sets)} of {copies} sets"
+    why = "" if len(sets) == copies else f"{copies - 1} copies of {_mib(nbytes)} are over the copies' {_mib(max_bytes)}"
+    return sets, why
+
+
+def _mib(nbytes: int) -> str:
+    """A byte count in the largest binary unit it fills (``1 GiB``, ``128 MiB``, ``12 KiB``)."""
+    from .console import number
+
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= scale:
+            return f"{number(nbytes / scale, 3)} {unit}"
+    return f"{nbytes} B"
+
+
+def _walk(value, out: list) -> None:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        out.append(value)
+    elif type(value) in (tuple, list):
+        for v in value:
+            _walk(v, out)
+    elif type(value) is dict:
+        for v in value.values():
+            _walk(v, out)
+
+
+def _copy(value, storages: dict):
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        storage = value.untyped_storage()
+        new = storages.get(storage.data_ptr())
+        if new is None:
+            new = storages[storage.data_ptr()] = storage.clone()
+        copy = torch.empty(0, dtype=value.dtype, device=value.device).set_(new, value.storage_offset(), value.size(),
+                                                                            value.stride())
+        return copy.requires_grad_() if value.requires_grad else copy
+    if type(value) in (tuple, list):
+        return type(value)(_copy(v, storages) for v in value)
+    if type(value) is dict:
+        return {k: _copy(v, storages) for k, v in value.items()}
+    return value
+
+
+class Rotation:
+    """A no-argument call that runs each of ``calls`` in turn, one per call."""
+
+    def __init__(self, calls: list):
+        self.calls = list(calls)
+        self._next = 0
+
+    def __call__(self):
+        call = self.calls[self._next]
+        self._next = (self._next + 1) % len(self.calls)
+        return call()

@@ -86,6 +86,10 @@ class Op:
         across calls (e.g. FlagGems' aten dispatch, too costly to enter per call). zlf's own tensor
         work between the op's calls -- the correctness check, a timer's verification -- runs
         inside it (see :func:`outside`); the op's next call restores the environment. None: nothing.
+    :param copies: ``fn`` runs on the inputs it is given, so copies of them elsewhere in device
+        memory give the same call elsewhere (``--input-copies``). False for an op whose inputs
+        only stand for work it holds itself (FlagGems' call objects): its calls are never
+        cycled through copies.
     """
 
     name: str
@@ -106,6 +110,7 @@ class Op:
     description: str = ""
     variants: Optional[Callable] = None
     outside: Optional[Callable] = None
+    copies: bool = True
 
     def default_shapes(self, backend) -> list:
         if backend.host_timing and self.cpu_shapes:

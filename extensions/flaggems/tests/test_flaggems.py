@@ -447,3 +447,13 @@ def test_a_dtype_picks_the_test_of_a_dtype_parameter(zlf_cli, tmp_path):
     assert [r["point"] for r in recs] == ["sorted_search/64x32/int32"] and recs[0]["status"] == "ok"
     proc = flaggems_run(zlf_cli, BASE, "sorted_search", "--dtype", "float16", check_rc=2)
     assert "can't be supported" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_flushed_flaggems_points_are_never_cycled_through_input_copies(zlf_cli, tmp_path):
+    """A FlagGems call object holds FlagGems' own arguments: copies of the tensors beside it would
+    be made (up to 1 GiB a point) and said, yet every call would still run on the originals."""
+    proc = flaggems_run(zlf_cli, V5, "log", "--dtypes", "float32", "--flush-l2", "--input-copies", "4", check_rc=0)
+    recs = read_records(run_dir_from(proc.stdout, tmp_path))
+    assert recs and all(r["status"] == "ok" and "input_copies" not in r["extra"] for r in recs)
+    proc = zlf_cli("run", "softmax", *FAST, "--flush-l2", "--input-copies", "4", check_rc=0)  # a plain op: cycled
+    assert all(r["extra"]["input_copies"] == {"sets": 4} for r in read_records(run_dir_from(proc.stdout, tmp_path)))

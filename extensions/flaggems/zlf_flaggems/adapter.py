@@ -861,6 +861,7 @@ class BenchmarkOp:
             shape_desc=self.shape_desc or "",
             aliases=self.aliases,
             description=f"FlagGems {self.case.node_id} ({self.class_name}, {self.kind})",
+            copies=False,  # the call object holds FlagGems' own arguments: copies of the tensors change nothing
             variants=self.variants,
             outside=self.paused,
         )

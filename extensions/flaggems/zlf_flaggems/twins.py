@@ -123,6 +123,7 @@ class Twins:
             description=f"FlagGems {first.name} built by {len(ops)} tests: {tests}",
             variants=self.variants,
             outside=lambda: self.active.paused(),
+            copies=False,  # as each twin's: the call object holds the arguments
         )
 
     def active_amount(self, key):

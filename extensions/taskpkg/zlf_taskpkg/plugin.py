@@ -55,7 +55,7 @@ def add_commands(subparsers):
     add_timing_arguments(t, helps={"timer": "which extension's time_fn to use when several are active",
                                    "warmup_ms": "warm-up budget in ms (overrides --warmup)",
                                    "rep_ms": "measurement budget in ms (overrides --iters)",
-                                   "flush_l2": "flush L2 before every sample"})
+                                   "flush_l2": "flush L2 before every sample"}, copies=False)
     c = p.add_argument_group("CUDA C++ candidates")
     c.add_argument("--nvcc-arch", metavar="SM", help="nvcc -arch (default: the device's, e.g. sm_90a; sm_90a without a GPU)")
     c.add_argument("--nvcc-flag", action="append", metavar="FLAG", help="extra nvcc flag (repeatable)")
