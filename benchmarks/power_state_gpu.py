@@ -232,6 +232,23 @@ def child_kernels(out: Path) -> int:
     return 0
 
 
+def _spaced(cvc, spec, backend, ops, empty, count: int, kept: list, rng) -> list:
+    """``count`` builds of ``spec`` (``(fn, op, inputs)``, each called once), a spacer of 1–64 MB
+    allocated before each so that every build's inputs land elsewhere in device memory; the spacers
+    and builds are appended to ``kept`` (alive for the process); ``rng`` draws the spacers' sizes."""
+    import torch
+
+    allocations = []
+    for _ in range(count):
+        kept.append(torch.empty(rng.randint(1, 64) << 20, dtype=torch.uint8, device=backend.device))
+        fn, op, inputs = cvc._build(*spec, backend, ops, empty)
+        fn()
+        backend.synchronize()
+        allocations.append((fn, op, inputs))
+    kept.append(allocations)
+    return allocations
+
+
 #: part ``placement``: fresh input allocations per kernel in one process
 ALLOCATIONS = 10
 
@@ -244,7 +261,6 @@ def child_placement(out: Path) -> int:
     within one process as much as across processes."""
     import random
 
-    import torch
     from zlf_timing_cudagraph.graph_timer import time_graph
 
     cvc, backend, ops, empty, source, timer, settings = _short_setup()
@@ -252,14 +268,7 @@ def child_placement(out: Path) -> int:
     rng = random.Random(os.getpid())
     kept, rows = [], []
     for spec in [s for s in cvc.KERNELS if s[0] in SHORT]:
-        allocations = []
-        for _ in range(ALLOCATIONS):
-            kept.append(torch.empty(rng.randint(1, 64) << 20, dtype=torch.uint8, device=backend.device))
-            fn, op, inputs = cvc._build(*spec, backend, ops, empty)
-            fn()
-            backend.synchronize()
-            allocations.append((fn, op, inputs))
-        kept.append(allocations)
+        allocations = _spaced(cvc, spec, backend, ops, empty, ALLOCATIONS, kept, rng)
         cupti_us, graph_us, addresses = [], [], []
         for fn, op, inputs in allocations + allocations[:1]:
             cupti_us.append(timer.time(fn, backend, warmup_ms=warmup_ms, rep_ms=rep_ms, flush_l2=False).value_ms * 1e3)
@@ -282,7 +291,6 @@ def child_rotate(out: Path) -> int:
     medians?"""
     import random
 
-    import torch
     from zlf_timing_cudagraph.graph_timer import time_graph
 
     cvc, backend, ops, empty, source, timer, settings = _short_setup()
@@ -290,14 +298,7 @@ def child_rotate(out: Path) -> int:
     rng = random.Random(os.getpid())
     kept, rows = [], []
     for spec in [s for s in cvc.KERNELS if s[0] in SHORT + ("softmax 4096x4096 fp32",)]:
-        allocations = []
-        for _ in range(ROTATE):
-            kept.append(torch.empty(rng.randint(1, 64) << 20, dtype=torch.uint8, device=backend.device))
-            fn, op, inputs = cvc._build(*spec, backend, ops, empty)
-            fn()
-            backend.synchronize()
-            allocations.append((fn, op, inputs))
-        kept.append(allocations)
+        allocations = _spaced(cvc, spec, backend, ops, empty, ROTATE, kept, rng)
         fns = [a[0] for a in allocations]
         state = [0]
 

@@ -497,6 +497,21 @@ def test_cupti_python_durations_keep_every_nanosecond():
     assert unassigned == 0 and calls[0].kernel_ns == 1_000.0 and calls[0].memcpy_ns == 2_080.0
 
 
+def _two_launches(cupti, source, kernel_ticks=None) -> list:
+    """Two calls, each marked and launching through the runtime (correlation ids 1 and 2); with
+    ``kernel_ticks``, call k's kernel runs inside its window for k × that many ticks. The launch times."""
+    launched = []
+    for corr in (1, 2):
+        with source.mark("sample"):
+            t = cupti.get_timestamp()
+            launched.append(t)
+            cupti.activity(cupti.ActivityKind.RUNTIME, t, 300, correlation_id=corr)
+            if kernel_ticks:
+                cupti.activity(cupti.ActivityKind.CONCURRENT_KERNEL, t + kernel_ticks, kernel_ticks * corr,
+                               correlation_id=corr)
+    return launched
+
+
 def test_cupti_python_anchors_each_record_at_the_call_that_launched_it():
     """Calls run back to back: the device runs call 1's kernel while the host is already in call
     2's window. The launch's correlation id still puts it in call 1."""
@@ -504,12 +519,7 @@ def test_cupti_python_anchors_each_record_at_the_call_that_launched_it():
     source = sources.CuptiPythonSource(cupti)
     assert source.anchors
     source.start()
-    launched = []
-    for corr in (1, 2):
-        with source.mark("sample"):
-            t = cupti.get_timestamp()
-            launched.append(t)
-            cupti.activity(cupti.ActivityKind.RUNTIME, t, 300, correlation_id=corr)
+    launched = _two_launches(cupti, source)
     for corr, t in zip((1, 2), launched):  # each kernel starts 5 ms after its launch, past its window
         cupti.activity(cupti.ActivityKind.CONCURRENT_KERNEL, t + 5_000_000, 1_000 * corr, correlation_id=corr)
     records, windows = source.stop()
@@ -557,13 +567,7 @@ def test_timestamps_another_client_left_in_its_own_unit_are_read_as_nanoseconds(
     cupti = FakeCuptiModule(per_ns=2.1)
     source = sources.CuptiPythonSource(cupti)
     source.start()
-    launched = []
-    for corr in (1, 2):
-        with source.mark("sample"):
-            t = cupti.get_timestamp()
-            launched.append(t)
-            cupti.activity(cupti.ActivityKind.RUNTIME, t, 300, correlation_id=corr)
-            cupti.activity(cupti.ActivityKind.CONCURRENT_KERNEL, t + 2_100, 2_100 * corr, correlation_id=corr)
+    _two_launches(cupti, source, kernel_ticks=2_100)  # 1000 and 2000 ns at 2.1 ticks per ns
     records, windows = source.stop()
     assert source.clock_per_ns == pytest.approx(2.1, rel=0.01) and "torch's profiler" in source.clock_why
     assert [r.duration_ns for r in records] == [pytest.approx(1_000, rel=0.01), pytest.approx(2_000, rel=0.01)]
