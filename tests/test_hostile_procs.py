@@ -293,11 +293,44 @@ def test_resume_gives_an_old_campaign_its_run_configurations(tmp_path, env):
     for side in "AB":
         config = json.loads((c.path / "_config" / f"{side}.json").read_text())
         assert config["backend"] == "cpu" and config["dtypes"] == ["float32"] and config["timing"]["rep_ms"] == 1.0
+        assert config["timing"]["input_copies"] == 1  # its zlf made no input copies: its later rounds neither
         meta = json.loads((c.path / "add" / f"r1_{side}" / "meta.json").read_text())
         assert meta["options"]["rep_ms"] == 1.0 and meta["options"]["config"] == str(c.path / "_config" / f"{side}.json")
     assert [r["status"] for r in state["runs"]] == ["ok", "ok"]
     done = run(["report", c.path], tmp_path, env)
     assert done.returncode in (0, 1) and "Traceback" not in done.stderr, done.stderr
+
+
+def _configured_campaign(tmp_path, without_copies: bool) -> Campaign:
+    """A runnable campaign with run configurations (backend cpu); ``without_copies``: as a zlf
+    before input copies wrote them (no ``input_copies`` in their timing)."""
+    c = _campaign(tmp_path)
+    c.data["run_args"] = []
+    for side in "AB":
+        path = c.path / "_config" / f"{side}.json"
+        config = json.loads(path.read_text())
+        config["backend"] = "cpu"
+        config["timing"].update(warmup_ms=0, rep_ms=1)
+        if without_copies:
+            del config["timing"]["input_copies"]
+        path.write_text(json.dumps(config))
+    c.seal()
+    c.save()
+    return c
+
+
+def test_a_campaign_begun_without_input_copies_is_resumed_without_them(tmp_path, env):
+    """A campaign whose run configurations name no ``input_copies`` was begun by a zlf that timed
+    every point on its inputs alone: resumed, its later rounds would have cycled through 32 sets
+    while its first did not, and the rounds would pair unlike with unlike."""
+    for without, copies in ((True, 1), (False, 32)):  # a campaign of this zlf keeps the default
+        c = _configured_campaign(tmp_path / str(without), without)
+        done = run(["ab", "--resume", c.path], tmp_path, env, timeout=300)
+        assert done.returncode == 0, done.stdout + done.stderr
+        for side in "AB":
+            assert Campaign.open(c.path).config(side).timing.copies() == copies
+            assert json.loads((c.path / "add" / f"r1_{side}" / "meta.json").read_text())["options"]["input_copies"] == \
+                (1 if without else None)
 
 
 def test_resume_refuses_an_old_campaign_it_cannot_read_in_one_line(tmp_path, env):

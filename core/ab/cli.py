@@ -326,6 +326,7 @@ def _resume(args, session) -> Campaign:
         campaign.check_resume({"A": args.a_python, "B": args.b_python})  # it will start runs
         if "configs" not in campaign.data:
             upgrade(campaign, session)
+        keep_one_input_set(campaign)
     _preflight({**campaign.data, "scale": scale}, session)
     if args.metric:
         campaign.data["metric"] = args.metric
@@ -340,6 +341,24 @@ def _resume(args, session) -> Campaign:
         campaign.data.update(driver_pid=os.getpid(), status=C_RUNNING)
     campaign.save()
     return campaign
+
+
+def keep_one_input_set(campaign) -> None:
+    """A campaign begun by a zlf without input copies (its run configurations name no
+    ``input_copies``) goes on timing every point on its inputs alone, as its finished rounds were:
+    rounds timed two ways would pair unlike with unlike. Called once its signature verified."""
+    import json
+
+    changed = False
+    for side in campaign.sides:
+        path = campaign.config_path(side)
+        if "input_copies" in (json.loads(path.read_text()).get("timing") or {}):
+            continue
+        config = campaign.config(side)
+        config.with_changes(input_copies=1).write(path)
+        changed = True
+    if changed:
+        campaign.seal()
 
 
 def upgrade(campaign, session) -> None:
@@ -368,6 +387,7 @@ def upgrade(campaign, session) -> None:
         raise UsageError(f"--resume: campaign {campaign.path} of zlf {d.get('zlf_version')} gives its runs options "
                          f"this zlf cannot read ({' '.join(flags)}); start a new campaign") from None
     d["run_args"], d["extension_args"] = [], []
+    config = config.with_changes(input_copies=1)  # as its rounds ran: no copies then
     campaign.write_configs({name: config.with_changes(**CAMPAIGN_OWN) for name in campaign.sides})
     campaign.seal()
 
