@@ -384,8 +384,21 @@ def compare_dirs(a_path, b_path, threshold_pct: Optional[float] = None, allow_mi
     if differ:
         notes.append(f"{differ} point(s) ran at different clock states on A and B (clock column): "
                      "their time delta includes the clock change (--metric cycles takes it out for compute-bound points)")
+    sets = [(input_sets(r.a), input_sets(r.b)) for r in rows if r.delta_pct is not None]
+    unlike = [pair for pair in sets if pair[0] != pair[1]]
+    if unlike:
+        a_sets, b_sets = unlike[0]
+        notes.append(f"{len(unlike)} compared point(s) were timed over different numbers of input sets on A and B "
+                     f"(e.g. {a_sets} against {b_sets}; --input-copies, docs/timing.md): one side's median is taken "
+                     "over fewer placements of its inputs in device memory")
     return Comparison(a, b, tuple(sort_rows(rows)), summarize(rows, threshold), tuple(notes), ir_status is not None,
                       metric)
+
+
+def input_sets(record) -> int:
+    """Over how many sets of its inputs a point was timed (1: its inputs alone, as before input copies)."""
+    copies = (record.extra or {}).get("input_copies")
+    return int(copies.get("sets", 1)) if isinstance(copies, dict) else 1
 
 
 def ceilings_notes(*sides) -> list:

@@ -180,6 +180,23 @@ def test_timer_mismatch_is_refused_unless_allowed(tmp_path, cli):
     assert rows["k/1024/float32"]["delta_pct"] == pytest.approx(100.0)
 
 
+def test_points_timed_over_different_numbers_of_input_sets_are_said(tmp_path):
+    """A run from before input copies (one placement of each point's inputs) against one with
+    them: the deltas still compare, and a note says which side's medians rest on fewer placements."""
+    points = {"k/1024/float32": (1.0, "cupti"), "k/2048/float32": (2.0, "cupti")}
+    a, b = write_run(tmp_path / "A", points), write_run(tmp_path / "B", points)
+    records = [json.loads(line) for line in (b / "results.jsonl").read_text().splitlines()]
+    records[0]["extra"] = {"input_copies": {"sets": 32}}
+    records[1]["extra"] = {"input_copies": {"sets": 1, "why": "no tensor among the inputs"}}
+    (b / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    notes = compare.compare_dirs(a, b).notes
+    said = [n for n in notes if "input sets" in n]
+    assert said == ["1 compared point(s) were timed over different numbers of input sets on A and B (e.g. 1 against "
+                    "32; --input-copies, docs/timing.md): one side's median is taken over fewer placements of its "
+                    "inputs in device memory"]
+    assert not [n for n in compare.compare_dirs(a, a).notes if "input sets" in n]
+
+
 def test_one_side_only_and_failed_points_are_listed_not_dropped(tmp_path, cli):
     a = write_run(tmp_path / "A", {"k/1/float32": (1.0, "t"), "k/2/float32": (1.0, "t"), "k/3/float32": (1.0, "t")})
     b = write_run(tmp_path / "B", {"k/1/float32": (1.0, "t"), "k/3/float32": (1.0, "t", "OOM"),
