@@ -120,10 +120,11 @@ def input_copies(inputs, copies: int, max_bytes: int = INPUT_COPIES_BYTES, is_oo
     """
     import torch
 
-    tensors = []
-    _walk(inputs, tensors)
+    from .ops import tensors_in
+
     if copies <= 1:
         return [inputs], ""
+    tensors = tensors_in(inputs)
     if not tensors:
         return [inputs], "no tensor among the inputs"
     if any(t.grad_fn is not None for t in tensors):
@@ -156,19 +157,6 @@ def _mib(nbytes: int) -> str:
     return f"{nbytes} B"
 
 
-def _walk(value, out: list) -> None:
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        out.append(value)
-    elif type(value) in (tuple, list):
-        for v in value:
-            _walk(v, out)
-    elif type(value) is dict:
-        for v in value.values():
-            _walk(v, out)
-
-
 def _copy(value, storages: dict):
     import torch
 
@@ -180,10 +168,12 @@ def _copy(value, storages: dict):
         copy = torch.empty(0, dtype=value.dtype, device=value.device).set_(new, value.storage_offset(), value.size(),
                                                                             value.stride())
         return copy.requires_grad_() if value.requires_grad else copy
-    if type(value) in (tuple, list):
+    if isinstance(value, tuple) and hasattr(value, "_fields"):  # a named tuple
+        return type(value)(*(_copy(v, storages) for v in value))
+    if isinstance(value, (list, tuple)):
         return type(value)(_copy(v, storages) for v in value)
-    if type(value) is dict:
-        return {k: _copy(v, storages) for k, v in value.items()}
+    if isinstance(value, dict):
+        return type(value)((k, _copy(v, storages)) for k, v in value.items())
     return value
 
 

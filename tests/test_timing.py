@@ -74,6 +74,16 @@ def test_a_copy_keeps_layout_values_aliasing_and_grad_and_shares_what_is_no_tens
     assert sets[1][0].data_ptr() != sets[2][0].data_ptr()
 
 
+def test_named_tuples_of_tensors_are_copied_as_named_tuples():
+    import collections
+
+    Pair = collections.namedtuple("Pair", "x y")
+    pair = Pair(torch.randn(4), torch.randn(4))
+    sets, why = input_copies((pair,), 2)
+    (copy,), = sets[1:]
+    assert why == "" and type(copy) is Pair and copy.x.data_ptr() != pair.x.data_ptr() and torch.equal(copy.y, pair.y)
+
+
 @pytest.mark.parametrize("inputs, why", [
     ((torch.randn(3, requires_grad=True) * 2,), "part of an autograd graph"),
     ((torch.randn(4, 4).to_sparse(),), "not a plain strided tensor"),

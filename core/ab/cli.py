@@ -351,12 +351,11 @@ def keep_one_input_set(campaign) -> None:
 
     changed = False
     for side in campaign.sides:
+        config = campaign.config(side)  # an unreadable file is refused here, in one line
         path = campaign.config_path(side)
-        if "input_copies" in (json.loads(path.read_text()).get("timing") or {}):
-            continue
-        config = campaign.config(side)
-        config.with_changes(input_copies=1).write(path)
-        changed = True
+        if "input_copies" not in (json.loads(path.read_text()).get("timing") or {}):  # the file's own words
+            config.with_changes(input_copies=1).write(path)
+            changed = True
     if changed:
         campaign.seal()
 

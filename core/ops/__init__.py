@@ -156,6 +156,19 @@ def self_overlapping(t) -> bool:
         return any(stride == 0 and size > 1 for size, stride in zip(t.shape, t.stride()))
 
 
+def tensors_in(value) -> list:
+    """Every tensor in ``value``: a tensor, or lists, tuples and dicts of them, nested, in order."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in tensors_in(v)]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in tensors_in(v)]
+    return []
+
+
 def poison_tensors(tensors) -> None:
     """Fill tensors with values a correct kernel overwrites: NaN (floating and complex), the
     largest value (integers), the negation of what is there (bool). A tensor whose elements

@@ -24,7 +24,7 @@ from typing import Optional
 
 import attrs
 
-from zlf.ops import outside, poison_tensors, self_overlapping
+from zlf.ops import outside, poison_tensors, self_overlapping, tensors_in
 from zlf.records import Timing
 
 from .capture_errors import CaptureFailure, classify
@@ -167,18 +167,6 @@ def capture(backend, stream, fn, calls: int, flush=None) -> Captured:
 
 
 # ----------------------------------------------------------------------------- verification
-def _tensors(value) -> list:
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        return [t for v in value for t in _tensors(v)]
-    if isinstance(value, dict):
-        return [t for v in value.values() for t in _tensors(v)]
-    return []
-
-
 def _mismatch(actual, expected, tolerance: float) -> Optional[str]:
     """Why ``actual`` (replayed) is not ``expected`` (a direct call's result), or None.
 
@@ -225,7 +213,7 @@ def _shares_memory(target, inputs) -> bool:
     except Exception:  # a tensor without storage (meta, sparse) is never an input's buffer here
         return False
     return any(isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() == ptr
-               for t in _tensors(list(inputs or ())))
+               for t in tensors_in(list(inputs or ())))
 
 
 def _sentinel(targets) -> list:
@@ -294,13 +282,13 @@ def verify_replay(backend, captured: Captured, fn, op=None, inputs=None, dtype: 
             backend.synchronize()
             return targets
     else:
-        targets, what = _tensors(captured.last), "returned"
+        targets, what = tensors_in(captured.last), "returned"
         if not targets:
             return "unverifiable"
 
         def direct():
             backend.synchronize()
-            produced = _tensors(fn())
+            produced = tensors_in(fn())
             backend.synchronize()
             return produced
     produced = direct()
