@@ -218,6 +218,14 @@ def _bytecode_kept() -> bool:
     return True
 
 
+def _file_size_limited() -> bool:
+    try:
+        import resource
+    except ImportError:  # not on POSIX: no such limit
+        return False
+    return resource.getrlimit(resource.RLIMIT_FSIZE)[0] != resource.RLIM_INFINITY
+
+
 def python_child_env(env: dict, folder: Optional[Path] = None) -> dict:
     """``env`` for a Python child of zlf, which keeps its compiled bytecode between processes.
 
@@ -230,9 +238,17 @@ def python_child_env(env: dict, folder: Optional[Path] = None) -> dict:
     set is left alone, as is an environment that keeps bytecode; so is everything when the
     cache directory cannot be made. Timing is unaffected: bytecode is what Python runs anyway.
 
+    Under a file-size limit (``ulimit -f``, which a child inherits) the child writes no bytecode at
+    all: Python writes a cache file in one ``write`` whose short count it does not check, and
+    renames the truncated file into place, so one limited process would leave every later one
+    failing to import that module ("marshal data too short").
+
     :param folder: the cache folder (default: ``pycache`` in zlf's cache directory).
     """
     env = dict(env)
+    if _file_size_limited():
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+        return env
     if env.get("PYTHONPYCACHEPREFIX") or _bytecode_kept():
         return env
     if folder is None:

@@ -23,6 +23,7 @@ import contextlib
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -31,7 +32,10 @@ from typing import Optional
 import pytest
 
 from . import hookimpl
-from .procs import python_child_env
+from .procs import die_with_parent, python_child_env
+
+#: the environment variable naming the test session's spawn server (:func:`_session_spawn_server`).
+SPAWN_ENV = "ZLF_SPAWN_SERVER"
 
 # ----------------------------------------------------------------------------- plain helpers
 
@@ -365,6 +369,7 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU; skipped when none is visible")
     config.addinivalue_line("markers", "slow: spawns several zlf processes")
     _session_bytecode_cache(config)
+    _session_spawn_server(config)
 
 
 def _session_bytecode_cache(config) -> None:
@@ -386,6 +391,63 @@ def _session_bytecode_cache(config) -> None:
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     os.environ["PYTHONPYCACHEPREFIX"] = folder
     config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
+
+
+def _session_spawn_server(config) -> None:
+    """Start the session's spawn server (``zlf/_spawn_server.py``): the ``python -m MODULE``
+    processes the session's tests start (directly, or through zlf ab, task workers and sweeps)
+    fork from a process that has imported torch once, instead of each importing it again (about
+    two of a CPU ``zlf run``'s four seconds). The server's ``sitecustomize`` stand-in keeps what
+    a test can see of a process: its pid is the one signals and waits go to, it exits as the
+    child does, and the child dies with it; a process the server would not run the same way
+    starts normally (docs/extensions.md, "Testing your extension").
+
+    Not started where ``ZLF_SPAWN_SERVER`` is already set (an outer session's server, shared by
+    pytest-xdist's workers; set it empty to run every process plainly), nor off Linux or before
+    Python 3.10. If the server does not come up, the session runs without it."""
+    import select
+    import shutil
+    import tempfile
+
+    if SPAWN_ENV in os.environ or not sys.platform.startswith("linux") or not hasattr(os, "pidfd_open") \
+            or not hasattr(sys, "orig_argv"):
+        return
+    folder = Path(tempfile.mkdtemp(prefix="zlf-spawn-"))
+    here = Path(__file__).parent
+    shutil.copyfile(here / "_spawn_client.py", folder / "sitecustomize.py")
+    shutil.copyfile(here / "_spawn_server.py", folder / "zlf_spawn_server.py")
+    old_path = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(folder), *([old_path] if old_path else [])])
+    socket_path = folder / "socket"
+    # a line per request (forked or refused, and why) on the server's log
+    with open(os.environ.get("ZLF_SPAWN_SERVER_LOG") or folder / "server.log", "a") as log:
+        proc = subprocess.Popen([sys.executable, str(folder / "zlf_spawn_server.py"), str(socket_path)],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, text=True,
+                                preexec_fn=die_with_parent(signal.SIGTERM))
+    ready = select.select([proc.stdout], [], [], 120)[0] and proc.stdout.readline().strip() == "ready"
+
+    def stop() -> None:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        proc.stdout.close()
+        if os.environ.get(SPAWN_ENV) == str(socket_path):
+            del os.environ[SPAWN_ENV]
+        if old_path is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = old_path
+        shutil.rmtree(folder, ignore_errors=True)
+
+    config.add_cleanup(stop)
+    if not ready:
+        stop()
+        return
+    os.environ[SPAWN_ENV] = str(socket_path)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -460,3 +522,10 @@ def zlf_core_only(monkeypatch):
     """Only core is active in this test and the zlf processes it starts."""
     for key, value in core_only_env().items():
         monkeypatch.setenv(key, value)
+
+
+@pytest.fixture
+def zlf_plain_processes(monkeypatch):
+    """The Python processes this test starts run plainly, not forked from the session's spawn
+    server: for tests that look at the process tree (a child's parent, a judge's workers)."""
+    monkeypatch.setenv(SPAWN_ENV, "")

@@ -364,6 +364,11 @@ def test_ir_diff_out_that_cannot_be_written_is_one_line(tmp_path):
 
 
 # ----------------------------------------------------------------------------- 12 disk full
+#: with a file-size limit, no bytecode: Python would leave truncated cache files for the session's
+#: later processes (zlf.procs.python_child_env)
+NO_BYTECODE = {"PYTHONDONTWRITEBYTECODE": "1"}
+
+
 def _file_size_limit(limit: int):
     def apply():
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
@@ -374,7 +379,7 @@ def test_disk_full_keeps_every_finished_record_and_a_consistent_meta(tmp_path, o
     # RLIMIT_FSIZE: any file growing past 40 kB fails as a full disk does (EFBIG instead of
     # ENOSPC); meta.json stays below it, results.jsonl of 40 points (~9 kB each) does not.
     proc = zlf("run", f"{op_file}::many", "--out", "out", "--rep-ms", "1", "--warmup-ms", "0", cwd=tmp_path,
-               preexec_fn=_file_size_limit(40_000))
+               env=NO_BYTECODE, preexec_fn=_file_size_limit(40_000))
     line = one_line_error(proc, "File too large", "finished point(s) kept in")
     kept = int(line.split(": ")[-1].split(" finished")[0])
     run_dir = next((tmp_path / "out").iterdir())
@@ -389,7 +394,7 @@ def test_a_disk_full_before_the_first_meta_json_is_one_line(tmp_path):
     """300 bytes: not even the first meta.json fits. The last resort (overwrite the old file in
     place) had no old file and raised FileNotFoundError: a traceback, exit 1."""
     proc = zlf("run", "add", "--out", "out", "--rep-ms", "1", "--warmup-ms", "0", cwd=tmp_path,
-               preexec_fn=_file_size_limit(300))
+               env=NO_BYTECODE, preexec_fn=_file_size_limit(300))
     one_line_error(proc, "File too large", "0 finished point(s) kept in")
     assert "Traceback" not in proc.stderr
 

@@ -346,7 +346,7 @@ def test_resume_refuses_an_old_campaign_it_cannot_read_in_one_line(tmp_path, env
 # ----------------------------------------------------------------------------- 7: workers die with their judge
 @pytest.mark.extensions("task")
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
-def test_killed_judge_leaves_no_worker(tmp_path, env, hang, sig):
+def test_killed_judge_leaves_no_worker(tmp_path, zlf_plain_processes, env, hang, sig):
     proc = spawn(["task", PKG, "--candidate", hang, "--ext", "task", "--backend", "cpu", "--time-limit", "100",
                   "--out", tmp_path / "runs"], tmp_path, env)
     worker = worker_of(proc.pid)
@@ -361,7 +361,7 @@ def test_killed_judge_leaves_no_worker(tmp_path, env, hang, sig):
 
 
 @pytest.mark.extensions("task")
-def test_killed_task_campaign_leaves_no_worker(tmp_path, env, hang):
+def test_killed_task_campaign_leaves_no_worker(tmp_path, zlf_plain_processes, env, hang):
     """kill -9 of zlf ab --task: its zlf task run and that run's worker go too."""
     proc = spawn(["ab", "--task", PKG, "--a-candidate", hang, "--b-candidate", hang, "--rounds", "1",
                   "--time-limit", "100", "--backend", "cpu", "--ext", "task", "--out", tmp_path / "o"], tmp_path, env)
@@ -418,7 +418,7 @@ def test_sigterm_of_a_run_keeps_points_and_says_terminated(tmp_path, env, ops_fi
     assert [r["op"] for r in read_records(d)] == ["a_ok"]
 
 
-def test_sigterm_of_a_campaign_leaves_it_resumable(tmp_path, env, ops_file):
+def test_sigterm_of_a_campaign_leaves_it_resumable(tmp_path, zlf_plain_processes, env, ops_file):
     proc = spawn(["ab", f"{ops_file}::b_hang", "--switch", "X", "--rounds", "1", "--time-limit", "0", "--backend", "cpu",
                   "--out", tmp_path / "o"], tmp_path, env)
     camp = wait_for(lambda: next((tmp_path / "o").glob("ab_*/campaign.json"), None), 30, "campaign.json")
@@ -555,3 +555,32 @@ def test_childrens_bytecode_never_fails_a_run_over_its_cache(no_bytecode_kept, m
     monkeypatch.setenv("ZLF_CACHE_DIR", str(blocker / "cache"))
     env = no_bytecode_kept.python_child_env(os.environ)
     assert "PYTHONPYCACHEPREFIX" not in env and env["PYTHONDONTWRITEBYTECODE"] == "1"
+
+
+def test_a_child_under_a_file_size_limit_writes_no_bytecode_that_later_processes_would_fail_on(tmp_path):
+    """Python writes a cache file in one write() whose short count it ignores, then renames it into
+    place: a process under ``ulimit -f`` left a truncated .pyc in the shared cache, and every later
+    process failed to import that module ("marshal data too short"). Its children now write none."""
+    import resource
+
+    src, cache = tmp_path / "src", tmp_path / "pycache"
+    src.mkdir()
+    (src / "big_module.py").write_text("VALUE = %r\n" % ("x" * 5000))
+    probe = ("import resource, sys, os; resource.setrlimit(resource.RLIMIT_FSIZE, (800, 800)); "
+             "from zlf.procs import python_child_env; import json; "
+             "print(json.dumps(python_child_env(dict(os.environ))))")
+    base = {**os.environ, "PYTHONPYCACHEPREFIX": str(cache)}
+    base.pop("PYTHONDONTWRITEBYTECODE", None)
+    out = subprocess.run([sys.executable, "-c", probe], env=base, capture_output=True, text=True, timeout=60)
+    child_env = json.loads(out.stdout)
+    assert child_env.get("PYTHONDONTWRITEBYTECODE") == "1", out.stderr
+
+    def limited_import(env):
+        return subprocess.run([sys.executable, "-c", "import big_module"], env={**env, "PYTHONPATH": str(src)},
+                              capture_output=True, text=True, timeout=60,
+                              preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (800, 800)))
+
+    assert limited_import(child_env).returncode == 0
+    later = subprocess.run([sys.executable, "-c", "import big_module"], env={**base, "PYTHONPATH": str(src)},
+                           capture_output=True, text=True, timeout=60)
+    assert later.returncode == 0, later.stderr

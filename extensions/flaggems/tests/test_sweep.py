@@ -266,7 +266,9 @@ def test_a_full_disk_under_the_sweeps_table_is_one_line_not_a_thread_traceback(t
 
     proc = subprocess.run([sys.executable, "-m", "zlf", "sweep", "--flaggems-dir", str(SWEEP), "--ops",
                            "needs_vllm,crash_op", *CHILD], cwd=tmp_path, capture_output=True, text=True,
-                          env={**os.environ, "ZLF_NO_PROGRESS": "1"},
+                          # no bytecode: under the limit Python would leave truncated cache files for
+                          # the session's later processes (zlf.procs.python_child_env)
+                          env={**os.environ, "ZLF_NO_PROGRESS": "1", "PYTHONDONTWRITEBYTECODE": "1"},
                           preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (800, 800)))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("zlf: error:")]

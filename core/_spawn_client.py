@@ -1,0 +1,124 @@
+"""The client half of the test sessions' spawn server (:mod:`zlf.spawn_server`), installed as the
+``sitecustomize`` of the Python processes a test session starts.
+
+This file is copied, not imported as part of zlf: Python runs it at start-up, before ``-m MODULE``
+runs, and it must cost next to nothing. It imports nothing of zlf's and only standard modules.
+
+When ``ZLF_SPAWN_SERVER`` names a socket and this process was started exactly as
+``python -m MODULE ARGS``, it hands itself to the server: the server forks a child of its own
+(which has torch imported already) that takes over this process's file descriptors, working
+directory, environment, umask, resource limits, signal dispositions and mask, and runs
+``MODULE ARGS``. This process stays as its stand-in: it passes on the signals it gets, and it
+exits the way the child exits (the same code, or killed by the same signal). When it dies, the
+server kills the child. Whatever does not match the server (another interpreter, other flags,
+another ``sys.path``, other import-time environment variables) is refused, and this process
+starts normally, as does any process when the server cannot be reached.
+"""
+import os
+import sys
+
+_ENV = "ZLF_SPAWN_SERVER"
+#: signals passed on to the child (SIGKILL and SIGSTOP cannot be caught: the server kills the
+#: child when this process dies).
+_FORWARD = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM")
+#: the dispositions the child takes over.
+_DISPOSITIONS = _FORWARD + ("SIGPIPE", "SIGCHLD", "SIGXFSZ", "SIGTSTP", "SIGTTIN", "SIGTTOU", "SIGWINCH")
+
+
+def _request(sock_fd: int) -> dict:
+    import resource
+    import signal
+
+    fds = []
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd == sock_fd:
+            continue
+        try:
+            os.fstat(fd)  # the listing's own descriptor is closed by now
+        except OSError:
+            continue
+        fds.append(fd)
+    dispositions = {}
+    for name in _DISPOSITIONS:
+        handler = signal.getsignal(getattr(signal, name))
+        dispositions[name] = ("ignore" if handler is signal.SIG_IGN else
+                              "interrupt" if handler is signal.default_int_handler else "default")
+    limits = {name: resource.getrlimit(getattr(resource, name))
+              for name in dir(resource) if name.startswith("RLIMIT_")}
+    umask = os.umask(0o22)
+    os.umask(umask)
+    return {
+        "executable": sys.executable, "argv": list(sys.orig_argv), "path": list(sys.path),
+        "flags": list(sys.flags), "warnoptions": list(sys.warnoptions), "xoptions": repr(sorted(sys._xoptions.items())),
+        "cwd": os.getcwd(), "env": dict(os.environ), "umask": umask, "fds": fds,
+        "leader": os.getsid(0) == os.getpid(), "dispositions": dispositions,
+        "mask": sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])), "limits": limits,
+    }
+
+
+def _read(sock, buffer: bytearray):
+    import json
+
+    while b"\n" not in buffer:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return None
+        buffer += chunk
+    line, _, rest = bytes(buffer).partition(b"\n")
+    buffer[:] = rest
+    return json.loads(line)
+
+
+def _hand_off() -> None:
+    import json
+    import signal
+    import socket
+
+    try:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.connect(os.environ[_ENV])
+    except OSError:
+        return
+    request = _request(sock.fileno())
+    data = json.dumps(request).encode() + b"\n"
+    try:
+        sent = socket.send_fds(sock, [data], request["fds"])
+        sock.sendall(data[sent:])
+        buffer = bytearray()
+        reply = _read(sock, buffer)
+    except OSError:
+        reply = None
+    if not reply or "pid" not in reply:  # refused, or the server is gone: start normally
+        sock.close()
+        return
+    pid = reply["pid"]
+
+    def forward(signum, frame):
+        try:
+            if request["leader"]:
+                os.killpg(pid, signum)
+            else:
+                os.kill(pid, signum)
+        except OSError:
+            pass
+
+    for name in _FORWARD:
+        if request["dispositions"][name] != "ignore":
+            signal.signal(getattr(signal, name), forward)
+    end = None
+    while end is None:
+        try:
+            end = _read(sock, buffer) or {"code": 70}
+        except OSError:
+            end = {"code": 70}
+    if end.get("signal"):
+        for name in _FORWARD:
+            signal.signal(getattr(signal, name), signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [end["signal"]])
+        os.kill(os.getpid(), end["signal"])
+    os._exit(end.get("code", 70))
+
+
+if os.environ.get(_ENV) and len(getattr(sys, "orig_argv", ())) >= 3 and sys.orig_argv[1] == "-m":
+    _hand_off()

@@ -1,0 +1,327 @@
+"""A spawn server for test sessions: ``python _spawn_server.py SOCKET [MODULE ...]``.
+
+A test session of zlf and its extensions starts hundreds of Python processes (``zlf run`` under
+``zlf ab``, task workers, sweep children), and each spends about two seconds importing torch
+before it does anything. This server imports the slow, import-time-stateless modules once
+(torch and the libraries zlf needs; nothing of zlf, Triton or matplotlib, whose import reads the
+environment) and forks a child for each request of a stand-in process (``_spawn_client.py``, the
+session's ``sitecustomize``). The child takes over the stand-in's file descriptors, working
+directory, environment, umask, resource limits and signal state, and runs ``-m MODULE ARGS`` the
+way the interpreter would, including its exit (threads joined, ``atexit`` run, streams flushed,
+an uncaught ``KeyboardInterrupt`` ending in SIGINT).
+
+Requests that would not behave the same are refused (the stand-in then starts normally): another
+interpreter, other interpreter flags or ``-X``/``-W`` options, another ``sys.path``, or another
+value of an environment variable read when the preloaded modules are imported
+(:data:`IMPORT_TIME_ENV`).
+
+Like the client, this file runs as a script and imports nothing of zlf. It serves until its
+parent (the test session) exits.
+"""
+import json
+import os
+import selectors
+import signal
+import socket
+import sys
+
+#: environment variables (prefixes) whose value the preloaded modules read at import time, or
+#: that change how Python itself starts: a request whose value differs from the server's starts
+#: normally instead.
+IMPORT_TIME_ENV = ("PYTHON", "LD_", "TORCH", "PYTORCH", "OMP_", "MKL_", "KMP_", "OPENBLAS", "NUMPY", "LANG", "LC_",
+                   "MALLOC", "GLIBC", "CUDA_MODULE_LOADING")
+#: the modules imported once, here.
+PRELOAD = ("torch", "numpy", "scipy.special", "scipy.stats", "yaml", "attr", "pluggy", "tabulate", "jsonschema")
+
+
+_KEPT = []
+
+
+#: ... less these, read when used, not at import (Ray sets PYTHONBREAKPOINT in its workers).
+READ_WHEN_USED_ENV = ("PYTHONBREAKPOINT",)
+
+
+def _env_view(env: dict) -> dict:
+    return {k: v for k, v in env.items() if k.startswith(IMPORT_TIME_ENV) and k not in READ_WHEN_USED_ENV}
+
+
+class Server:
+    def __init__(self, path: str, own: dict):
+        self.path = path
+        self.own = own
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(path)
+        self.listener.listen(128)
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(self.listener, selectors.EVENT_READ, ("accept", None))
+        self.parent = os.getppid()
+        self.children = {}  # pidfd -> (pid, conn, leader)
+
+    def refusal(self, request: dict):
+        argv = request.get("argv") or []
+        if len(argv) < 3 or argv[1] != "-m" or argv[0] != request.get("executable"):
+            return "not started as python -m MODULE"
+        for key in ("executable", "path", "flags", "warnoptions", "xoptions"):
+            if request.get(key) != self.own[key]:
+                return f"another {key}"
+        theirs, own = _env_view(request.get("env") or {}), self.own["env"]
+        if theirs != own:
+            return "another import-time environment: " + " ".join(
+                sorted(k for k in set(theirs) | set(own) if theirs.get(k) != own.get(k)))
+        return None
+
+    def serve(self) -> None:
+        while True:
+            for key, _ in self.selector.select(timeout=1.0):
+                kind, data = key.data
+                if kind == "accept":
+                    conn, _ = self.listener.accept()
+                    self.selector.register(conn, selectors.EVENT_READ, ("request", [bytearray(), []]))
+                elif kind == "request":
+                    self.on_request(key.fileobj, data)
+                elif kind == "stand-in":
+                    self.on_stand_in(key.fileobj, data)
+                elif kind == "exit":
+                    self.on_exit(key.fileobj)
+            if os.getppid() != self.parent:
+                self.stop()
+                return
+
+    def on_request(self, conn, data) -> None:
+        buffer, fds = data
+        try:
+            chunk, got, _, _ = socket.recv_fds(conn, 1 << 20, 253)
+        except OSError:
+            chunk, got = b"", []
+        buffer += chunk
+        fds.extend(got)
+        if chunk and b"\n" not in chunk:
+            return  # more of the request to come
+        self.selector.unregister(conn)
+        if not chunk:
+            self._close(conn, fds)
+            return
+        request = json.loads(bytes(buffer).partition(b"\n")[0])
+        why = self.refusal(request) or (None if len(fds) == len(request["fds"]) else "descriptors lost")
+        print(("refused" if why else "forked"), request["argv"][2], why or "", flush=True, file=sys.stderr)
+        if why:
+            self._send(conn, {"refused": why})
+            self._close(conn, fds)
+            return
+        pid = os.fork()
+        if pid == 0:
+            try:
+                self.selector.close()
+                self.listener.close()
+                for _, other, _ in self.children.values():
+                    other.close()
+                conn.close()
+                _become(request, fds)
+            except BaseException:  # the child's own failure, on the stand-in's stderr by now
+                import traceback
+
+                os.write(2, ("zlf spawn server: " + traceback.format_exc()).encode(errors="replace"))
+            finally:
+                os._exit(70)
+        for fd in fds:
+            os.close(fd)
+        pidfd = os.pidfd_open(pid)
+        self.children[pidfd] = (pid, conn, request["leader"])
+        self.selector.register(pidfd, selectors.EVENT_READ, ("exit", None))
+        self.selector.register(conn, selectors.EVENT_READ, ("stand-in", pidfd))
+        self._send(conn, {"pid": pid})
+
+    def on_stand_in(self, conn, pidfd) -> None:
+        """The stand-in sends nothing after its request: readable means it is gone. So is the child."""
+        try:
+            if conn.recv(1):
+                return
+        except OSError:
+            pass
+        pid, _, leader = self.children[pidfd]
+        self.selector.unregister(conn)
+        try:
+            os.killpg(pid, signal.SIGKILL) if leader else os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+    def on_exit(self, pidfd) -> None:
+        pid, conn, _ = self.children.pop(pidfd)
+        self.selector.unregister(pidfd)
+        os.close(pidfd)
+        _, status = os.waitpid(pid, 0)
+        end = {"signal": os.WTERMSIG(status)} if os.WIFSIGNALED(status) else {"code": os.waitstatus_to_exitcode(status)}
+        try:
+            self.selector.unregister(conn)
+        except (KeyError, ValueError):
+            pass
+        self._send(conn, end)
+        conn.close()
+
+    def stop(self) -> None:
+        for pidfd, (pid, conn, leader) in self.children.items():
+            try:
+                os.killpg(pid, signal.SIGKILL) if leader else os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        try:
+            os.unlink(self.path)
+        except OSError:
+            pass
+
+    @staticmethod
+    def _send(conn, message: dict) -> None:
+        try:
+            conn.sendall(json.dumps(message).encode() + b"\n")
+        except OSError:
+            pass
+
+    def _close(self, conn, fds) -> None:
+        for fd in fds:
+            os.close(fd)
+        conn.close()
+
+
+def _become(request: dict, received: list) -> None:
+    """In the forked child: take over the stand-in's process state, then run the module."""
+    import resource
+
+    if request["leader"]:
+        os.setsid()
+    # descriptors: each received one to the number it had in the stand-in, and nothing else open.
+    # First all of them above every target number, so that no dup2 overwrites a source.
+    import fcntl
+
+    floor = max(request["fds"], default=2) + 1
+    high = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, floor) for fd in received]
+    for target, fd in zip(request["fds"], high):
+        os.dup2(fd, target, inheritable=True)
+    keep = set(request["fds"])
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd not in keep:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+    os.chdir(request["cwd"])
+    os.umask(request["umask"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    for name, (soft, hard) in request["limits"].items():
+        try:
+            resource.setrlimit(getattr(resource, name), (soft, hard))
+        except (ValueError, OSError, AttributeError):
+            pass
+    for name, how in request["dispositions"].items():
+        signal.signal(getattr(signal, name), {"ignore": signal.SIG_IGN, "interrupt": signal.default_int_handler,
+                                              "default": signal.SIG_DFL}[how])
+    signal.pthread_sigmask(signal.SIG_SETMASK, request["mask"])
+    _run_module(request)
+
+
+def _streams() -> None:
+    """New sys.stdin/stdout/stderr on descriptors 0-2, made the way the interpreter makes them
+    (the encoding and error handlers are the server's own: its flags and locale variables are the
+    stand-in's)."""
+    import io
+
+    unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))
+
+    def stream(fd: int, like, writing: bool):
+        try:
+            os.fstat(fd)
+        except OSError:
+            return None
+        raw = io.FileIO(fd, "wb" if writing else "rb", closefd=False)
+        tty = raw.isatty()
+        if writing:
+            buffered = io.BufferedWriter(raw)
+            line = fd == 2 or tty or unbuffered
+        else:
+            buffered, line = io.BufferedReader(raw), False
+        encoding = getattr(like, "encoding", None) or "utf-8"
+        errors = getattr(like, "errors", None) or ("backslashreplace" if fd == 2 else "strict")
+        return io.TextIOWrapper(buffered, encoding=encoding, errors=errors, line_buffering=line,
+                                write_through=unbuffered and writing)
+
+    _KEPT.extend([sys.stdin, sys.stdout, sys.stderr])  # never finalised: each would close its descriptor
+    sys.stdin = sys.__stdin__ = stream(0, sys.__stdin__, False)
+    sys.stdout = sys.__stdout__ = stream(1, sys.__stdout__, True)
+    sys.stderr = sys.__stderr__ = stream(2, sys.__stderr__, True)
+
+
+def _report(exc: BaseException) -> None:
+    """The traceback from runpy's frame on, as the interpreter shows it (not this file's frame)."""
+    exc.__traceback__ = exc.__traceback__.tb_next
+    sys.excepthook(type(exc), exc, exc.__traceback__)
+
+
+def _run_module(request: dict) -> None:
+    import atexit
+    import runpy
+    import threading
+    import types
+
+    _streams()
+    argv = request["argv"]
+    sys.orig_argv = list(argv)
+    sys.argv = ["-m", *argv[3:]]
+    sys.path[:] = ([] if sys.flags.safe_path else [os.getcwd()]) + list(request["path"])
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    code = 0
+    interrupted = False
+    try:
+        runpy._run_module_as_main(argv[2], alter_argv=True)
+    except SystemExit as exc:
+        if exc.code is None:
+            code = 0
+        elif isinstance(exc.code, int):
+            code = exc.code & 0xFF
+        else:
+            print(exc.code, file=sys.stderr)
+            code = 1
+    except KeyboardInterrupt as exc:
+        _report(exc)
+        interrupted = True
+    except BaseException as exc:
+        _report(exc)
+        code = 1
+    try:
+        threading._shutdown()
+    except Exception:
+        pass
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    if interrupted:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    os._exit(code)
+
+
+def main(argv) -> int:
+    import importlib
+
+    path = argv[0]
+    # what a request must match, taken before any import: sys.path as it was at start-up, less
+    # this script's folder (put first because this runs as a script)
+    own = {"executable": sys.executable, "path": sys.path[1:], "flags": list(sys.flags),
+           "warnoptions": list(sys.warnoptions), "xoptions": repr(sorted(sys._xoptions.items())),
+           "env": _env_view(os.environ)}
+    for name in PRELOAD:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
+    server = Server(path, own)
+    print("ready", flush=True)
+    server.serve()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,167 @@
+"""The test sessions' spawn server (zlf/_spawn_server.py with its stand-in, zlf/_spawn_client.py):
+a process it forks must look to its caller like the process the caller started."""
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import zlf
+from zlf.testing import SPAWN_ENV
+
+CORE = Path(zlf.__file__).parent
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or not hasattr(os, "pidfd_open")
+                                or not hasattr(sys, "orig_argv"), reason="the spawn server is Linux, Python 3.10+")
+
+PROBE = r'''
+import os, resource, signal, sys, time
+print("pid", os.getpid(), flush=True)
+print("argv", sys.argv[1:], "main", __name__, flush=True)
+print("cwd", os.getcwd(), "var", os.environ.get("PROBE_VAR"), "umask", oct(os.umask(0)), flush=True)
+print("fsize", resource.getrlimit(resource.RLIMIT_FSIZE)[0], "path0", sys.path[0], flush=True)
+print("sigint", "ignored" if signal.getsignal(signal.SIGINT) is signal.SIG_IGN else "handled", flush=True)
+mode = sys.argv[1]
+if mode == "io":
+    print("stdin", sys.stdin.readline().strip(), flush=True)
+    os.write(int(sys.argv[2]), b"on the extra descriptor")
+    print("to stderr", file=sys.stderr)
+    sys.exit(3)
+if mode == "wait":
+    time.sleep(60)
+if mode == "interrupt":
+    raise KeyboardInterrupt
+'''
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """A server of this module's own (not the session's), and the environment of its stand-ins."""
+    folder = tmp_path_factory.mktemp("spawn")
+    shutil.copyfile(CORE / "_spawn_client.py", folder / "sitecustomize.py")
+    shutil.copyfile(CORE / "_spawn_server.py", folder / "zlf_spawn_server.py")
+    (folder / "probe_mod.py").write_text(PROBE)
+    env = {k: v for k, v in os.environ.items() if k != SPAWN_ENV}
+    env["PYTHONPATH"] = os.pathsep.join([str(folder)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    sock = folder / "socket"
+    log = open(folder / "server.log", "w")
+    proc = subprocess.Popen([sys.executable, str(folder / "zlf_spawn_server.py"), str(sock)], env=env,
+                            stdout=subprocess.PIPE, stderr=log, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    yield {**env, SPAWN_ENV: str(sock), "PROBE_VAR": "v"}, folder
+    proc.terminate()
+    proc.wait(10)
+    log.close()
+
+
+def probe(env, folder, *args, **kw):
+    return subprocess.Popen([sys.executable, "-m", "probe_mod", *args], cwd=folder, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)
+
+
+def lines(text: str) -> dict:
+    return {line.split(" ", 1)[0]: line.split(" ", 1)[1] for line in text.splitlines() if " " in line}
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def gone_within(pid: int, seconds: float = 10) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not alive(pid):
+            return True
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+    return False
+
+
+def test_a_forked_child_has_its_callers_arguments_directory_environment_descriptors_and_exit(server, tmp_path):
+    env, folder = server
+    r, w = os.pipe()
+    old = os.umask(0o027)
+    try:
+        proc = probe(env, folder, "io", str(w), stdin=subprocess.PIPE, pass_fds=(w,),
+                     preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (10 ** 6, 10 ** 6)))
+    finally:
+        os.umask(old)
+    os.close(w)
+    out, err = proc.communicate("hello\n", timeout=60)
+    seen = lines(out)
+    assert int(seen["pid"]) != proc.pid  # forked by the server: the caller's process is its stand-in
+    assert proc.returncode == 3 and err == "to stderr\n"
+    assert seen["argv"] == f"['io', '{w}'] main __main__" and seen["stdin"] == "hello"
+    assert seen["cwd"] == f"{folder} var v umask 0o27"
+    assert seen["fsize"] == f"1000000 path0 {folder}" and seen["sigint"] == "handled"
+    assert os.read(r, 100) == b"on the extra descriptor"
+    os.close(r)
+
+
+def test_signals_reach_the_child_and_the_stand_in_ends_as_it_does(server):
+    env, folder = server
+    for sig, session in ((signal.SIGTERM, False), (signal.SIGINT, True)):
+        proc = probe(env, folder, "wait", start_new_session=session)
+        pid = int(proc.stdout.readline().split()[1])
+        assert pid != proc.pid
+        for _ in range(4):
+            proc.stdout.readline()
+        (os.killpg if session else os.kill)(proc.pid, sig)
+        assert proc.wait(30) == -sig
+        assert gone_within(pid)
+
+
+def test_an_uncaught_keyboard_interrupt_ends_in_sigint_with_its_traceback(server):
+    env, folder = server
+    proc = probe(env, folder, "interrupt")
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGINT and err.rstrip().endswith("KeyboardInterrupt")
+    assert "zlf_spawn_server" not in err  # the traceback starts where Python's would
+
+
+def test_a_killed_stand_in_takes_its_child_with_it(server):
+    env, folder = server
+    proc = probe(env, folder, "wait")
+    pid = int(proc.stdout.readline().split()[1])
+    proc.kill()
+    proc.wait(10)
+    assert gone_within(pid)
+
+
+def test_an_ignored_sigint_stays_ignored_in_the_child(server):
+    env, folder = server
+    proc = probe(env, folder, "none", preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    out, _ = proc.communicate(timeout=60)
+    assert lines(out)["sigint"] == "ignored" and int(lines(out)["pid"]) != proc.pid
+
+
+@pytest.mark.parametrize("change", [{"OMP_NUM_THREADS": "3"}, {"PYTHONDONTWRITEBYTECODE": "1"}, {"PYTHONPATH": None},
+                                    {SPAWN_ENV: ""}, {SPAWN_ENV: "/nonexistent/socket"}],
+                         ids=["import-time variable", "python variable", "another path", "off", "no server"])
+def test_what_the_server_would_not_run_the_same_way_starts_plainly(server, change):
+    """A variable read when torch is imported (OpenMP's thread count), another sys.path: a child
+    forked from the server would not see them, so the process starts on its own."""
+    env, folder = server
+    env = dict(env)
+    for key, value in change.items():
+        if value is None:  # the stand-in's own folder stays, the rest of the path goes
+            env[key] = os.pathsep.join([str(folder), str(folder / "elsewhere")])
+        else:
+            env[key] = value
+    proc = probe(env, folder, "none")
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0 and int(lines(out)["pid"]) == proc.pid
+
+
+def test_a_test_asking_for_plain_processes_gets_them(zlf_plain_processes):
+    assert os.environ[SPAWN_ENV] == ""
