@@ -61,9 +61,16 @@ def server(tmp_path_factory):
     log.close()
 
 
-def probe(env, folder, *args, **kw):
+def probe(env, folder, *args, preexec_fn=None, **kw):
+    def preexec():
+        # SIGINT as a terminal gives it: a session run in the background (nohup, `cmd &`) ignores
+        # it, and a child inherits that
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        if preexec_fn:
+            preexec_fn()
+
     return subprocess.Popen([sys.executable, "-m", "probe_mod", *args], cwd=folder, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=preexec, **kw)
 
 
 def lines(text: str) -> dict:
