@@ -283,7 +283,9 @@ def test_an_interrupted_run_leaves_its_unit_pending_not_skipped(tmp_path):
     assert s.stats["0"].failed_runs == 0
 
 
-def test_a_worker_stops_quietly_on_ctrl_c(tmp_path):
+def test_a_worker_stops_quietly_on_ctrl_c(tmp_path, zlf_plain_processes):
+    """Plain processes: the stand-in of a spawn-server child passes SIGINT on a moment later, and by
+    then the closed stdin below may have ended the worker normally."""
     import os
     import signal
     import subprocess

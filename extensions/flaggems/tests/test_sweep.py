@@ -147,7 +147,7 @@ def test_cost_breakdown_adds_up_the_phase_lines(tmp_path):
 
 
 @pytest.mark.parametrize("stop", ["SIGINT", "SIGTERM"])
-def test_an_interrupted_sweep_kills_its_running_op_and_resume_runs_it_again(tmp_path, stop):
+def test_an_interrupted_sweep_kills_its_running_op_and_resume_runs_it_again(zlf_plain_processes, tmp_path, stop):
     """SIGINT (``timeout -s INT``, a budgeted GPU call) or SIGTERM (``timeout``, ``kill``): the
     running op's process group is killed and not recorded, the finished ops' table is printed,
     exit 130 / 143 (it was 130 for both); --resume runs the rest."""
