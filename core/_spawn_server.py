@@ -101,14 +101,23 @@ class Server:
         if not chunk:
             self._close(conn, fds)
             return
-        request = json.loads(bytes(buffer).partition(b"\n")[0])
-        why = self.refusal(request) or (None if len(fds) == len(request["fds"]) else "descriptors lost")
-        print(("refused" if why else "forked"), request["argv"][2], why or "", flush=True, file=sys.stderr)
+        try:
+            request = json.loads(bytes(buffer).partition(b"\n")[0])
+            why = self.refusal(request) or (None if len(fds) == len(request["fds"]) else "descriptors lost")
+        except (ValueError, KeyError, TypeError, AttributeError):  # not a stand-in's request
+            self._close(conn, fds)
+            return
+        print(("refused" if why else "forked"), *request.get("argv", [])[2:3], why or "", flush=True, file=sys.stderr)
         if why:
             self._send(conn, {"refused": why})
             self._close(conn, fds)
             return
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError as exc:  # out of processes or memory: the stand-in starts on its own
+            self._send(conn, {"refused": f"fork: {exc}"})
+            self._close(conn, fds)
+            return
         if pid == 0:
             try:
                 self.selector.close()

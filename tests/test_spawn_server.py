@@ -172,3 +172,21 @@ def test_what_the_server_would_not_run_the_same_way_starts_plainly(server, chang
 
 def test_a_test_asking_for_plain_processes_gets_them(zlf_plain_processes):
     assert os.environ[SPAWN_ENV] == ""
+
+
+def test_a_request_that_is_not_a_stand_ins_leaves_the_server_serving(server):
+    import socket
+
+    env, folder = server
+    for junk in (b"not json\n", b'{"argv": 3}\n', b"[]\n", b""):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.connect(env[SPAWN_ENV])
+            sock.sendall(junk)
+            sock.shutdown(socket.SHUT_WR)
+            try:
+                assert sock.recv(100) == b""  # closed, no reply
+            except ConnectionResetError:
+                pass
+    proc = probe(env, folder, "none")
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and int(lines(out)["pid"]) != proc.pid
