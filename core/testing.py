@@ -393,8 +393,42 @@ def _session_bytecode_cache(config) -> None:
     config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
 
 
+def start_spawn_server(folder: Path, env: dict, log) -> tuple:
+    """Start a spawn server (``zlf/_spawn_server.py``) in ``folder``, with ``env`` (its
+    ``PYTHONPATH`` led by ``folder``, where the stand-in is the ``sitecustomize``) and its log lines
+    on the open file ``log``. Returns ``(process, env)``: ``env`` is what the stand-ins need
+    (``PYTHONPATH`` and :data:`SPAWN_ENV`), None if the server did not come up (it is stopped then)."""
+    import select
+    import shutil
+
+    here = Path(__file__).parent
+    shutil.copyfile(here / "_spawn_client.py", folder / "sitecustomize.py")
+    shutil.copyfile(here / "_spawn_server.py", folder / "zlf_spawn_server.py")
+    env = {k: v for k, v in env.items() if k != SPAWN_ENV}
+    env["PYTHONPATH"] = os.pathsep.join([str(folder), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])
+    socket_path = folder / "socket"
+    proc = subprocess.Popen([sys.executable, str(folder / "zlf_spawn_server.py"), str(socket_path)], env=env,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, text=True,
+                            preexec_fn=die_with_parent(signal.SIGTERM))
+    if select.select([proc.stdout], [], [], 120)[0] and proc.stdout.readline().strip() == "ready":
+        return proc, {"PYTHONPATH": env["PYTHONPATH"], SPAWN_ENV: str(socket_path)}
+    stop_spawn_server(proc)
+    return proc, None
+
+
+def stop_spawn_server(proc) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    proc.stdout.close()
+
+
 def _session_spawn_server(config) -> None:
-    """Start the session's spawn server (``zlf/_spawn_server.py``): the ``python -m MODULE``
+    """Start the session's spawn server (:func:`start_spawn_server`): the ``python -m MODULE``
     processes the session's tests start (directly, or through zlf ab, task workers and sweeps)
     fork from a process that has imported torch once, instead of each importing it again (about
     two of a CPU ``zlf run``'s four seconds). The server's ``sitecustomize`` stand-in keeps what
@@ -405,7 +439,6 @@ def _session_spawn_server(config) -> None:
     Not started where ``ZLF_SPAWN_SERVER`` is already set (an outer session's server, shared by
     pytest-xdist's workers; set it empty to run every process plainly), nor off Linux or before
     Python 3.10. If the server does not come up, the session runs without it."""
-    import select
     import shutil
     import tempfile
 
@@ -413,41 +446,25 @@ def _session_spawn_server(config) -> None:
             or not hasattr(sys, "orig_argv"):
         return
     folder = Path(tempfile.mkdtemp(prefix="zlf-spawn-"))
-    here = Path(__file__).parent
-    shutil.copyfile(here / "_spawn_client.py", folder / "sitecustomize.py")
-    shutil.copyfile(here / "_spawn_server.py", folder / "zlf_spawn_server.py")
-    old_path = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join([str(folder), *([old_path] if old_path else [])])
-    socket_path = folder / "socket"
     # a line per request (forked or refused, and why) on the server's log
     with open(os.environ.get("ZLF_SPAWN_SERVER_LOG") or folder / "server.log", "a") as log:
-        proc = subprocess.Popen([sys.executable, str(folder / "zlf_spawn_server.py"), str(socket_path)],
-                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, text=True,
-                                preexec_fn=die_with_parent(signal.SIGTERM))
-    ready = select.select([proc.stdout], [], [], 120)[0] and proc.stdout.readline().strip() == "ready"
+        proc, env = start_spawn_server(folder, dict(os.environ), log)
+    if env is None:
+        shutil.rmtree(folder, ignore_errors=True)
+        return
+    old = {key: os.environ.get(key) for key in env}
+    os.environ.update(env)
 
     def stop() -> None:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        proc.stdout.close()
-        if os.environ.get(SPAWN_ENV) == str(socket_path):
-            del os.environ[SPAWN_ENV]
-        if old_path is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = old_path
+        stop_spawn_server(proc)
+        for key, value in old.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
         shutil.rmtree(folder, ignore_errors=True)
 
     config.add_cleanup(stop)
-    if not ready:
-        stop()
-        return
-    os.environ[SPAWN_ENV] = str(socket_path)
 
 
 def pytest_collection_modifyitems(config, items):

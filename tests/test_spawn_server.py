@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import resource
-import shutil
 import signal
 import subprocess
 import sys
@@ -13,10 +12,7 @@ from pathlib import Path
 
 import pytest
 
-import zlf
-from zlf.testing import SPAWN_ENV
-
-CORE = Path(zlf.__file__).parent
+from zlf.testing import SPAWN_ENV, start_spawn_server, stop_spawn_server
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or not hasattr(os, "pidfd_open")
                                 or not hasattr(sys, "orig_argv"), reason="the spawn server is Linux, Python 3.10+")
@@ -45,20 +41,12 @@ if mode == "interrupt":
 def server(tmp_path_factory):
     """A server of this module's own (not the session's), and the environment of its stand-ins."""
     folder = tmp_path_factory.mktemp("spawn")
-    shutil.copyfile(CORE / "_spawn_client.py", folder / "sitecustomize.py")
-    shutil.copyfile(CORE / "_spawn_server.py", folder / "zlf_spawn_server.py")
     (folder / "probe_mod.py").write_text(PROBE)
-    env = {k: v for k, v in os.environ.items() if k != SPAWN_ENV}
-    env["PYTHONPATH"] = os.pathsep.join([str(folder)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    sock = folder / "socket"
-    log = open(folder / "server.log", "w")
-    proc = subprocess.Popen([sys.executable, str(folder / "zlf_spawn_server.py"), str(sock)], env=env,
-                            stdout=subprocess.PIPE, stderr=log, text=True)
-    assert proc.stdout.readline().strip() == "ready"
-    yield {**env, SPAWN_ENV: str(sock), "PROBE_VAR": "v"}, folder
-    proc.terminate()
-    proc.wait(10)
-    log.close()
+    with open(folder / "server.log", "w") as log:
+        proc, env = start_spawn_server(folder, dict(os.environ), log)
+    assert env is not None, (folder / "server.log").read_text()
+    yield {**os.environ, **env, "PROBE_VAR": "v"}, folder
+    stop_spawn_server(proc)
 
 
 def probe(env, folder, *args, preexec_fn=None, **kw):
