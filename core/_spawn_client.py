@@ -11,8 +11,9 @@ directory, environment, umask, resource limits, signal dispositions and mask, an
 ``MODULE ARGS``. This process stays as its stand-in: it passes on the signals it gets, and it
 exits the way the child exits (the same code, or killed by the same signal). When it dies, the
 server kills the child. Whatever does not match the server (another interpreter, other flags,
-another ``sys.path``, other import-time environment variables) is refused, and this process
-starts normally, as does any process when the server cannot be reached.
+other import-time environment variables, a ``sys.path`` on which this process could find another
+module than the server's) is refused, and this process starts normally, as does any process when
+the server cannot be reached.
 """
 import os
 import sys
@@ -50,6 +51,7 @@ def _request(sock_fd: int) -> dict:
     os.umask(umask)
     return {
         "executable": sys.executable, "argv": list(sys.orig_argv), "path": list(sys.path),
+        "loaded": {name: getattr(module, "__file__", None) for name, module in list(sys.modules.items())},
         "flags": list(sys.flags), "warnoptions": list(sys.warnoptions), "xoptions": repr(sorted(sys._xoptions.items())),
         "cwd": os.getcwd(), "env": dict(os.environ), "umask": umask, "fds": fds,
         "leader": os.getsid(0) == os.getpid(), "dispositions": dispositions,

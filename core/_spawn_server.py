@@ -11,9 +11,12 @@ way the interpreter would, including its exit (threads joined, ``atexit`` run, s
 an uncaught ``KeyboardInterrupt`` ending in SIGINT).
 
 Requests that would not behave the same are refused (the stand-in then starts normally): another
-interpreter, other interpreter flags or ``-X``/``-W`` options, another ``sys.path``, or another
-value of an environment variable read when the preloaded modules are imported
-(:data:`IMPORT_TIME_ENV`).
+interpreter, other interpreter flags or ``-X``/``-W`` options, another value of an environment
+variable read when the preloaded modules are imported (:data:`IMPORT_TIME_ENV`), or a ``sys.path``
+on which a fresh process would find a module other than one the child has already: the server's
+``sys.path`` with folders added (``PYTHONPATH``, and the working directory that ``-m`` puts
+first) is served only when none of the added folders holds a module or package named like one
+the server has imported, and the modules the stand-in loaded at start-up are the server's own.
 
 Like the client, this file runs as a script and imports nothing of zlf. It serves until its
 parent (the test session) exits.
@@ -41,8 +44,30 @@ _KEPT = []
 READ_WHEN_USED_ENV = ("PYTHONBREAKPOINT",)
 
 
+def _provides(folder: str) -> set:
+    """The top-level names ``folder`` would give a module on ``sys.path``: modules by their file
+    suffixes, and every subfolder (a package, or a namespace portion)."""
+    import importlib.machinery
+
+    try:
+        entries = os.listdir(folder)
+    except OSError:
+        return set()
+    suffixes = sorted(importlib.machinery.all_suffixes(), key=len, reverse=True)
+    names = set()
+    for entry in entries:
+        suffix = next((s for s in suffixes if entry.endswith(s)), None)
+        names.add(entry[:-len(suffix)] if suffix else entry)
+    return names
+
+
+#: ... and this one, whose effect (the folders on ``sys.path``) :meth:`Server.path_refusal` checks.
+PATH_ENV = "PYTHONPATH"
+
+
 def _env_view(env: dict) -> dict:
-    return {k: v for k, v in env.items() if k.startswith(IMPORT_TIME_ENV) and k not in READ_WHEN_USED_ENV}
+    return {k: v for k, v in env.items()
+            if k.startswith(IMPORT_TIME_ENV) and k not in READ_WHEN_USED_ENV and k != PATH_ENV}
 
 
 class Server:
@@ -56,18 +81,40 @@ class Server:
         self.selector.register(self.listener, selectors.EVENT_READ, ("accept", None))
         self.parent = os.getppid()
         self.children = {}  # pidfd -> (pid, conn, leader)
+        self.modules = {}  # pidfd -> the module the child runs
+        #: top-level names of every module a child has from the start
+        self.imported = {name.partition(".")[0] for name in list(sys.modules)}
 
     def refusal(self, request: dict):
         argv = request.get("argv") or []
         if len(argv) < 3 or argv[1] != "-m" or argv[0] != request.get("executable"):
             return "not started as python -m MODULE"
-        for key in ("executable", "path", "flags", "warnoptions", "xoptions"):
+        for key in ("executable", "flags", "warnoptions", "xoptions"):
             if request.get(key) != self.own[key]:
                 return f"another {key}"
         theirs, own = _env_view(request.get("env") or {}), self.own["env"]
         if theirs != own:
             return "another import-time environment: " + " ".join(
                 sorted(k for k in set(theirs) | set(own) if theirs.get(k) != own.get(k)))
+        return self.path_refusal(request["path"], request["cwd"], request["loaded"])
+
+    def path_refusal(self, path: list, cwd: str, loaded: dict):
+        """Why a fresh process with ``path`` (and ``-m``'s ``cwd`` before it) could import a module
+        other than the child's, or None. ``loaded``: the stand-in's modules and their files."""
+        own = self.own["path"]
+        if [p for p in path if p in own] != own:
+            return "another path: the server's folders are not all there, in order"
+        for name, origin in loaded.items():
+            module = sys.modules.get(name)
+            if name != "__main__" and module is not None and getattr(module, "__file__", None) != origin:
+                return f"another path: module {name} from {origin}"
+        names = self.imported - {name.partition(".")[0] for name in loaded}
+        for folder in [p for p in path if p not in own] + ([] if sys.flags.safe_path else [cwd]):
+            if os.path.exists(folder) and not os.path.isdir(folder):
+                return f"another path: {folder} is no folder"
+            shadowing = sorted(_provides(folder) & names)
+            if shadowing:
+                return f"another path: {folder} holds {shadowing[0]}"
         return None
 
     def serve(self) -> None:
@@ -136,6 +183,7 @@ class Server:
             os.close(fd)
         pidfd = os.pidfd_open(pid)
         self.children[pidfd] = (pid, conn, request["leader"])
+        self.modules[pidfd] = request["argv"][2]
         self.selector.register(pidfd, selectors.EVENT_READ, ("exit", None))
         self.selector.register(conn, selectors.EVENT_READ, ("stand-in", pidfd))
         self._send(conn, {"pid": pid})
@@ -158,8 +206,11 @@ class Server:
         pid, conn, _ = self.children.pop(pidfd)
         self.selector.unregister(pidfd)
         os.close(pidfd)
-        _, status = os.waitpid(pid, 0)
+        _, status, usage = os.wait4(pid, 0)
         end = {"signal": os.WTERMSIG(status)} if os.WIFSIGNALED(status) else {"code": os.waitstatus_to_exitcode(status)}
+        # the child's CPU time (with its descendants it waited for): where a session's time goes
+        print("ended", self.modules.pop(pidfd, "?"), *end.values(), f"cpu {usage.ru_utime + usage.ru_stime:.2f} s",
+              flush=True, file=sys.stderr)
         try:
             self.selector.unregister(conn)
         except (KeyError, ValueError):

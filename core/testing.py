@@ -52,6 +52,14 @@ def core_only_env() -> dict:
     return {"ZLF_DISABLE": ",".join(installed_extensions()), "ZLF_EXTENSIONS": ""}
 
 
+def pythonpath(*folders) -> dict:
+    """``{"PYTHONPATH": ...}`` with ``folders`` first, then this process's own ``PYTHONPATH``:
+    for a child that should import from ``folders`` (an extension installed into a folder, fake
+    modules). Keeping the rest of the path keeps the session's spawn server serving the child; a
+    path of ``folders`` alone would make it start on its own, torch import and all."""
+    return {"PYTHONPATH": os.pathsep.join([*map(str, folders), *filter(None, [os.environ.get("PYTHONPATH")])])}
+
+
 def clean_env(extra: Optional[dict] = None) -> dict:
     """This process's environment for a zlf child: no colour forcing, no progress bar."""
     env = {k: v for k, v in python_child_env(os.environ).items() if k not in ("FORCE_COLOR", "NO_COLOR")}

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import gpu_available
+from zlf.testing import pythonpath
 
 from zlf import UsageError
 from zlf.backends.base import CONTRACT, Backend
@@ -702,7 +703,7 @@ def test_template_backend_installs_from_a_temp_dir_and_runs(zlf_cli, tmp_path):
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
                     "--disable-pip-version-check", "--target", str(site), str(src)],
                    check=True, capture_output=True, text=True, timeout=120)
-    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))}
+    env = pythonpath(site)
 
     plugins = json.loads(zlf_cli("plugins", "--json", "--ext", "foo", env=env, check_rc=0).stdout)
     foo = next(e for e in plugins if e["name"] == "foo")

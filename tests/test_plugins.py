@@ -8,6 +8,7 @@ from zlf import hookimpl
 from zlf.cli import main
 from zlf.errors import ExtensionError, UsageError
 from zlf.plugins import Hooks, Selection, build_plugin_manager
+from zlf.testing import pythonpath
 
 
 def make_fake_distribution(root, dist, version, ep_name, module, source):
@@ -29,7 +30,7 @@ def fake_site(tmp_path):
 def test_broken_extension_is_named_with_the_way_out(zlf_cli, fake_site):
     make_fake_distribution(fake_site, "zlf-broken", "9.1", "broken", "zlf_fake_broken",
                            "raise ImportError('needs libfoo.so')\n")
-    env = {"PYTHONPATH": str(fake_site)}
+    env = pythonpath(fake_site)
     proc = zlf_cli("run", "add", env=env)
     assert proc.returncode == 2
     line = proc.stderr.strip()
@@ -74,7 +75,7 @@ def test_misspelled_hook_is_named(fake_site, zlf_cli):
         def before_runn(run):
             pass
     """)
-    proc = zlf_cli("run", "add", env={"PYTHONPATH": str(fake_site)})
+    proc = zlf_cli("run", "add", env=pythonpath(fake_site))
     assert proc.returncode == 2
     assert "'typo'" in proc.stderr and "before_runn" in proc.stderr and "--no-ext typo" in proc.stderr
 
@@ -151,7 +152,7 @@ def test_extension_sees_the_run_lifecycle(zlf_cli, fake_site, tmp_path):
         def after_run(run, results):
             _emit("after_run", run.status, len(results))
     """)
-    env = {"PYTHONPATH": str(fake_site)}
+    env = pythonpath(fake_site)
     zlf_cli("run", "add", "--no-ext", "observer", "--rep-ms", "2", env=env, check_rc=0)
     assert not log.exists()  # blocked: the observer stays out
     zlf_cli("run", "add", "--ext", "observer", "--rep-ms", "2", env=env, check_rc=0)

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from conftest import HeldDispatch, read_records, run_dir_from
+from zlf.testing import pythonpath
 
 OPS_FILE = '''
 import os, signal
@@ -227,7 +228,7 @@ def test_a_failing_after_point_hook_does_not_lose_the_point(zlf_cli, tmp_path):
         def after_point(run, point, record):
             raise KeyError("oops")
     """)
-    proc = zlf_cli("run", "add", "--ext", "clumsy", "--rep-ms", "2", env={"PYTHONPATH": str(site)}, check_rc=0)
+    proc = zlf_cli("run", "add", "--ext", "clumsy", "--rep-ms", "2", env=pythonpath(site), check_rc=0)
     records = read_records(run_dir_from(proc.stdout, tmp_path))
     assert len(records) == 2 and all(r["status"] == "ok" for r in records)
     assert records[0]["extra"]["after_point_error"] == "KeyError: 'oops'"

@@ -42,8 +42,10 @@ def server(tmp_path_factory):
     """A server of this module's own (not the session's), and the environment of its stand-ins."""
     folder = tmp_path_factory.mktemp("spawn")
     (folder / "probe_mod.py").write_text(PROBE)
+    (folder / "lib").mkdir()  # a folder on the server's path besides its own
+    path = os.pathsep.join([str(folder / "lib"), *filter(None, [os.environ.get("PYTHONPATH")])])
     with open(folder / "server.log", "w") as log:
-        proc, env = start_spawn_server(folder, dict(os.environ), log)
+        proc, env = start_spawn_server(folder, {**os.environ, "PYTHONPATH": path}, log)
     assert env is not None, (folder / "server.log").read_text()
     yield {**os.environ, **env, "PROBE_VAR": "v"}, folder
     stop_spawn_server(proc)
@@ -140,19 +142,59 @@ def test_an_ignored_sigint_stays_ignored_in_the_child(server):
     assert lines(out)["sigint"] == "ignored" and int(lines(out)["pid"]) != proc.pid
 
 
-@pytest.mark.parametrize("change", [{"OMP_NUM_THREADS": "3"}, {"PYTHONDONTWRITEBYTECODE": "1"}, {"PYTHONPATH": None},
-                                    {SPAWN_ENV: ""}, {SPAWN_ENV: "/nonexistent/socket"}],
-                         ids=["import-time variable", "python variable", "another path", "off", "no server"])
+@pytest.mark.parametrize("change", [{"OMP_NUM_THREADS": "3"}, {"PYTHONDONTWRITEBYTECODE": "1"}, {SPAWN_ENV: ""},
+                                    {SPAWN_ENV: "/nonexistent/socket"}],
+                         ids=["import-time variable", "python variable", "off", "no server"])
 def test_what_the_server_would_not_run_the_same_way_starts_plainly(server, change):
-    """A variable read when torch is imported (OpenMP's thread count), another sys.path: a child
-    forked from the server would not see them, so the process starts on its own."""
+    """A variable read when torch is imported (OpenMP's thread count): a child forked from the
+    server would not see it, so the process starts on its own."""
     env, folder = server
-    env = dict(env)
-    for key, value in change.items():
-        if value is None:  # the stand-in's own folder stays, the rest of the path goes
-            env[key] = os.pathsep.join([str(folder), str(folder / "elsewhere")])
-        else:
-            env[key] = value
+    proc = probe({**env, **change}, folder, "none")
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0 and int(lines(out)["pid"]) == proc.pid
+
+
+SHADOW = "import sys, yaml; print('yaml', yaml.__file__, flush=True); print('path', sys.path[1], flush=True)\n"
+
+
+@pytest.mark.parametrize("where", ["PYTHONPATH", "working directory"])
+def test_a_folder_that_would_shadow_a_preloaded_module_starts_plainly(server, tmp_path, where):
+    """A ``yaml.py`` where a fresh process finds it before the real one (a folder on PYTHONPATH, or
+    the working directory that -m puts first): the child, which has yaml imported already, would
+    run with the other one. The process starts on its own and imports the ``yaml.py``."""
+    env, folder = server
+    (tmp_path / "yaml.py").write_text("")
+    if where == "working directory":  # the path is the server's own
+        (folder / "lib" / "probe_shadow.py").write_text(SHADOW)
+        cwd = tmp_path
+    else:
+        (tmp_path / "probe_shadow.py").write_text(SHADOW)
+        env, cwd = {**env, "PYTHONPATH": os.pathsep.join([str(tmp_path), env["PYTHONPATH"]])}, folder
+    proc = subprocess.Popen([sys.executable, "-m", "probe_shadow"], cwd=cwd, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert lines(out)["yaml"] == str(tmp_path / "yaml.py")
+
+
+def test_added_folders_that_shadow_nothing_are_served_with_the_callers_path(server, tmp_path):
+    """PYTHONPATH with folders of the caller's (as a test installing an extension into a folder
+    sets): forked, and modules there import in the child."""
+    env, folder = server
+    (tmp_path / "probe_extra.py").write_text(PROBE)
+    (tmp_path / "data").mkdir()  # a folder named like no module the server has
+    env = {**env, "PYTHONPATH": os.pathsep.join([str(tmp_path), env["PYTHONPATH"], str(tmp_path / "missing")])}
+    proc = subprocess.Popen([sys.executable, "-m", "probe_extra", "none"], cwd=tmp_path, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert int(lines(out)["pid"]) != proc.pid and lines(out)["fsize"].endswith(f"path0 {tmp_path}")
+
+
+def test_a_path_without_one_of_the_servers_folders_starts_plainly(server):
+    """The server's ``lib`` folder left out: a fresh process would not find what is there."""
+    env, folder = server
+    env = {**env, "PYTHONPATH": os.pathsep.join(p for p in env["PYTHONPATH"].split(os.pathsep) if p != str(folder / "lib"))}
     proc = probe(env, folder, "none")
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 0 and int(lines(out)["pid"]) == proc.pid

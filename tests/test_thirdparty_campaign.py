@@ -9,7 +9,6 @@ context line reaches campaign.json and the report.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import _env
+from zlf.testing import pythonpath
 
 HERE = Path(__file__).parent / "thirdparty_ext"
 sys.path.insert(0, str(HERE))
@@ -32,8 +32,7 @@ def stamp_installed(tmp_path):
     info.mkdir(parents=True)
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: zlf-thirdparty-stamp\nVersion: 0.1\n")
     (info / "entry_points.txt").write_text("[zlf]\nstamp = zlf_thirdparty_stamp:StampExtension\n")
-    path = os.pathsep.join([str(site), str(HERE), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    return _env({"PYTHONPATH": path})
+    return _env(pythonpath(site, HERE))
 
 
 def _zlf(*args, cwd, env):

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from zlf.testing import read_records, run_dir_from
+from zlf.testing import pythonpath, read_records, run_dir_from
 
 EXT = ("--ext", "autotune_replay")
 FAST = ("--warmup-ms", "1", "--rep-ms", "3")
@@ -207,8 +207,7 @@ def workspace(tmp_path_factory):
     (pkg / "__init__.py").write_text("")
     (pkg / "libentry.py").write_text(textwrap.dedent(FAKE_LIBENTRY))
     (root / "replay_ops.py").write_text(textwrap.dedent(OPS))
-    paths = [str(root / "fakes"), *filter(None, [os.environ.get("PYTHONPATH")])]
-    env = {"PYTHONPATH": os.pathsep.join(paths), "FLAGGEMS_DB_URL": f"sqlite:///{root / 'user.db'}"}
+    env = {**pythonpath(root / "fakes"), "FLAGGEMS_DB_URL": f"sqlite:///{root / 'user.db'}"}
     return root, env
 
 
