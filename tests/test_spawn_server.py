@@ -44,10 +44,12 @@ def server(tmp_path_factory):
     (folder / "probe_mod.py").write_text(PROBE)
     (folder / "lib").mkdir()  # a folder on the server's path besides its own
     path = os.pathsep.join([str(folder / "lib"), *filter(None, [os.environ.get("PYTHONPATH")])])
+    base = {**os.environ, "PYTHONPATH": path, "PYTHONPYCACHEPREFIX": str(folder / "pycache")}
+    base.pop("PYTHONDONTWRITEBYTECODE", None)  # bytecode kept under a prefix, as a session keeps it
     with open(folder / "server.log", "w") as log:
-        proc, env = start_spawn_server(folder, {**os.environ, "PYTHONPATH": path}, log)
+        proc, env = start_spawn_server(folder, base, log)
     assert env is not None, (folder / "server.log").read_text()
-    yield {**os.environ, **env, "PROBE_VAR": "v"}, folder
+    yield {**base, **env, "PROBE_VAR": "v"}, folder
     stop_spawn_server(proc)
 
 
@@ -198,6 +200,24 @@ def test_a_path_without_one_of_the_servers_folders_starts_plainly(server):
     proc = probe(env, folder, "none")
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 0 and int(lines(out)["pid"]) == proc.pid
+
+
+def test_the_servers_bytecode_seeds_an_empty_prefix(server):
+    """Under a bytecode prefix of the session's own, empty at first, the server imports torch and
+    the rest from their installed bytecode (not compiling them again) and links that bytecode
+    into the prefix, where the session's other processes find it."""
+    import importlib.util
+
+    import yaml
+
+    _, folder = server
+    installed = importlib.util.cache_from_source(yaml.__file__) if sys.pycache_prefix is None else None
+    if not installed or not os.path.isfile(installed):
+        pytest.skip("yaml's bytecode is not installed beside it here")
+    seeded = folder / "pycache" / Path(yaml.__file__).parent.relative_to("/") / Path(installed).name
+    assert seeded.is_file() and seeded.read_bytes() == Path(installed).read_bytes()
+    if os.stat(folder).st_dev == os.stat(installed).st_dev:  # linked, not compiled again
+        assert os.path.samefile(seeded, installed)
 
 
 def test_a_test_asking_for_plain_processes_gets_them(zlf_plain_processes):
