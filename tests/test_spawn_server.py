@@ -24,6 +24,8 @@ print("argv", sys.argv[1:], "main", __name__, flush=True)
 print("cwd", os.getcwd(), "var", os.environ.get("PROBE_VAR"), "umask", oct(os.umask(0)), flush=True)
 print("fsize", resource.getrlimit(resource.RLIMIT_FSIZE)[0], "path0", sys.path[0], flush=True)
 print("sigint", "ignored" if signal.getsignal(signal.SIGINT) is signal.SIG_IGN else "handled", flush=True)
+import gc
+print("frozen", gc.get_freeze_count(), "collecting", gc.isenabled(), flush=True)
 mode = sys.argv[1]
 if mode == "io":
     print("stdin", sys.stdin.readline().strip(), flush=True)
@@ -103,6 +105,8 @@ def test_a_forked_child_has_its_callers_arguments_directory_environment_descript
     assert seen["argv"] == f"['io', '{w}'] main __main__" and seen["stdin"] == "hello"
     assert seen["cwd"] == f"{folder} var v umask 0o27"
     assert seen["fsize"] == f"1000000 path0 {folder}" and seen["sigint"] == "handled"
+    # the server's objects are frozen: the child's collector, still on, never walks them
+    assert int(seen["frozen"].split()[0]) > 100_000 and seen["frozen"].endswith("collecting True")
     assert os.read(r, 100) == b"on the extra descriptor"
     os.close(r)
 
@@ -113,7 +117,7 @@ def test_signals_reach_the_child_and_the_stand_in_ends_as_it_does(server):
         proc = probe(env, folder, "wait", start_new_session=session)
         pid = int(proc.stdout.readline().split()[1])
         assert pid != proc.pid
-        for _ in range(4):
+        for _ in range(5):
             proc.stdout.readline()
         (os.killpg if session else os.kill)(proc.pid, sig)
         assert proc.wait(30) == -sig
@@ -211,8 +215,12 @@ def test_the_servers_bytecode_seeds_an_empty_prefix(server):
     import yaml
 
     _, folder = server
-    installed = importlib.util.cache_from_source(yaml.__file__) if sys.pycache_prefix is None else None
-    if not installed or not os.path.isfile(installed):
+    prefix, sys.pycache_prefix = sys.pycache_prefix, None  # (this session may have one)
+    try:
+        installed = importlib.util.cache_from_source(yaml.__file__)
+    finally:
+        sys.pycache_prefix = prefix
+    if not os.path.isfile(installed):
         pytest.skip("yaml's bytecode is not installed beside it here")
     seeded = folder / "pycache" / Path(yaml.__file__).parent.relative_to("/") / Path(installed).name
     assert seeded.is_file() and seeded.read_bytes() == Path(installed).read_bytes()
