@@ -5,7 +5,6 @@ import textwrap
 import pytest
 
 from zlf import hookimpl
-from zlf.cli import main
 from zlf.errors import ExtensionError, UsageError
 from zlf.plugins import Hooks, Selection, build_plugin_manager
 from zlf.testing import pythonpath
