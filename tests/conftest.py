@@ -28,15 +28,18 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    if not config.getoption("--only-marked-extensions"):
-        return
-    keep, drop = [], []
-    for item in items:
-        core_test = ROOT / "tests" in Path(str(item.path)).resolve().parents
-        (drop if core_test and item.get_closest_marker("extensions") is None else keep).append(item)
-    if drop:
-        config.hook.pytest_deselected(items=drop)
-        items[:] = keep
+    if config.getoption("--only-marked-extensions"):
+        keep, drop = [], []
+        for item in items:
+            core_test = ROOT / "tests" in Path(str(item.path)).resolve().parents
+            (drop if core_test and item.get_closest_marker("extensions") is None else keep).append(item)
+        if drop:
+            config.hook.pytest_deselected(items=drop)
+            items[:] = keep
+    # The tests that start several zlf processes (`slow`) first, in their order: pytest-xdist's
+    # workers then end the session on short tests that the idle one can steal, not one worker on
+    # a long test while the other core waits.
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 @pytest.fixture(autouse=True)

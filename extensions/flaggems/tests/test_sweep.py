@@ -26,6 +26,7 @@ def rows_of(root: Path) -> dict:
     return {r["op"]: r for r in sweep.read_rows(root)}
 
 
+@pytest.mark.slow
 def test_sweep_survives_every_kind_of_op_and_names_what_each_did(zlf_cli, tmp_path):
     proc = zlf_cli("sweep", "--flaggems-dir", SWEEP, "--op-time-limit", "20", "--gpus", "0,0", *CHILD, check_rc=0)
     root = sweep_dir(proc.stdout, tmp_path)
@@ -81,6 +82,7 @@ def test_check_warn_times_a_mismatching_op_marked_unchecked(zlf_cli, tmp_path):
     assert rows["rope_mismatch"]["first_error"] == rows["rope_mismatch"]["reference_mismatch"]
 
 
+@pytest.mark.slow
 def test_resume_runs_only_the_ops_not_finished(zlf_cli, tmp_path):
     proc = zlf_cli("sweep", "--flaggems-dir", BASE, "--sample", "3", "--seed", "7", *CHILD, check_rc=0)
     root = sweep_dir(proc.stdout, tmp_path)
@@ -146,6 +148,7 @@ def test_cost_breakdown_adds_up_the_phase_lines(tmp_path):
     assert sweep._phases.durations(lines, 21.0) == {"import": 2.5, "plan": 0.5, "compile": 7.0, "measure": 1.0}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stop", ["SIGINT", "SIGTERM"])
 def test_an_interrupted_sweep_kills_its_running_op_and_resume_runs_it_again(zlf_plain_processes, tmp_path, stop):
     """SIGINT (``timeout -s INT``, a budgeted GPU call) or SIGTERM (``timeout``, ``kill``): the
@@ -218,6 +221,7 @@ def test_the_compile_allowance_is_passed_to_every_run(tmp_path):
     assert "--flaggems-compile-time-limit" not in sweep.child_command({**settings, "compile_time_limit": 0.0}, "up:up", tmp_path)
 
 
+@pytest.mark.slow
 def test_an_op_still_compiling_at_its_op_limit_is_compile_limit_not_hung(zlf_cli, tmp_path):
     """fractional_max_pool2d on the H200: 227 s compiling (81 tuning configurations per point) when
     the 240 s op limit struck, and the sweep called it hung; alone, with 330 s, it ran 9/9 ok.
@@ -256,6 +260,7 @@ def test_compile_progress_lines_are_not_phases_and_only_recent_ones_count(tmp_pa
     assert row["first_error"].endswith("(no kernel compiled in its last 65 s)")
 
 
+@pytest.mark.slow
 def test_a_full_disk_under_the_sweeps_table_is_one_line_not_a_thread_traceback(tmp_path):
     """800 bytes (a file-size limit standing for a full disk): the second op's row no longer fits
     in sweep.jsonl. The worker thread raised, Python printed its traceback and the sweep exited 0."""
