@@ -197,6 +197,22 @@ def test_added_folders_that_shadow_nothing_are_served_with_the_callers_path(serv
     assert int(lines(out)["pid"]) != proc.pid and lines(out)["fsize"].endswith(f"path0 {tmp_path}")
 
 
+def test_an_added_zip_archive_starts_plainly(server, tmp_path):
+    """A zip archive on PYTHONPATH: its contents are not listed as a folder's are, so whether it
+    shadows a preloaded module is not known; the process starts on its own (and imports from it)."""
+    import zipfile
+
+    env, folder = server
+    with zipfile.ZipFile(tmp_path / "mods.zip", "w") as archive:
+        archive.writestr("probe_zip.py", PROBE)
+    env = {**env, "PYTHONPATH": os.pathsep.join([str(tmp_path / "mods.zip"), env["PYTHONPATH"]])}
+    proc = subprocess.Popen([sys.executable, "-m", "probe_zip", "none"], cwd=folder, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert int(lines(out)["pid"]) == proc.pid
+
+
 def test_a_path_without_one_of_the_servers_folders_starts_plainly(server):
     """The server's ``lib`` folder left out: a fresh process would not find what is there."""
     env, folder = server
