@@ -21,6 +21,7 @@ the server has imported, and the modules the stand-in loaded at start-up are the
 Like the client, this file runs as a script and imports nothing of zlf. It serves until its
 parent (the test session) exits.
 """
+import collections
 import json
 import os
 import selectors
@@ -70,6 +71,17 @@ def _env_view(env: dict) -> dict:
             if k.startswith(IMPORT_TIME_ENV) and k not in READ_WHEN_USED_ENV and k != PATH_ENV}
 
 
+class Child(collections.namedtuple("Child", "pid conn leader module")):
+    """A forked child: its pid, the stand-in's connection, whether it leads its own session (and
+    so is killed with its process group), and the module it runs (for the log)."""
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.pid, signal.SIGKILL) if self.leader else os.kill(self.pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
 class Server:
     def __init__(self, path: str, own: dict):
         self.path = path
@@ -80,8 +92,7 @@ class Server:
         self.selector = selectors.DefaultSelector()
         self.selector.register(self.listener, selectors.EVENT_READ, ("accept", None))
         self.parent = os.getppid()
-        self.children = {}  # pidfd -> (pid, conn, leader)
-        self.modules = {}  # pidfd -> the module the child runs
+        self.children = {}  # pidfd -> Child
         #: top-level names of every module a child has from the start
         self.imported = {name.partition(".")[0] for name in list(sys.modules)}
 
@@ -169,8 +180,8 @@ class Server:
             try:
                 self.selector.close()
                 self.listener.close()
-                for _, other, _ in self.children.values():
-                    other.close()
+                for other in self.children.values():
+                    other.conn.close()
                 conn.close()
                 _become(request, fds)
             except BaseException:  # the child's own failure, on the stand-in's stderr by now
@@ -182,8 +193,7 @@ class Server:
         for fd in fds:
             os.close(fd)
         pidfd = os.pidfd_open(pid)
-        self.children[pidfd] = (pid, conn, request["leader"])
-        self.modules[pidfd] = request["argv"][2]
+        self.children[pidfd] = Child(pid, conn, request["leader"], request["argv"][2])
         self.selector.register(pidfd, selectors.EVENT_READ, ("exit", None))
         self.selector.register(conn, selectors.EVENT_READ, ("stand-in", pidfd))
         self._send(conn, {"pid": pid})
@@ -195,21 +205,18 @@ class Server:
                 return
         except OSError:
             pass
-        pid, _, leader = self.children[pidfd]
         self.selector.unregister(conn)
-        try:
-            os.killpg(pid, signal.SIGKILL) if leader else os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
+        self.children[pidfd].kill()
 
     def on_exit(self, pidfd) -> None:
-        pid, conn, _ = self.children.pop(pidfd)
+        child = self.children.pop(pidfd)
+        conn = child.conn
         self.selector.unregister(pidfd)
         os.close(pidfd)
-        _, status, usage = os.wait4(pid, 0)
+        _, status, usage = os.wait4(child.pid, 0)
         end = {"signal": os.WTERMSIG(status)} if os.WIFSIGNALED(status) else {"code": os.waitstatus_to_exitcode(status)}
         # the child's CPU time (with its descendants it waited for): where a session's time goes
-        print("ended", self.modules.pop(pidfd, "?"), *end.values(), f"cpu {usage.ru_utime + usage.ru_stime:.2f} s",
+        print("ended", child.module, *end.values(), f"cpu {usage.ru_utime + usage.ru_stime:.2f} s",
               flush=True, file=sys.stderr)
         try:
             self.selector.unregister(conn)
@@ -219,11 +226,8 @@ class Server:
         conn.close()
 
     def stop(self) -> None:
-        for pidfd, (pid, conn, leader) in self.children.items():
-            try:
-                os.killpg(pid, signal.SIGKILL) if leader else os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
+        for child in self.children.values():
+            child.kill()
         try:
             os.unlink(self.path)
         except OSError:

@@ -52,12 +52,14 @@ def core_only_env() -> dict:
     return {"ZLF_DISABLE": ",".join(installed_extensions()), "ZLF_EXTENSIONS": ""}
 
 
-def pythonpath(*folders) -> dict:
-    """``{"PYTHONPATH": ...}`` with ``folders`` first, then this process's own ``PYTHONPATH``:
-    for a child that should import from ``folders`` (an extension installed into a folder, fake
-    modules). Keeping the rest of the path keeps the session's spawn server serving the child; a
-    path of ``folders`` alone would make it start on its own, torch import and all."""
-    return {"PYTHONPATH": os.pathsep.join([*map(str, folders), *filter(None, [os.environ.get("PYTHONPATH")])])}
+def pythonpath(*folders, env=None) -> dict:
+    """``{"PYTHONPATH": ...}`` with ``folders`` first, then the ``PYTHONPATH`` of ``env`` (this
+    process's environment by default): for a child that should import from ``folders`` (an
+    extension installed into a folder, fake modules). Keeping the rest of the path keeps the
+    session's spawn server serving the child; a path of ``folders`` alone would make it start on
+    its own, torch import and all."""
+    rest = (os.environ if env is None else env).get("PYTHONPATH")
+    return {"PYTHONPATH": os.pathsep.join([*map(str, folders), *filter(None, [rest])])}
 
 
 def clean_env(extra: Optional[dict] = None) -> dict:
@@ -412,8 +414,7 @@ def start_spawn_server(folder: Path, env: dict, log) -> tuple:
     here = Path(__file__).parent
     shutil.copyfile(here / "_spawn_client.py", folder / "sitecustomize.py")
     shutil.copyfile(here / "_spawn_server.py", folder / "zlf_spawn_server.py")
-    env = {k: v for k, v in env.items() if k != SPAWN_ENV}
-    env["PYTHONPATH"] = os.pathsep.join([str(folder), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])
+    env = {**{k: v for k, v in env.items() if k != SPAWN_ENV}, **pythonpath(folder, env=env)}
     socket_path = folder / "socket"
     proc = subprocess.Popen([sys.executable, str(folder / "zlf_spawn_server.py"), str(socket_path)], env=env,
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, text=True,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from zlf.testing import SPAWN_ENV, start_spawn_server, stop_spawn_server
+from zlf.testing import SPAWN_ENV, pythonpath, start_spawn_server, stop_spawn_server
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or not hasattr(os, "pidfd_open")
                                 or not hasattr(sys, "orig_argv"), reason="the spawn server is Linux, Python 3.10+")
@@ -45,8 +45,7 @@ def server(tmp_path_factory):
     folder = tmp_path_factory.mktemp("spawn")
     (folder / "probe_mod.py").write_text(PROBE)
     (folder / "lib").mkdir()  # a folder on the server's path besides its own
-    path = os.pathsep.join([str(folder / "lib"), *filter(None, [os.environ.get("PYTHONPATH")])])
-    base = {**os.environ, "PYTHONPATH": path, "PYTHONPYCACHEPREFIX": str(folder / "pycache")}
+    base = {**os.environ, **pythonpath(folder / "lib"), "PYTHONPYCACHEPREFIX": str(folder / "pycache")}
     base.pop("PYTHONDONTWRITEBYTECODE", None)  # bytecode kept under a prefix, as a session keeps it
     with open(folder / "server.log", "w") as log:
         proc, env = start_spawn_server(folder, base, log)
