@@ -15,6 +15,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -221,18 +222,27 @@ def zlf_run(root, env, *args, rc=0, extra_env=None):
     return proc, (run_dir_from(proc.stdout, root) if rc == 0 else None)
 
 
+class Recorded(NamedTuple):
+    proc: subprocess.CompletedProcess
+    run_dir: Path
+    user_db_after: bool  # whether the user's libtuner cache existed right after the run
+
+
 @pytest.fixture(scope="module")
 def recorded(workspace):
-    """One record run (fresh libtuner cache) over matmul and the three ops of replay_ops.py."""
+    """One record run (fresh libtuner cache) over matmul and the three ops of replay_ops.py.
+    Whether it left the user's cache alone is read here, at once: pytest-xdist may run a test
+    that fills that cache (``replayed``) before a test that reads this fixture."""
     root, env = workspace
-    return zlf_run(root, env, "matmul", "replay_ops.py", "--libtuner-cache", "fresh",
-                   extra_env={"TRITON_PRINT_AUTOTUNING": "1"})
+    proc, run_dir = zlf_run(root, env, "matmul", "replay_ops.py", "--libtuner-cache", "fresh",
+                            extra_env={"TRITON_PRINT_AUTOTUNING": "1"})
+    return Recorded(proc, run_dir, (root / "user.db").exists())
 
 
 @pytest.fixture(scope="module")
 def replayed(recorded, workspace):
     """A replay of ``recorded`` while the user's shared libtuner cache holds other winners."""
-    _, rec = recorded
+    rec = recorded.run_dir
     root, env = workspace
     gems = record_files(rec)["zlf_user_ops_replay_ops.gems_kernel"]
     db = sqlite3.connect(root / "user.db")
@@ -245,9 +255,8 @@ def replayed(recorded, workspace):
                    extra_env={"TRITON_PRINT_AUTOTUNING": "1"})
 
 
-def test_record_run_writes_every_decision(recorded, workspace):
-    proc, run_dir = recorded
-    root, _ = workspace
+def test_record_run_writes_every_decision(recorded):
+    proc, run_dir = recorded.proc, recorded.run_dir
     assert "Autotuning kernel" in proc.stdout  # it really swept
     files = record_files(run_dir)
     assert set(files) == {MATMUL, "zlf_user_ops_replay_ops.scale_kernel", "zlf_user_ops_replay_ops.axpb_kernel",
@@ -266,13 +275,13 @@ def test_record_run_writes_every_decision(recorded, workspace):
     assert meta["libtuner_db_kept_as"] == "libtuner_cache.db" and meta["libentry_launchers_cleared"] == 1
     rows = sqlite3.connect(run_dir / "libtuner_cache.db").execute("SELECT key FROM configs").fetchall()
     assert len(rows) == 2
-    assert not (root / "user.db").exists()  # fresh never touched the user's cache
+    assert not recorded.user_db_after  # fresh never touched the user's cache
     for point, used in decisions_by_point(run_dir).items():
         assert len(used) == 1, (point, used)
 
 
 def test_replay_pins_every_config_without_sweeping(recorded, replayed):
-    (_, rec), (proc, rep) = recorded, replayed
+    rec, (proc, rep) = recorded.run_dir, replayed
     assert "Autotuning kernel" not in proc.stdout  # no sweep at all
     assert decisions_by_point(rep) == decisions_by_point(rec)
     for r in read_records(rep):
@@ -295,7 +304,7 @@ def _doctored(rec: Path, dest: Path, change) -> Path:
 
 @pytest.mark.parametrize("defect, reason", [("missing_key", "missing_key"), ("impossible_config", "compile_error")])
 def test_doctored_record_falls_back_with_marker(recorded, workspace, defect, reason):
-    _, rec = recorded
+    rec = recorded.run_dir
     root, env = workspace
 
     def change(decisions):
@@ -318,7 +327,7 @@ def test_doctored_record_falls_back_with_marker(recorded, workspace, defect, rea
 
 
 def test_replay_from_a_replay_run_is_refused(recorded, replayed, workspace):
-    (_, rec), (_, rep) = recorded, replayed
+    rec, (_, rep) = recorded.run_dir, replayed
     root, env = workspace
     for args, extra_env in ((("--replay-from", rep), None), ((), {"ZLF_REPLAY_FROM": str(rep)})):
         before = set((root / "runs").iterdir())
