@@ -455,7 +455,7 @@ def test_resume_after_a_killed_campaign(tmp_path):
         records, _ = RunDir(camp / r["dir"]).records()
         assert len(records) == 2 and json.loads((camp / r["dir"] / "meta.json").read_text())["status"] == "complete"
     assert not list(camp.glob("add/.staging/*"))
-    assert "add/65536/float32" in (camp / "summary.log").read_text()
+    assert "add/5000/float32" in (camp / "summary.log").read_text()
     assert "ZLF_AB_TEST_NULL is not referenced" in (camp / "summary.log").read_text()
 
 

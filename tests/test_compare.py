@@ -78,7 +78,7 @@ def test_compare_two_real_runs_prints_table_summary_and_threshold_origin(real_ru
     proc = zlf("compare", real_runs["a"], real_runs["b"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
-    assert "add/1024/float32" in out and "add/65536/float32" in out
+    assert "add/1024/float32" in out and "add/5000/float32" in out
     assert "2 points compared" in out and "geomean time B/A" in out
     assert "threshold ±" in out and "IQR/median" in out  # says how the default was chosen
     assert "host_wall" in out and "not GPU kernel times" in out
@@ -90,7 +90,7 @@ def test_json_format_has_every_point_with_both_sides(real_runs, tmp_path, cli):
     proc = cli("compare", real_runs["a"], real_runs["b"], "--format", "json")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
-    assert {r["point"] for r in doc["rows"]} == {"add/1024/float32", "add/65536/float32"}
+    assert {r["point"] for r in doc["rows"]} == {"add/1024/float32", "add/5000/float32"}
     for row in doc["rows"]:
         assert row["status"] == "ok"
         expected = (row["b"]["median_ms"] - row["a"]["median_ms"]) / row["a"]["median_ms"] * 100
@@ -110,7 +110,7 @@ def test_csv_follows_formats_section_7(real_runs, tmp_path, cli):
                 "tflops_A", "tflops_B", "delta_pct"):
         assert col in rows[0]
     by_point = {r["point"]: r for r in rows}
-    assert by_point["add/65536/float32"]["dim0"] == "65536"
+    assert by_point["add/5000/float32"]["dim0"] == "5000"
     assert float(by_point["add/1024/float32"]["median_ms_A"]) > 0
     assert float(by_point["add/1024/float32"]["gbps_B"]) > 0
 

@@ -36,7 +36,7 @@ def test_single_run_report_next_to_the_run(real_runs, tmp_path):
     page = md.read_text()
     assert png.read_bytes().startswith(PNG_MAGIC)
     assert "![median time per point](report.png)" in page
-    assert "add/1024/float32" in page and "add/65536/float32" in page and "host_wall" in page
+    assert "add/1024/float32" in page and "add/5000/float32" in page and "host_wall" in page
     assert "## Environment" in page and "(Triton interpreter)" in page
     # core alone: the extensions row says so (the seed extension's tests check it names them)
     assert re.search(r"extensions\W+\(none\)", page), page
@@ -52,7 +52,7 @@ def test_pair_report_with_out(real_runs, tmp_path):
     assert (tmp_path / "review" / "patch.png").read_bytes().startswith(PNG_MAGIC)
     head = page.split("## Points")[0]
     assert "points compared" in head and "threshold ±" in head and "![Δ per point](patch.png)" in head
-    assert "| point" in page and "add/65536/float32" in page
+    assert "| point" in page and "add/5000/float32" in page
     env = page.split("## Environment")[1]
     assert "| A " in env and "| B " in env
     started = next(l for l in env.splitlines() if "| started" in l)

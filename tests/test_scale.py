@@ -226,7 +226,7 @@ def test_ab_on_two_gpus_keeps_pairs_on_one_gpu(zlf_cli, tmp_path):
     assert gpu[(1, "A")] == gpu[(1, "B")] and gpu[(2, "A")] == gpu[(2, "B")]
     assert sum(w["units"] for w in state["workers"]) == 2
     assert "per worker (GPU):" in proc.stdout and "per worker (GPU):" in (camp / "summary.log").read_text()
-    assert "add/65536/float32" in (camp / "summary.log").read_text()
+    assert "add/5000/float32" in (camp / "summary.log").read_text()
 
 
 @pytest.mark.slow
