@@ -3,9 +3,10 @@
 A test session of zlf and its extensions starts hundreds of Python processes (``zlf run`` under
 ``zlf ab``, task workers, sweep children), and each spends about two seconds importing torch
 before it does anything. This server imports the slow, import-time-stateless modules once
-(torch and the libraries zlf needs; nothing of zlf, Triton or matplotlib, whose import reads the
-environment) and forks a child for each request of a stand-in process (``_spawn_client.py``, the
-session's ``sitecustomize``). The child takes over the stand-in's file descriptors, working
+(torch and the libraries zlf needs; nothing of zlf or matplotlib, whose import reads the
+environment; Triton twice, once for interpreted and once for compiled kernels, see
+:class:`TritonFlavours`) and forks a child for each request of a stand-in process
+(``_spawn_client.py``, the session's ``sitecustomize``). The child takes over the stand-in's file descriptors, working
 directory, environment, umask, resource limits and signal state, and runs ``-m MODULE ARGS`` the
 way the interpreter would, including its exit (threads joined, ``atexit`` run, streams flushed,
 an uncaught ``KeyboardInterrupt`` ending in SIGINT).
@@ -38,6 +39,11 @@ IMPORT_TIME_ENV = ("PYTHON", "LD_", "TORCH", "PYTORCH", "OMP_", "MKL_", "KMP_", 
 PRELOAD = ("torch", "numpy", "scipy.special", "scipy.stats", "yaml", "attr", "pluggy", "tabulate", "jsonschema")
 
 
+#: Triton's modules imported twice, as a process with ``TRITON_INTERPRET`` set imports them and as
+#: one without: ``@triton.jit`` reads that variable when it decorates, Triton's own functions
+#: among them, so one import cannot serve both (:class:`TritonFlavours`).
+TRITON_FLAVOURED = ("triton", "triton.experimental.gluon", "triton.runtime.interpreter")
+
 _KEPT = []
 
 
@@ -65,10 +71,24 @@ def _provides(folder: str) -> set:
 #: ... and this one, whose effect (the folders on ``sys.path``) :meth:`Server.path_refusal` checks.
 PATH_ENV = "PYTHONPATH"
 
+#: The one interpreter flag a child takes on itself, with its variable: whether imports write
+#: bytecode (``-B``, ``PYTHONDONTWRITEBYTECODE``; zlf's children under a file-size limit write
+#: none) matters only to what the child imports, and the child sets ``sys.dont_write_bytecode``
+#: (``sys.flags`` keeps the server's value).
+BYTECODE_FLAG, BYTECODE_ENV = "dont_write_bytecode", "PYTHONDONTWRITEBYTECODE"
+
+
+def _flags_view(flags: list) -> list:
+    view = list(flags)
+    index = type(sys.flags).__match_args__.index(BYTECODE_FLAG)
+    if len(view) > index:
+        view[index] = None
+    return view
+
 
 def _env_view(env: dict) -> dict:
     return {k: v for k, v in env.items()
-            if k.startswith(IMPORT_TIME_ENV) and k not in READ_WHEN_USED_ENV and k != PATH_ENV}
+            if k.startswith(IMPORT_TIME_ENV) and k not in READ_WHEN_USED_ENV and k not in (PATH_ENV, BYTECODE_ENV)}
 
 
 class Child(collections.namedtuple("Child", "pid conn leader module")):
@@ -82,10 +102,58 @@ class Child(collections.namedtuple("Child", "pid conn leader module")):
             pass
 
 
+def _triton_python(name: str) -> bool:
+    """A module of Triton's Python code; its native library (``triton._C``) loads once a process."""
+    return (name == "triton" or name.startswith("triton.")) and not (name == "triton._C" or name.startswith("triton._C."))
+
+
+class TritonFlavours:
+    """A child's finder of ``triton``: the server imported Triton's Python modules twice, the way
+    a process with ``TRITON_INTERPRET`` set imports them and the way one without does; when the
+    child first imports ``triton``, the set its environment asks for then (read as Triton reads
+    it) goes into ``sys.modules``, as if imported at that moment. Finding the spec decides nothing
+    (``importlib.util.find_spec("triton")`` imports nothing): creating the module does."""
+
+    def __init__(self, flavours: dict):
+        self.flavours = flavours  # {interpreted: {module name: module}}
+        self.chosen_spec = None
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "triton" or not self.flavours:
+            return None
+        import importlib.machinery
+
+        real = self.flavours[False]["triton"].__spec__
+        spec = importlib.machinery.ModuleSpec("triton", self, origin=real.origin, is_package=True)
+        spec.submodule_search_locations = list(real.submodule_search_locations or [])
+        spec.cached, spec.has_location = real.cached, real.has_location
+        return spec
+
+    def create_module(self, spec):
+        knobs = self.flavours[False].get("triton.knobs")
+        if knobs is not None and hasattr(knobs, "runtime"):
+            interpret = bool(knobs.runtime.interpret)
+        else:  # Triton before its knobs module
+            interpret = os.environ.get("TRITON_INTERPRET", "0") == "1"
+        modules = self.flavours[interpret]
+        self.flavours = {}
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+        for name, module in modules.items():
+            if name != "triton":
+                sys.modules.setdefault(name, module)
+        self.chosen_spec = modules["triton"].__spec__
+        return modules["triton"]
+
+    def exec_module(self, module) -> None:
+        module.__spec__ = self.chosen_spec  # imported already: only the spec the import set is put back
+
+
 class Server:
-    def __init__(self, path: str, own: dict):
+    def __init__(self, path: str, own: dict, flavours: dict):
         self.path = path
         self.own = own
+        self.flavours = flavours
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(path)
         self.listener.listen(128)
@@ -101,7 +169,8 @@ class Server:
         if len(argv) < 3 or argv[1] != "-m" or argv[0] != request.get("executable"):
             return "not started as python -m MODULE"
         for key in ("executable", "flags", "warnoptions", "xoptions"):
-            if request.get(key) != self.own[key]:
+            if request.get(key) != self.own[key] and (key != "flags" or not isinstance(request.get(key), list)
+                                                      or _flags_view(request[key]) != _flags_view(self.own[key])):
                 return f"another {key}"
         theirs, own = _env_view(request.get("env") or {}), self.own["env"]
         if theirs != own:
@@ -183,7 +252,7 @@ class Server:
                 for other in self.children.values():
                     other.conn.close()
                 conn.close()
-                _become(request, fds)
+                _become(request, fds, self.flavours)
             except BaseException:  # the child's own failure, on the stand-in's stderr by now
                 import traceback
 
@@ -246,9 +315,12 @@ class Server:
         conn.close()
 
 
-def _become(request: dict, received: list) -> None:
+def _become(request: dict, received: list, flavours: dict) -> None:
     """In the forked child: take over the stand-in's process state, then run the module."""
     import resource
+
+    if flavours:
+        sys.meta_path.insert(0, TritonFlavours(flavours))
 
     if request["leader"]:
         os.setsid()
@@ -281,6 +353,7 @@ def _become(request: dict, received: list) -> None:
         signal.signal(getattr(signal, name), {"ignore": signal.SIG_IGN, "interrupt": signal.default_int_handler,
                                               "default": signal.SIG_DFL}[how])
     signal.pthread_sigmask(signal.SIG_SETMASK, request["mask"])
+    sys.dont_write_bytecode = bool(request["flags"][type(sys.flags).__match_args__.index(BYTECODE_FLAG)])
     _run_module(request)
 
 
@@ -367,12 +440,13 @@ def _run_module(request: dict) -> None:
     os._exit(code)
 
 
-def _preload() -> None:
-    """Import :data:`PRELOAD`. Where the session keeps bytecode under a prefix of its own
-    (``PYTHONPYCACHEPREFIX``, empty when the session starts), the server reads the installed
-    packages' own bytecode instead of compiling them all again (about 5 s of CPU while the session
-    waits for it), writes nothing beside their sources, and links what it read into the prefix for
-    the session's other processes (its test workers among them)."""
+def _preload() -> dict:
+    """Import :data:`PRELOAD`, and Triton's flavours (:func:`_preload_triton`, returned). Where the
+    session keeps bytecode under a prefix of its own (``PYTHONPYCACHEPREFIX``, empty when the
+    session starts), the server reads the installed packages' own bytecode instead of compiling
+    them all again (about 5 s of CPU while the session waits for it), writes nothing beside their
+    sources, and links what it read into the prefix for the session's other processes (its test
+    workers among them)."""
     import importlib
 
     prefix, dont_write = sys.pycache_prefix, sys.dont_write_bytecode
@@ -384,20 +458,59 @@ def _preload() -> None:
                 importlib.import_module(name)
             except ImportError:
                 pass
+        flavours = _preload_triton()
     finally:
         sys.pycache_prefix, sys.dont_write_bytecode = prefix, dont_write
     if prefix:
-        _seed_prefix()
+        _seed_prefix([m for modules in flavours.values() for m in modules.values()])
+    return flavours
 
 
-def _seed_prefix() -> None:
-    """Link (or copy) the bytecode each imported module was read from to where a process with
-    this ``PYTHONPYCACHEPREFIX`` looks for it. Bytecode records its source's size and time, so a
-    process whose source differs compiles it anew as it would anyway."""
+def _preload_triton() -> dict:
+    """Import :data:`TRITON_FLAVOURED` without ``TRITON_INTERPRET`` and with it; returns
+    ``{interpreted: {name: module}}`` and leaves none of them in ``sys.modules`` (a child gets its
+    set from :class:`TritonFlavours`), nor anything where Triton is missing or fails to import.
+    The native library stays: loaded once, it is every flavour's (a second load would fail)."""
+    import importlib
+
+    saved = os.environ.get("TRITON_INTERPRET")
+    flavours = {}
+    try:
+        for interpreted in (False, True):
+            if interpreted:
+                os.environ["TRITON_INTERPRET"] = "1"
+            else:
+                os.environ.pop("TRITON_INTERPRET", None)
+            try:
+                for name in TRITON_FLAVOURED:
+                    importlib.import_module(name)
+            except Exception:
+                flavours = {}
+            else:
+                top = sys.modules["triton"]
+                if "triton._C" in sys.modules and not hasattr(top, "_C"):
+                    top._C = sys.modules["triton._C"]  # imported by the first flavour, not by this one
+                flavours[interpreted] = {n: m for n, m in sys.modules.items() if _triton_python(n)}
+            for name in [n for n in sys.modules if _triton_python(n)]:
+                del sys.modules[name]
+            if not flavours:
+                break
+    finally:
+        if saved is None:
+            os.environ.pop("TRITON_INTERPRET", None)
+        else:
+            os.environ["TRITON_INTERPRET"] = saved
+    return flavours
+
+
+def _seed_prefix(more=()) -> None:
+    """Link (or copy) the bytecode each imported module (and each of ``more``) was read from to
+    where a process with this ``PYTHONPYCACHEPREFIX`` looks for it. Bytecode records its source's
+    size and time, so a process whose source differs compiles it anew as it would anyway."""
     import importlib.util
     import shutil
 
-    for module in list(sys.modules.values()):
+    for module in list(sys.modules.values()) + list(more):
         source, cached = getattr(module, "__file__", None), getattr(module, "__cached__", None)
         if not (isinstance(source, str) and isinstance(cached, str) and source.endswith(".py")
                 and os.path.isfile(cached)):  # (torch.ops and its like answer any attribute)
@@ -425,13 +538,13 @@ def main(argv) -> int:
     own = {"executable": sys.executable, "path": sys.path[1:], "flags": list(sys.flags),
            "warnoptions": list(sys.warnoptions), "xoptions": repr(sorted(sys._xoptions.items())),
            "env": _env_view(os.environ)}
-    _preload()
+    flavours = _preload()
     # What the server holds now, every child holds too: frozen, the collector of a child never
     # walks it (which cost a child ~0.15 s of CPU and twice the page copies, triton's import
     # hardest hit); the pattern the gc module's documentation gives for servers that fork.
     gc.collect()
     gc.freeze()
-    server = Server(path, own)
+    server = Server(path, own, flavours)
     print("ready", flush=True)
     server.serve()
     return 0

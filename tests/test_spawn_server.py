@@ -147,7 +147,7 @@ def test_an_ignored_sigint_stays_ignored_in_the_child(server):
     assert lines(out)["sigint"] == "ignored" and int(lines(out)["pid"]) != proc.pid
 
 
-@pytest.mark.parametrize("change", [{"OMP_NUM_THREADS": "3"}, {"PYTHONDONTWRITEBYTECODE": "1"}, {SPAWN_ENV: ""},
+@pytest.mark.parametrize("change", [{"OMP_NUM_THREADS": "3"}, {"PYTHONHASHSEED": "7"}, {SPAWN_ENV: ""},
                                     {SPAWN_ENV: "/nonexistent/socket"}],
                          ids=["import-time variable", "python variable", "off", "no server"])
 def test_what_the_server_would_not_run_the_same_way_starts_plainly(server, change):
@@ -243,6 +243,38 @@ def test_the_servers_bytecode_seeds_an_empty_prefix(server):
         assert os.path.samefile(seeded, installed)
 
 
+BYTECODE_PROBE = r'''
+import importlib, os, sys
+print("pid", os.getpid(), "writes", not sys.dont_write_bytecode, flush=True)
+leaf = importlib.import_module(sys.argv[1])  # a module no process imported before
+print("cached", os.path.exists(importlib.util.cache_from_source(leaf.__file__)), flush=True)
+import resource
+print("fsize", resource.getrlimit(resource.RLIMIT_FSIZE)[0], flush=True)
+'''
+
+
+def test_a_child_that_writes_no_bytecode_is_forked_and_writes_none(server):
+    """A process under a file-size limit gets ``PYTHONDONTWRITEBYTECODE`` from zlf (a truncated
+    bytecode file would break every later import): forked all the same, it writes no bytecode
+    for what it imports, and keeps the limit. Without the variable, it writes it."""
+    import resource as _resource
+
+    env, folder = server
+    (folder / "probe_bytecode.py").write_text(BYTECODE_PROBE)
+    seen = {}
+    for name, extra in (("quiet", {"PYTHONDONTWRITEBYTECODE": "1"}), ("writing", {})):
+        (folder / "lib" / f"leaf_{name}.py").write_text("X = 1\n")
+        proc = subprocess.Popen([sys.executable, "-m", "probe_bytecode", f"leaf_{name}"], cwd=folder,
+                                env={**env, **extra}, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                preexec_fn=lambda: _resource.setrlimit(_resource.RLIMIT_FSIZE, (10 ** 7, 10 ** 7)))
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        seen[name] = lines(out)
+        assert int(seen[name]["pid"].split()[0]) != proc.pid and seen[name]["fsize"] == str(10 ** 7)  # forked
+    assert seen["quiet"]["pid"].endswith("writes False") and seen["quiet"]["cached"] == "False"
+    assert seen["writing"]["pid"].endswith("writes True") and seen["writing"]["cached"] == "True"
+
+
 def test_a_test_asking_for_plain_processes_gets_them(zlf_plain_processes):
     assert os.environ[SPAWN_ENV] == ""
 
@@ -263,3 +295,65 @@ def test_a_request_that_is_not_a_stand_ins_leaves_the_server_serving(server):
     proc = probe(env, folder, "none")
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0 and int(lines(out)["pid"]) != proc.pid
+
+
+TRITON_PROBE = r'''
+import os, sys, importlib.util
+imported = []
+sys.addaudithook(lambda event, args: imported.append(args[0]) if event == "import" and str(args[0]).startswith("triton.") else None)
+found = importlib.util.find_spec("triton")  # finds it, imports nothing, decides nothing
+print("found", found is not None, "imported", "triton" in sys.modules, flush=True)
+if sys.argv[1] == "interpret":
+    os.environ["TRITON_INTERPRET"] = "1"  # after the find, before the import (as the cpu backend sets it)
+import torch
+import triton
+import triton.language as tl
+print("pid", os.getpid(), flush=True)
+print("flavour", type(tl.standard.sum).__name__, "spec", triton.__spec__.origin == triton.__file__, flush=True)
+print("native", triton._C.libtriton is sys.modules["triton._C.libtriton"], flush=True)
+print("imports", len(imported), flush=True)
+
+
+@triton.jit
+def row_sum(x_ptr, out_ptr, N: tl.constexpr):
+    tl.store(out_ptr, tl.sum(tl.load(x_ptr + tl.arange(0, N)), axis=0))
+
+
+if sys.argv[1] == "interpret":
+    x, out = torch.arange(8, dtype=torch.float32), torch.zeros(1)
+    row_sum[(1,)](x, out, N=8)
+    print("result", out.item(), flush=True)
+else:  # compiled for a GPU target on this machine, stdlib's tl.sum inlined
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    kernel = triton.compile(ASTSource(row_sum, {"x_ptr": "*fp32", "out_ptr": "*fp32", "N": "constexpr"}, {"N": 8}),
+                            target=GPUTarget("cuda", 90, 32))
+    print("result", "tt.reduce" in kernel.asm["ttir"], flush=True)
+'''
+
+
+@pytest.mark.parametrize("flavour", ["interpret", "compile"])
+def test_a_child_gets_the_triton_its_environment_asks_for_when_it_imports_it(server, flavour):
+    """The server imports Triton twice (``@triton.jit``, Triton's own functions among them, reads
+    TRITON_INTERPRET as it decorates); a child that sets the variable after finding triton and
+    before importing it (as the cpu backend does) gets interpreted functions, one without gets
+    compiled ones, both imported by the server (no module of Triton's imported again), both
+    working. The same probe started plainly imports Triton's modules itself."""
+    pytest.importorskip("triton")
+    env, folder = server
+    (folder / "probe_triton.py").write_text(TRITON_PROBE)
+    env = {k: v for k, v in env.items() if k != "TRITON_INTERPRET"}
+    runs = {}
+    for how, extra in (("forked", {}), ("plain", {SPAWN_ENV: ""})):
+        proc = subprocess.Popen([sys.executable, "-m", "probe_triton", flavour], cwd=folder, env={**env, **extra},
+                                text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+        runs[how] = (lines(out), proc.pid)
+    (forked, stand_in), (plain, plain_pid) = runs["forked"], runs["plain"]
+    assert int(forked["pid"]) != stand_in and int(plain["pid"]) == plain_pid
+    for seen in (forked, plain):
+        assert seen["found"] == "True imported False"
+        assert seen["flavour"] == ("InterpretedFunction" if flavour == "interpret" else "JITFunction") + " spec True"
+        assert seen["native"] == "True" and seen["result"] == ("28.0" if flavour == "interpret" else "True")
+    assert int(forked["imports"]) == 0 and int(plain["imports"]) > 10
