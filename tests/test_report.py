@@ -17,10 +17,15 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 @pytest.fixture(scope="module")
 def real_runs(tmp_path_factory):
-    """Two real runs of ``add`` on the cpu backend, made once per module."""
+    """Two real runs of ``add`` on the cpu backend, made once per module, started in different
+    seconds (a run's start is recorded to the second, and a short run takes less)."""
+    import time
+
     work = tmp_path_factory.mktemp("report_runs")
     runs = {}
     for label in ("a", "b"):
+        if runs:
+            time.sleep(1.0 - time.time() % 1.0 + 0.05)
         proc = zlf("run", "add", "--warmup-ms", "1", "--rep-ms", "3", "--name", label, cwd=work)
         assert proc.returncode == 0, proc.stderr
         runs[label] = run_dir_from(proc.stdout, cwd=work)
