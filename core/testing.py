@@ -383,24 +383,21 @@ def pytest_configure(config):
 
 
 def _session_bytecode_cache(config) -> None:
-    """Where this environment keeps no compiled bytecode, the zlf processes a test session starts
-    (hundreds) share one bytecode cache of the session's own, instead of each compiling zlf, its
-    extensions and their imports from source again (:func:`zlf.procs.python_child_env`); tests
-    that point ``ZLF_CACHE_DIR`` elsewhere do not send them back to an empty one. Removed when the
-    session ends."""
-    import shutil
-    import tempfile
-
+    """Where this environment keeps no compiled bytecode, the processes a test session starts
+    (hundreds of zlf processes, and pytest-xdist's workers) keep theirs where zlf's own children
+    do (:func:`zlf.procs.python_child_env`: ``pycache`` in zlf's cache directory), instead of each
+    compiling zlf, its extensions and their imports from source again; tests that point
+    ``ZLF_CACHE_DIR`` elsewhere do not send them back to an empty one. It outlives the session: the
+    next session (``make test`` runs two) finds zlf compiled and the test modules' rewritten
+    asserts in it. Bytecode records its source's size and time, so an edited source is compiled
+    anew."""
     if os.environ.get("PYTHONPYCACHEPREFIX"):
         return
-    folder = tempfile.mkdtemp(prefix="zlf-pycache-")
-    env = python_child_env(os.environ, folder=Path(folder))
-    if env.get("PYTHONPYCACHEPREFIX") != folder:
-        os.rmdir(folder)
+    folder = python_child_env(os.environ).get("PYTHONPYCACHEPREFIX")
+    if not folder:  # the environment keeps bytecode, or zlf's cache directory cannot be made
         return
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     os.environ["PYTHONPYCACHEPREFIX"] = folder
-    config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
 
 
 def start_spawn_server(folder: Path, env: dict, log) -> tuple:
