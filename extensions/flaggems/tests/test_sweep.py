@@ -33,13 +33,13 @@ def test_sweep_survives_every_kind_of_op_and_names_what_each_did(zlf_cli, tmp_pa
     called it hung; alone, with 330 s, it ran 9/9 ok. Here it compiles a new Triton kernel every
     ~0.3 s without end: killed at the limit, it is compile_limit with its count of compiled
     kernels; hang_op, which compiles nothing, stays hung."""
-    proc = zlf_cli("sweep", "--flaggems-dir", SWEEP, "--op-time-limit", "10", "--gpus", "0,0", *CHILD, check_rc=0)
+    proc = zlf_cli("sweep", "--flaggems-dir", SWEEP, "--op-time-limit", "15", "--gpus", "0,0", *CHILD, check_rc=0)
     root = sweep_dir(proc.stdout, tmp_path)
     rows = rows_of(root)
     assert set(rows) == {"compile_op", "crash_op", "hang_op", "needs_vllm", "rope_mismatch", "softmax", "softmax_backward"}
     compiling = rows["compile_op"]
     assert compiling["status"] == "compile_limit" and compiling["rc"] is None, compiling
-    assert compiling["first_error"].startswith("no end within 10 s, still compiling: ")
+    assert compiling["first_error"].startswith("no end within 15 s, still compiling: ")
     assert int(compiling["first_error"].split("still compiling: ")[1].split()[0]) >= 3  # kernels compiled
     assert "(more time: --op-time-limit)" in compiling["first_error"]
     assert rows["softmax"]["status"] == "ok" and rows["softmax"]["ok"] == 2 and rows["softmax"]["failed"] == 0
@@ -49,9 +49,9 @@ def test_sweep_survives_every_kind_of_op_and_names_what_each_did(zlf_cli, tmp_pa
     assert "while: point 1/2 crash_op/64x64/float32: first FlagGems call" in crash["first_error"]
     hang = rows["hang_op"]
     assert hang["status"] == "hung" and hang["rc"] is None
-    assert hang["first_error"] == ("no end within 10 s; killed while: point 1/2 hang_op/64x64/float32: "
+    assert hang["first_error"] == ("no end within 15 s; killed while: point 1/2 hang_op/64x64/float32: "
                                    "first FlagGems call (compile, tuning)")
-    assert hang["compile_s"] >= 4  # the time went where the op hung (the limit, less start-up and imports)
+    assert hang["compile_s"] >= 7  # the time went where the op hung (the limit, less start-up and imports)
     log = (root / "logs" / "hang_op_hang_op.log").read_text()
     assert "test_hang_op.py" in log and "in hang_op" in log  # SIGUSR1: its stack, before the kill
     skip = rows["needs_vllm"]
