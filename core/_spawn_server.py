@@ -6,10 +6,10 @@ before it does anything. This server imports the slow, import-time-stateless mod
 (torch and the libraries zlf needs; nothing of zlf or matplotlib, whose import reads the
 environment; Triton twice, once for interpreted and once for compiled kernels, see
 :class:`TritonFlavours`) and forks a child for each request of a stand-in process
-(``_spawn_client.py``, the session's ``sitecustomize``). The child takes over the stand-in's file descriptors, working
-directory, environment, umask, resource limits and signal state, and runs ``-m MODULE ARGS`` the
-way the interpreter would, including its exit (threads joined, ``atexit`` run, streams flushed,
-an uncaught ``KeyboardInterrupt`` ending in SIGINT).
+(``_spawn_client.py``, the session's ``sitecustomize``). The child takes over the stand-in's
+file descriptors, working directory, environment, umask, resource limits and signal state, and
+runs ``-m MODULE ARGS`` the way the interpreter would, including its exit (threads joined,
+``atexit`` run, streams flushed, an uncaught ``KeyboardInterrupt`` ending in SIGINT).
 
 Requests that would not behave the same are refused (the stand-in then starts normally): another
 interpreter, other interpreter flags or ``-X``/``-W`` options, another value of an environment
@@ -75,15 +75,14 @@ PATH_ENV = "PYTHONPATH"
 #: bytecode (``-B``, ``PYTHONDONTWRITEBYTECODE``; zlf's children under a file-size limit write
 #: none) matters only to what the child imports, and the child sets ``sys.dont_write_bytecode``
 #: (``sys.flags`` keeps the server's value).
-BYTECODE_FLAG, BYTECODE_ENV = "dont_write_bytecode", "PYTHONDONTWRITEBYTECODE"
+BYTECODE_ENV = "PYTHONDONTWRITEBYTECODE"
+#: its place in ``list(sys.flags)`` (named there from Python 3.10, the fifth before)
+BYTECODE_FLAG = getattr(type(sys.flags), "__match_args__", ("",) * 4 + ("dont_write_bytecode",)).index("dont_write_bytecode")
 
 
 def _flags_view(flags: list) -> list:
-    view = list(flags)
-    index = type(sys.flags).__match_args__.index(BYTECODE_FLAG)
-    if len(view) > index:
-        view[index] = None
-    return view
+    """``list(sys.flags)`` less the bytecode flag."""
+    return [None if i == BYTECODE_FLAG else flag for i, flag in enumerate(flags)]
 
 
 def _env_view(env: dict) -> dict:
@@ -169,8 +168,10 @@ class Server:
         if len(argv) < 3 or argv[1] != "-m" or argv[0] != request.get("executable"):
             return "not started as python -m MODULE"
         for key in ("executable", "flags", "warnoptions", "xoptions"):
-            if request.get(key) != self.own[key] and (key != "flags" or not isinstance(request.get(key), list)
-                                                      or _flags_view(request[key]) != _flags_view(self.own[key])):
+            theirs, own = request.get(key), self.own[key]
+            if key == "flags" and isinstance(theirs, list):
+                theirs, own = _flags_view(theirs), _flags_view(own)
+            if theirs != own:
                 return f"another {key}"
         theirs, own = _env_view(request.get("env") or {}), self.own["env"]
         if theirs != own:
@@ -353,7 +354,7 @@ def _become(request: dict, received: list, flavours: dict) -> None:
         signal.signal(getattr(signal, name), {"ignore": signal.SIG_IGN, "interrupt": signal.default_int_handler,
                                               "default": signal.SIG_DFL}[how])
     signal.pthread_sigmask(signal.SIG_SETMASK, request["mask"])
-    sys.dont_write_bytecode = bool(request["flags"][type(sys.flags).__match_args__.index(BYTECODE_FLAG)])
+    sys.dont_write_bytecode = bool(request["flags"][BYTECODE_FLAG])
     _run_module(request)
 
 
@@ -442,11 +443,11 @@ def _run_module(request: dict) -> None:
 
 def _preload() -> dict:
     """Import :data:`PRELOAD`, and Triton's flavours (:func:`_preload_triton`, returned). Where the
-    session keeps bytecode under a prefix of its own (``PYTHONPYCACHEPREFIX``, empty when the
-    session starts), the server reads the installed packages' own bytecode instead of compiling
-    them all again (about 5 s of CPU while the session waits for it), writes nothing beside their
-    sources, and links what it read into the prefix for the session's other processes (its test
-    workers among them)."""
+    session keeps bytecode under a prefix (``PYTHONPYCACHEPREFIX``, empty at a machine's first
+    session), the server reads the installed packages' own bytecode instead of compiling them all
+    again (about 5 s of CPU while the session waits for it), writes nothing beside their sources,
+    and links what it read into the prefix for the session's other processes (its test workers
+    among them)."""
     import importlib
 
     prefix, dont_write = sys.pycache_prefix, sys.dont_write_bytecode
