@@ -378,11 +378,11 @@ def extension_hooks(*names):
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU; skipped when none is visible")
     config.addinivalue_line("markers", "slow: spawns several zlf processes")
-    _session_bytecode_cache(config)
+    _session_bytecode_cache()
     _session_spawn_server(config)
 
 
-def _session_bytecode_cache(config) -> None:
+def _session_bytecode_cache() -> None:
     """Where this environment keeps no compiled bytecode, the processes a test session starts
     (hundreds of zlf processes, and pytest-xdist's workers) keep theirs where zlf's own children
     do (:func:`zlf.procs.python_child_env`: ``pycache`` in zlf's cache directory), instead of each
