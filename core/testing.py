@@ -378,8 +378,19 @@ def extension_hooks(*names):
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU; skipped when none is visible")
     config.addinivalue_line("markers", "slow: spawns several zlf processes")
+    _session_threads()
     _session_bytecode_cache()
     _session_spawn_server(config)
+
+
+def _session_threads() -> None:
+    """One OpenMP thread per process (``OMP_NUM_THREADS=1``) unless the environment sets it:
+    pytest-xdist runs a worker per core and each starts zlf processes, and torch in every one of
+    them would otherwise start a thread per core, whose waits spin (a tenth of the suite's CPU
+    time on a 2-core machine). It also keeps Ray's task processes forked from the spawn server:
+    Ray sets the variable in its workers where the driver left it unset, and a value other than
+    the server's is refused. The test processes see it before they import torch."""
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def _session_bytecode_cache() -> None:

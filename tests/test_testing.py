@@ -63,3 +63,29 @@ def test_zlf_fake_backend_is_chosen_by_name(zlf_fake_backend, zlf_core_only):
     assert isinstance(backend, FakeBackend) and backend.device == "cpu" and backend.host_timing
     assert not FakeBackend.contract_problems()
     assert fake_backend_class("other").name == "other" and FakeBackend.name == "fake"
+
+
+def test_a_session_runs_one_openmp_thread_per_process_unless_told_otherwise(tmp_path):
+    """pytest-xdist runs a worker per core; torch in each of them and in every zlf process they
+    start would otherwise run a spinning OpenMP thread per core."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "test_inner.py").write_text(
+        "import os, subprocess, sys\n"
+        "def test_threads():\n"
+        "    child = subprocess.run([sys.executable, '-c', 'import os; print(os.environ.get(\"OMP_NUM_THREADS\"))'],\n"
+        "                           capture_output=True, text=True, check=True).stdout.strip()\n"
+        "    print('SEEN', os.environ.get('OMP_NUM_THREADS'), child)\n")
+    seen = {}
+    for given in (None, "3"):
+        env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "PYTEST_ADDOPTS")}
+        env["ZLF_SPAWN_SERVER"] = ""  # no server: this is about the environment alone
+        if given:
+            env["OMP_NUM_THREADS"] = given
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "-p", "no:xdist",
+                               "test_inner.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        seen[given] = next(line.split()[1:] for line in proc.stdout.splitlines() if line.startswith("SEEN"))
+    assert seen == {None: ["1", "1"], "3": ["3", "3"]}
