@@ -148,14 +148,21 @@ class TritonFlavours:
         module.__spec__ = self.chosen_spec  # imported already: only the spec the import set is put back
 
 
+def listen(path: str) -> socket.socket:
+    """The server's socket, listening: a stand-in that connects before the server serves waits
+    in the backlog for its answer."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(128)
+    return listener
+
+
 class Server:
-    def __init__(self, path: str, own: dict, flavours: dict):
+    def __init__(self, listener: socket.socket, path: str, own: dict, flavours: dict):
         self.path = path
         self.own = own
         self.flavours = flavours
-        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.listener.bind(path)
-        self.listener.listen(128)
+        self.listener = listener
         self.selector = selectors.DefaultSelector()
         self.selector.register(self.listener, selectors.EVENT_READ, ("accept", None))
         self.parent = os.getppid()
@@ -539,14 +546,17 @@ def main(argv) -> int:
     own = {"executable": sys.executable, "path": sys.path[1:], "flags": list(sys.flags),
            "warnoptions": list(sys.warnoptions), "xoptions": repr(sorted(sys._xoptions.items())),
            "env": _env_view(os.environ)}
+    # listening before the imports: the session goes on starting its workers meanwhile, and a
+    # stand-in that asks early waits for its answer instead of starting plainly
+    listener = listen(path)
+    print("listening", flush=True)
     flavours = _preload()
     # What the server holds now, every child holds too: frozen, the collector of a child never
     # walks it (which cost a child ~0.15 s of CPU and twice the page copies, triton's import
     # hardest hit); the pattern the gc module's documentation gives for servers that fork.
     gc.collect()
     gc.freeze()
-    server = Server(path, own, flavours)
-    print("ready", flush=True)
+    server = Server(listener, path, own, flavours)
     server.serve()
     return 0
 

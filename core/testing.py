@@ -414,8 +414,11 @@ def _session_bytecode_cache() -> None:
 def start_spawn_server(folder: Path, env: dict, log) -> tuple:
     """Start a spawn server (``zlf/_spawn_server.py``) in ``folder``, with ``env`` (its
     ``PYTHONPATH`` led by ``folder``, where the stand-in is the ``sitecustomize``) and its log lines
-    on the open file ``log``. Returns ``(process, env)``: ``env`` is what the stand-ins need
-    (``PYTHONPATH`` and :data:`SPAWN_ENV`), None if the server did not come up (it is stopped then)."""
+    on the open file ``log``. Returns ``(process, env)`` once the server listens: ``env`` is what
+    the stand-ins need (``PYTHONPATH`` and :data:`SPAWN_ENV`), None if the server did not come up
+    (it is stopped then). The server imports its modules after that, while the session goes on;
+    a stand-in that asks meanwhile waits for its answer, and one that finds the server gone (its
+    imports failed) starts normally."""
     import select
     import shutil
 
@@ -427,7 +430,7 @@ def start_spawn_server(folder: Path, env: dict, log) -> tuple:
     proc = subprocess.Popen([sys.executable, str(folder / "zlf_spawn_server.py"), str(socket_path)], env=env,
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, text=True,
                             preexec_fn=die_with_parent(signal.SIGTERM))
-    if select.select([proc.stdout], [], [], 120)[0] and proc.stdout.readline().strip() == "ready":
+    if select.select([proc.stdout], [], [], 120)[0] and proc.stdout.readline().strip() == "listening":
         return proc, {"PYTHONPATH": env["PYTHONPATH"], SPAWN_ENV: str(socket_path)}
     stop_spawn_server(proc)
     return proc, None

@@ -50,6 +50,13 @@ def server(tmp_path_factory):
     with open(folder / "server.log", "w") as log:
         proc, env = start_spawn_server(folder, base, log)
     assert env is not None, (folder / "server.log").read_text()
+    # the server listens before it imports: a stand-in that asks meanwhile waits, and is forked
+    # from the server as it is once its imports are done
+    early = probe({**base, **env}, folder, "early")
+    out, err = early.communicate(timeout=120)
+    seen = lines(out)
+    assert early.returncode == 0 and int(seen["pid"]) != early.pid, out + err
+    assert int(seen["frozen"].split()[0]) > 100_000
     yield {**base, **env, "PROBE_VAR": "v"}, folder
     stop_spawn_server(proc)
 
