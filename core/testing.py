@@ -378,19 +378,24 @@ def extension_hooks(*names):
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU; skipped when none is visible")
     config.addinivalue_line("markers", "slow: spawns several zlf processes")
-    _session_threads()
+    _session_threads(config)
     _session_bytecode_cache()
     _session_spawn_server(config)
 
 
-def _session_threads() -> None:
-    """One OpenMP thread per process (``OMP_NUM_THREADS=1``) unless the environment sets it:
-    pytest-xdist runs a worker per core and each starts zlf processes, and torch in every one of
-    them would otherwise start a thread per core, whose waits spin (a tenth of the suite's CPU
-    time on a 2-core machine). It also keeps Ray's task processes forked from the spawn server:
-    Ray sets the variable in its workers where the driver left it unset, and a value other than
-    the server's is refused. The test processes see it before they import torch."""
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
+def _session_threads(config) -> None:
+    """Under pytest-xdist, the machine's cores shared out among the workers as OpenMP threads
+    (``OMP_NUM_THREADS``: one each where there are as many workers as cores, as ``-n auto``
+    makes) unless the environment sets it. Each worker and every zlf process it starts would
+    otherwise run torch with a thread per core, whose waits spin: a tenth of the suite's CPU time
+    on a 2-core machine. It also keeps Ray's task processes forked from the spawn server: Ray
+    sets the variable in its workers where the driver left it unset, and a value other than the
+    server's is refused. A session without workers keeps torch's default."""
+    workers = getattr(config.option, "numprocesses", None)
+    if not isinstance(workers, int) or workers < 1 or "OMP_NUM_THREADS" in os.environ:
+        return
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    os.environ["OMP_NUM_THREADS"] = str(max(1, cores // workers))
 
 
 def _session_bytecode_cache() -> None:

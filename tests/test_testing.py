@@ -65,9 +65,10 @@ def test_zlf_fake_backend_is_chosen_by_name(zlf_fake_backend, zlf_core_only):
     assert fake_backend_class("other").name == "other" and FakeBackend.name == "fake"
 
 
-def test_a_session_runs_one_openmp_thread_per_process_unless_told_otherwise(tmp_path):
-    """pytest-xdist runs a worker per core; torch in each of them and in every zlf process they
-    start would otherwise run a spinning OpenMP thread per core."""
+def test_xdist_workers_share_the_cores_as_openmp_threads_unless_told_otherwise(tmp_path):
+    """pytest-xdist runs workers side by side; torch in each of them and in every zlf process they
+    start would otherwise run a spinning OpenMP thread per core. A session without workers, or an
+    environment that says, keeps its value."""
     import os
     import subprocess
     import sys
@@ -79,13 +80,14 @@ def test_a_session_runs_one_openmp_thread_per_process_unless_told_otherwise(tmp_
         "                           capture_output=True, text=True, check=True).stdout.strip()\n"
         "    print('SEEN', os.environ.get('OMP_NUM_THREADS'), child)\n")
     seen = {}
-    for given in (None, "3"):
+    for given, xdist in ((None, ["-n", "2"]), ("3", ["-n", "2"]), (None, ["-p", "no:xdist"])):
         env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "PYTEST_ADDOPTS")}
         env["ZLF_SPAWN_SERVER"] = ""  # no server: this is about the environment alone
         if given:
             env["OMP_NUM_THREADS"] = given
-        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "-p", "no:xdist",
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rP", "-p", "no:cacheprovider", *xdist,
                                "test_inner.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0, proc.stdout + proc.stderr
-        seen[given] = next(line.split()[1:] for line in proc.stdout.splitlines() if line.startswith("SEEN"))
-    assert seen == {None: ["1", "1"], "3": ["3", "3"]}
+        seen[given, xdist[1]] = next(line.split()[1:] for line in proc.stdout.splitlines() if line.startswith("SEEN"))
+    each = str(max(1, len(os.sched_getaffinity(0)) // 2))
+    assert seen == {(None, "2"): [each, each], ("3", "2"): ["3", "3"], (None, "no:xdist"): ["None", "None"]}
