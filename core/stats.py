@@ -382,20 +382,27 @@ def rounds_needed(noise: Noise, pairing: str, level: float, power: float, min_ef
 AUTO_TRIMS = (0.0, 0.1)
 
 
-def _width(values: dict, pairing: str, trim: float, aa: dict, level: float) -> float:
-    """Typical interval half-width of the campaign's points for one estimate: the t quantile at
-    the pooled degrees of freedom times the pooled standard error (variances only)."""
-    pool, h = [], []
+def _point_noises(values: dict, trim: float, aa: dict) -> list:
+    """For each point of two rounds or more: the rounds its trimmed means keep, its own
+    :class:`Noise` and the A/A's (None without one); both pairings read the same."""
+    out = []
     for point, (a_ms, b_ms) in values.items():
         n = len(a_ms)
-        if n < 2:
-            continue
-        nz = point_noise(a_ms, b_ms, trim)
+        if n >= 2:
+            out.append((n - 2 * int(math.floor(trim * n)), point_noise(a_ms, b_ms, trim), aa_noise_at(aa, point, trim)))
+    return out
+
+
+def _width(noises: list, pairing: str, level: float) -> float:
+    """Typical interval half-width of the campaign's points for one estimate: the t quantile at
+    the pooled degrees of freedom times the pooled standard error (variances only; ``noises``
+    from :func:`_point_noises`)."""
+    pool, h = [], []
+    for kept, nz, extra in noises:
         pool.append((nz.var_paired, nz.df_paired) if pairing == PAIRED else (nz.var_unpaired, nz.df_unpaired))
-        extra = aa_noise_at(aa, point, trim)
         if extra is not None:
             pool.append((extra.var_paired, extra.df_paired) if pairing == PAIRED else (extra.var_unpaired, extra.df_unpaired))
-        h.append(n - 2 * int(math.floor(trim * n)))
+        h.append(kept)
     hh = float(np.median(h)) if h else 0.0
     if hh < 2:
         return math.inf
@@ -418,7 +425,8 @@ def choose_estimate(values: dict, settings: Settings, aa: Optional[dict] = None)
     if len(pairings) * len(trims) == 1:
         return pairings[0], trims[0]
     level = settings.alpha / max(1, len(values))
-    best = min(((_width(values, p, t, aa or {}, level), i, p, t) for i, (p, t) in
+    noises = {t: _point_noises(values, t, aa or {}) for t in trims}
+    best = min(((_width(noises[t], p, level), i, p, t) for i, (p, t) in
                 enumerate((p, t) for p in pairings for t in trims)))
     return (best[2], best[3]) if math.isfinite(best[0]) else (pairings[0], trims[-1])
 
