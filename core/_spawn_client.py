@@ -84,6 +84,10 @@ def _hand_off() -> None:
         return
     request = _request(sock.fileno())
     data = json.dumps(request).encode() + b"\n"
+    # A signal that comes while this process waits for its answer (the server may still be
+    # importing) is held: passed on to the child once there is one, or taken as this process
+    # would take it at start-up when it starts normally.
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, [getattr(signal, name) for name in _FORWARD])
     try:
         sent = socket.send_fds(sock, [data], request["fds"])
         sock.sendall(data[sent:])
@@ -93,6 +97,7 @@ def _hand_off() -> None:
         reply = None
     if not reply or "pid" not in reply:  # refused, or the server is gone: start normally
         sock.close()
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
         return
     pid = reply["pid"]
 
@@ -108,6 +113,7 @@ def _hand_off() -> None:
     for name in _FORWARD:
         if request["dispositions"][name] != "ignore":
             signal.signal(getattr(signal, name), forward)
+    signal.pthread_sigmask(signal.SIG_SETMASK, held)
     end = None
     while end is None:
         try:

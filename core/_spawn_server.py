@@ -247,12 +247,18 @@ class Server:
             self._send(conn, {"refused": why})
             self._close(conn, fds)
             return
+        # every signal held until the child has the stand-in's dispositions and mask: one passed
+        # on at once (the stand-in may hold one already) must not meet the server's handlers
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
         try:
             pid = os.fork()
         except OSError as exc:  # out of processes or memory: the stand-in starts on its own
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
             self._send(conn, {"refused": f"fork: {exc}"})
             self._close(conn, fds)
             return
+        if pid != 0:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         if pid == 0:
             try:
                 self.selector.close()
@@ -360,7 +366,6 @@ def _become(request: dict, received: list, flavours: dict) -> None:
     for name, how in request["dispositions"].items():
         signal.signal(getattr(signal, name), {"ignore": signal.SIG_IGN, "interrupt": signal.default_int_handler,
                                               "default": signal.SIG_DFL}[how])
-    signal.pthread_sigmask(signal.SIG_SETMASK, request["mask"])
     sys.dont_write_bytecode = bool(request["flags"][BYTECODE_FLAG])
     _run_module(request)
 
@@ -417,6 +422,8 @@ def _run_module(request: dict) -> None:
     code = 0
     interrupted = False
     try:
+        # the stand-in's mask: a signal held since the fork arrives now, as at the module's start
+        signal.pthread_sigmask(signal.SIG_SETMASK, request["mask"])
         runpy._run_module_as_main(argv[2], alter_argv=True)
     except SystemExit as exc:
         if exc.code is None:

@@ -364,3 +364,48 @@ def test_a_child_gets_the_triton_its_environment_asks_for_when_it_imports_it(ser
         assert seen["flavour"] == ("InterpretedFunction" if flavour == "interpret" else "JITFunction") + " spec True"
         assert seen["native"] == "True" and seen["result"] == ("28.0" if flavour == "interpret" else "True")
     assert int(forked["imports"]) == 0 and int(plain["imports"]) > 10
+
+
+def _server_pid(folder: Path) -> int:
+    socket_path = str(folder / "socket")
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and socket_path in (entry / "cmdline").read_bytes().decode(errors="replace"):
+                return int(entry.name)
+        except OSError:
+            continue
+    raise AssertionError(f"no server on {socket_path}")
+
+
+def _waits_for_its_answer(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/wchan").read_text() == "unix_stream_read_generic"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_that_comes_while_the_stand_in_waits_for_its_answer_reaches_the_child(server, sig):
+    """The server answers late while it imports (a session's workers start meanwhile) or forks
+    another child: a signal the stand-in gets while it waits is held, then reaches the child as
+    if it came as the module started (not in the stand-in's start-up code, nor the child's)."""
+    env, folder = server
+    server_pid = _server_pid(folder)
+    os.kill(server_pid, signal.SIGSTOP)  # busy
+    try:
+        proc = probe(env, folder, "wait")
+        deadline = time.monotonic() + 30
+        while not _waits_for_its_answer(proc.pid) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if not _waits_for_its_answer(proc.pid) and proc.poll() is None:
+            pytest.skip("/proc/PID/wchan does not say where a process waits")
+        os.kill(proc.pid, sig)
+    finally:
+        os.kill(server_pid, signal.SIGCONT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == -sig, (out, err)
+    assert "sitecustomize" not in err and "spawn server" not in err and "Fatal" not in err, err
+    if sig == signal.SIGINT:
+        assert err.rstrip().endswith("KeyboardInterrupt")  # the child's, from where the module was
+    if out:
+        assert gone_within(int(lines(out)["pid"]))
