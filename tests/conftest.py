@@ -7,6 +7,7 @@ The fixtures come from zlf.testing (a pytest plugin installed with zlf); the nam
 ``from conftest import ...`` working in core's test files."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,14 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "extensions(*names): the installed extensions a core test needs active")
+
+
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto`` (make test): a worker more than the machine has cores. Many tests wait (on a
+    time limit, a child's start, the disk), and the core a waiting worker leaves is then another
+    worker's: on a 2-core machine the suite ran ~10 % faster with 3 workers than with 2."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return cores + 1
 
 
 def pytest_collection_modifyitems(config, items):
