@@ -275,8 +275,12 @@ class HeldDispatch:
         import torch
 
         if self.lib is None:
+            import warnings
+
             self.lib = torch.library.Library("aten", "IMPL")
-            self.lib.impl("linalg_vector_norm", _refusing_vector_norm, "CPU")
+            with warnings.catch_warnings():  # torch's "Overriding a previously registered kernel" (meant)
+                warnings.filterwarnings("ignore", "Warning only once for all operators", UserWarning)
+                self.lib.impl("linalg_vector_norm", _refusing_vector_norm, "CPU")
             self.entries += 1
 
     def exit(self) -> None:
