@@ -12,7 +12,8 @@ run: setup
 # Each distribution tests alone: core's tests with core alone installed, then every extension's
 # tests and core's tests of real extensions (marked `extensions`) with everything installed, in one
 # session so that the workers share the load.
-# `-n auto`: one pytest worker per core (pytest-xdist, installed by setup.py --tests); `--dist
+# `-n auto`: one pytest worker per core and one more (pytest-xdist, installed by setup.py --tests;
+# tests/conftest.py says why); `--dist
 # worksteal`: a worker that runs out of tests takes some of another's (a long test last no longer
 # keeps one core busy while the other waits).
 test:

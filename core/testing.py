@@ -389,8 +389,7 @@ def pytest_configure(config):
 
 def _session_threads(config) -> None:
     """Under pytest-xdist, the machine's cores shared out among the workers as OpenMP threads
-    (``OMP_NUM_THREADS``: one each where there are as many workers as cores, as ``-n auto``
-    makes) unless the environment sets it. Each worker and every zlf process it starts would
+    (``OMP_NUM_THREADS``: cores ÷ workers, at least one) unless the environment sets it. Each worker and every zlf process it starts would
     otherwise run torch with a thread per core, whose waits spin: a tenth of the suite's CPU time
     on a 2-core machine. It also keeps Ray's task processes forked from the spawn server: Ray
     sets the variable in its workers where the driver left it unset, and a value other than the
@@ -398,8 +397,12 @@ def _session_threads(config) -> None:
     workers = getattr(config.option, "numprocesses", None)
     if not isinstance(workers, int) or workers < 1 or "OMP_NUM_THREADS" in os.environ:
         return
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    os.environ["OMP_NUM_THREADS"] = str(max(1, cores // workers))
+    os.environ["OMP_NUM_THREADS"] = str(max(1, usable_cores() // workers))
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity, where the platform says)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def _session_bytecode_cache() -> None:

@@ -7,13 +7,12 @@ The fixtures come from zlf.testing (a pytest plugin installed with zlf); the nam
 ``from conftest import ...`` working in core's test files."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
 from zlf.testing import (HeldDispatch, clean_env as _env, core_only_env, gpu_available,  # noqa: F401
-                         installed_extensions, read_records, run_dir_from, run_zlf)
+                         installed_extensions, read_records, run_dir_from, run_zlf, usable_cores)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -32,8 +31,7 @@ def pytest_xdist_auto_num_workers(config):
     """``-n auto`` (make test): a worker more than the machine has cores. Many tests wait (on a
     time limit, a child's start, the disk), and the core a waiting worker leaves is then another
     worker's: on a 2-core machine the suite ran ~10 % faster with 3 workers than with 2."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return cores + 1
+    return usable_cores() + 1
 
 
 def pytest_collection_modifyitems(config, items):
