@@ -257,8 +257,6 @@ class Server:
             self._send(conn, {"refused": f"fork: {exc}"})
             self._close(conn, fds)
             return
-        if pid != 0:
-            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         if pid == 0:
             try:
                 self.selector.close()
@@ -273,6 +271,7 @@ class Server:
                 os.write(2, ("zlf spawn server: " + traceback.format_exc()).encode(errors="replace"))
             finally:
                 os._exit(70)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         for fd in fds:
             os.close(fd)
         pidfd = os.pidfd_open(pid)
