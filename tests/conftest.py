@@ -27,6 +27,7 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "extensions(*names): the installed extensions a core test needs active")
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: a session run with -p no:xdist must still start
 def pytest_xdist_auto_num_workers(config):
     """``-n auto`` (make test): a worker more than the machine has cores. Many tests wait (on a
     time limit, a child's start, the disk), and the core a waiting worker leaves is then another

@@ -91,3 +91,21 @@ def test_xdist_workers_share_the_cores_as_openmp_threads_unless_told_otherwise(t
         seen[given, xdist[1]] = next(line.split()[1:] for line in proc.stdout.splitlines() if line.startswith("SEEN"))
     each = str(max(1, len(os.sched_getaffinity(0)) // 2))
     assert seen == {(None, "2"): [each, each], ("3", "2"): ["3", "3"], (None, "no:xdist"): ["None", "None"]}
+
+
+def test_the_suite_starts_without_pytest_xdist():
+    """The suite's conftest implements a pytest-xdist hook; a session that turns xdist off (to
+    profile tests one by one, or on a machine without it) must start all the same."""
+    import os
+    import pathlib
+    import subprocess
+    import sys
+
+    tests = pathlib.Path(__file__).resolve().parent
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
+    env["ZLF_SPAWN_SERVER"] = ""
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider", "--co", "-q",
+                           str(tests / "test_clock.py")], cwd=tests.parent, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "INTERNALERROR" not in proc.stdout + proc.stderr
