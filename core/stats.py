@@ -366,15 +366,22 @@ def rounds_needed(noise: Noise, pairing: str, level: float, power: float, min_ef
     _, up = thresholds(min_effect_pct)
     target = math.log1p(2.0 * min_effect_pct / 100.0) - up
     level = float(f"{level:.3g}")  # rounded as the cache of _ncp keys it
-    for n in range(MIN_ROUNDS, MAX_PLAN_ROUNDS + 1):
-        h = n - 2 * int(math.floor(trim * n))
-        if pairing == PAIRED:
-            se, df = math.sqrt(var / h), h - 1 + aa_df
-        else:
-            se, df = math.sqrt(2.0 * var / h), 2 * (h - 1) + aa_df
-        if _ncp(round(float(df), 1), level, power) * se <= target:
-            return n
-    return None
+    rounds, h, ncp = _plan_table(pairing, level, power, trim, aa_df)
+    se = np.sqrt(var / h) if pairing == PAIRED else np.sqrt(2.0 * var / h)
+    enough = ncp * se <= target
+    return int(rounds[enough.argmax()]) if enough.any() else None
+
+
+@functools.lru_cache(maxsize=256)
+def _plan_table(pairing: str, level: float, power: float, trim: float, aa_df: float) -> tuple:
+    """For :func:`rounds_needed`, each round count from :data:`MIN_ROUNDS` to
+    :data:`MAX_PLAN_ROUNDS`: the rounds its trimmed means keep, and the noncentrality its degrees
+    of freedom need (a campaign plans many points with one table)."""
+    rounds = np.arange(MIN_ROUNDS, MAX_PLAN_ROUNDS + 1)
+    h = np.array([n - 2 * int(math.floor(trim * n)) for n in range(MIN_ROUNDS, MAX_PLAN_ROUNDS + 1)])
+    df = h - 1 + aa_df if pairing == PAIRED else 2 * (h - 1) + aa_df
+    ncp = np.array([_ncp(round(float(d), 1), level, power) for d in df])
+    return rounds, h, ncp
 
 
 #: trims the automatic choice picks from: plain means (best under normal noise) or 10 %
