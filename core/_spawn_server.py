@@ -457,10 +457,9 @@ def _run_module(request: dict) -> None:
 def _preload() -> dict:
     """Import :data:`PRELOAD`, and Triton's flavours (:func:`_preload_triton`, returned). Where the
     session keeps bytecode under a prefix (``PYTHONPYCACHEPREFIX``, empty at a machine's first
-    session), the server reads the installed packages' own bytecode instead of compiling them all
-    again (about 5 s of CPU while the session waits for it), writes nothing beside their sources,
-    and links what it read into the prefix for the session's other processes (its test workers
-    among them)."""
+    session until the session has linked the installation's bytecode into it), the server reads
+    the installed packages' own bytecode instead of compiling them all again (about 5 s of CPU
+    while the session waits for it), and writes nothing beside their sources."""
     import importlib
 
     prefix, dont_write = sys.pycache_prefix, sys.dont_write_bytecode
@@ -475,8 +474,6 @@ def _preload() -> dict:
         flavours = _preload_triton()
     finally:
         sys.pycache_prefix, sys.dont_write_bytecode = prefix, dont_write
-    if prefix:
-        _seed_prefix([m for modules in flavours.values() for m in modules.values()])
     return flavours
 
 
@@ -515,32 +512,6 @@ def _preload_triton() -> dict:
         else:
             os.environ["TRITON_INTERPRET"] = saved
     return flavours
-
-
-def _seed_prefix(more=()) -> None:
-    """Link (or copy) the bytecode each imported module (and each of ``more``) was read from to
-    where a process with this ``PYTHONPYCACHEPREFIX`` looks for it. Bytecode records its source's
-    size and time, so a process whose source differs compiles it anew as it would anyway."""
-    import importlib.util
-    import shutil
-
-    for module in list(sys.modules.values()) + list(more):
-        source, cached = getattr(module, "__file__", None), getattr(module, "__cached__", None)
-        if not (isinstance(source, str) and isinstance(cached, str) and source.endswith(".py")
-                and os.path.isfile(cached)):  # (torch.ops and its like answer any attribute)
-            continue
-        target = importlib.util.cache_from_source(source)
-        if target == cached or os.path.exists(target):
-            continue
-        try:
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            try:
-                os.link(cached, target)
-            except OSError:  # another file system
-                shutil.copyfile(cached, target + ".tmp")
-                os.replace(target + ".tmp", target)
-        except OSError:
-            pass
 
 
 def main(argv) -> int:

@@ -228,28 +228,6 @@ def test_a_path_without_one_of_the_servers_folders_starts_plainly(server):
     assert proc.returncode == 0 and int(lines(out)["pid"]) == proc.pid
 
 
-def test_the_servers_bytecode_seeds_an_empty_prefix(server):
-    """Under a bytecode prefix of the session's own, empty at first, the server imports torch and
-    the rest from their installed bytecode (not compiling them again) and links that bytecode
-    into the prefix, where the session's other processes find it."""
-    import importlib.util
-
-    import yaml
-
-    _, folder = server
-    prefix, sys.pycache_prefix = sys.pycache_prefix, None  # (this session may have one)
-    try:
-        installed = importlib.util.cache_from_source(yaml.__file__)
-    finally:
-        sys.pycache_prefix = prefix
-    if not os.path.isfile(installed):
-        pytest.skip("yaml's bytecode is not installed beside it here")
-    seeded = folder / "pycache" / Path(yaml.__file__).parent.relative_to("/") / Path(installed).name
-    assert seeded.is_file() and seeded.read_bytes() == Path(installed).read_bytes()
-    if os.stat(folder).st_dev == os.stat(installed).st_dev:  # linked, not compiled again
-        assert os.path.samefile(seeded, installed)
-
-
 BYTECODE_PROBE = r'''
 import importlib, os, sys
 print("pid", os.getpid(), "writes", not sys.dont_write_bytecode, flush=True)

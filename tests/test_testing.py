@@ -112,3 +112,47 @@ def test_the_suite_starts_without_pytest_xdist():
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "INTERNALERROR" not in proc.stdout + proc.stderr
+
+
+def test_a_bytecode_prefix_is_seeded_with_the_installations_own_bytecode(tmp_path):
+    """A process with PYTHONPYCACHEPREFIX reads no bytecode beside its sources: the session links
+    the installation's into the prefix, so a process reads it instead of compiling. Optimised
+    bytecode, bytecode without its source and other interpreters' bytecode are left out; the work
+    is done again only when an installation folder changed."""
+    import os
+    import py_compile
+    import subprocess
+    import sys
+
+    from zlf.testing import SEEDED_STAMP, seed_bytecode_prefix
+
+    root, prefix = tmp_path / "site", tmp_path / "prefix"
+    (root / "pkg").mkdir(parents=True)
+    (root / "pkg" / "__init__.py").write_text("")
+    (root / "pkg" / "mod.py").write_text("VALUE = 42\n")
+    cache = root / "pkg" / "__pycache__"
+    tag = sys.implementation.cache_tag
+    for name, suffix, level in (("__init__", "", -1), ("mod", "", -1), ("mod", ".opt-1", 1)):
+        # beside the source, as installed (this session's own processes may write under a prefix)
+        py_compile.compile(str(root / "pkg" / f"{name}.py"), cfile=str(cache / f"{name}.{tag}{suffix}.pyc"),
+                           doraise=True, optimize=level)
+    (cache / f"gone.{tag}.pyc").write_bytes((cache / f"mod.{tag}.pyc").read_bytes())  # its source is gone
+    (cache / "mod.otherpython-99.pyc").write_bytes(b"")
+
+    assert seed_bytecode_prefix(prefix, [str(root)]) == 2
+    mirrored = prefix / str(root / "pkg").lstrip("/")
+    assert sorted(p.name for p in mirrored.iterdir()) == [f"__init__.{tag}.pyc", f"mod.{tag}.pyc"]
+    linked = mirrored / f"mod.{tag}.pyc"
+    assert os.path.samefile(linked, cache / f"mod.{tag}.pyc")
+
+    env = {**os.environ, "PYTHONPYCACHEPREFIX": str(prefix), "PYTHONPATH": str(root), "ZLF_SPAWN_SERVER": ""}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    out = subprocess.run([sys.executable, "-c", "import pkg.mod; print(pkg.mod.VALUE)"], env=env,
+                         capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "42" and os.path.samefile(linked, cache / f"mod.{tag}.pyc")  # read, not written anew
+
+    assert json.loads((prefix / SEEDED_STAMP).read_text()) == {str(root): os.stat(root).st_mtime_ns}
+    linked.unlink()
+    assert seed_bytecode_prefix(prefix, [str(root)]) == 0  # nothing installed since: not walked again
+    (root / "newpkg").mkdir()
+    assert seed_bytecode_prefix(prefix, [str(root)]) == 1 and linked.exists()
