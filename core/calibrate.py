@@ -122,7 +122,7 @@ def calibrate(backend, copy_mib=None, matmul_n=None, dtypes=None, reps=None) -> 
             backend.free_memory()
     except RuntimeError as exc:
         if backend.is_oom(exc):
-            raise UsageError(f"out of device memory during calibration; pass smaller --copy-mib / --matmul-n") from exc
+            raise UsageError("out of device memory during calibration; pass smaller --copy-mib / --matmul-n") from exc
         raise
     where = "host" if on_host else "device-to-device"
     method = {

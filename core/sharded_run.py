@@ -10,7 +10,6 @@ both wrote is kept under ``shards/<k>/`` and listed in meta.json.
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import sys

@@ -391,9 +391,10 @@ def _session_threads(config) -> None:
     """Under pytest-xdist, the machine's cores shared out among the workers as OpenMP threads
     (``OMP_NUM_THREADS``: cores ÷ workers, at least one) unless the environment sets it. Each
     worker and every zlf process it starts would otherwise run torch with a thread per core,
-    whose waits spin: a tenth of the suite's CPU time on a 2-core machine. It also keeps Ray's task processes forked from the spawn server: Ray
-    sets the variable in its workers where the driver left it unset, and a value other than the
-    server's is refused. A session without workers keeps torch's default."""
+    whose waits spin: a tenth of the suite's CPU time on a 2-core machine. It also keeps Ray's
+    task processes forked from the spawn server: Ray sets the variable in its workers where the
+    driver left it unset, and a value other than the server's is refused. A session without
+    workers keeps torch's default."""
     workers = getattr(config.option, "numprocesses", None)
     if not isinstance(workers, int) or workers < 1 or "OMP_NUM_THREADS" in os.environ:
         return
