@@ -35,6 +35,17 @@ def pytest_xdist_auto_num_workers(config):
     return usable_cores() + 1
 
 
+def pytest_ignore_collect(collection_path, config):
+    """With ``--only-marked-extensions``, a core test file that marks no test ``extensions`` is not
+    even imported (each pytest-xdist worker would import and assert-rewrite it, to deselect all
+    of it)."""
+    if (config.getoption("--only-marked-extensions") and collection_path.suffix == ".py"
+            and collection_path.name.startswith("test_") and collection_path.resolve().parent == ROOT / "tests"
+            and "mark.extensions" not in collection_path.read_text()):
+        return True
+    return None
+
+
 def pytest_collection_modifyitems(config, items):
     if config.getoption("--only-marked-extensions"):
         keep, drop = [], []
