@@ -439,9 +439,10 @@ def seed_bytecode_prefix(prefix: Path, roots: Optional[list] = None) -> int:
     with ``PYTHONPYCACHEPREFIX=prefix`` looks for it. With a prefix, Python reads no bytecode
     beside its sources, so on a machine's first session every process would otherwise compile
     what it imports (Ray's daemons, the test workers' pytest, scipy, matplotlib, pip) until one of
-    them has written it: about 4 s of a first session's wall time on two cores. Done again only
-    when an installation folder changed (a package installed or removed); a source edited since
-    its bytecode was written is compiled anew as it would be anyway. Returns the files linked.
+    them has written it: about 4 s of a first session's wall time on two cores (two paired runs of
+    core's tests). Done again only when an installation folder changed (a package installed or
+    removed); a source edited since its bytecode was written is compiled anew as it would be
+    anyway. Returns the files linked.
 
     :param roots: the installation folders (default: the standard library's and site-packages)."""
     import sysconfig
@@ -463,10 +464,10 @@ def seed_bytecode_prefix(prefix: Path, roots: Optional[list] = None) -> int:
                 continue
             sources = os.path.dirname(folder)
             target_dir = Path(prefix.as_posix() + sources)  # the prefix mirrors absolute paths
-            for name in names:
-                if not name.endswith(tag) or "." in name[:-len(tag)]:  # optimised (.opt-1) or another tag
+            for name in names:  # this interpreter's, not optimised (NAME.cpython-311.opt-1.pyc)
+                if not name.endswith(tag):
                     continue
-                target = target_dir / (name[:-len(tag)] + tag)
+                target = target_dir / name
                 if target.exists() or not os.path.exists(os.path.join(sources, name[:-len(tag)] + ".py")):
                     continue
                 try:
