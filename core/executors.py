@@ -529,7 +529,10 @@ class RayPool:
             self.capacity = int(ray.cluster_resources().get("GPU", 0))
             if self.capacity < 1:
                 raise UsageError("the Ray cluster has no GPU resources (start it with --num-gpus, or give --gpus)")
-            task = ray.remote(num_gpus=1, max_retries=0)(run_unit_remote)
+            # a worker serves task after task (Ray's default for GPU tasks is a new worker each, so
+            # that none keeps device memory; this one never touches the device: each run is a
+            # process of its own), which saves each unit a worker's start-up (~1 CPU-s on a CPU machine)
+            task = ray.remote(num_gpus=1, max_retries=0, max_calls=0)(run_unit_remote)
             inflight: dict = {}
             try:
                 self._loop(ray, task, job, scheduler, inflight)
