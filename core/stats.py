@@ -185,12 +185,17 @@ class Trimmed:
         return self.h - 1
 
 
+def kept_rounds(n: int, trim: float) -> int:
+    """Values a trimmed mean of ``n`` keeps: ``floor(trim · n)`` are cut from each end."""
+    return n - 2 * int(math.floor(trim * n))
+
+
 def trimmed(x: Sequence[float], trim: float) -> Trimmed:
     """Trimmed mean of ``x`` (``floor(trim · n)`` values cut from each end) and its variance."""
     v = np.sort(np.asarray(x, dtype=float))
     n = v.size
-    g = int(math.floor(trim * n))
-    h = n - 2 * g
+    h = kept_rounds(n, trim)
+    g = (n - h) // 2
     mean = float(v[g:n - g].sum() / h)
     if n < 2 or h < 2:
         return Trimmed(mean, 0.0, h)
@@ -378,7 +383,7 @@ def _plan_table(pairing: str, level: float, power: float, trim: float, aa_df: fl
     :data:`MAX_PLAN_ROUNDS`: the rounds its trimmed means keep, and the noncentrality its degrees
     of freedom need (a campaign plans many points with one table)."""
     rounds = np.arange(MIN_ROUNDS, MAX_PLAN_ROUNDS + 1)
-    h = np.array([n - 2 * int(math.floor(trim * n)) for n in range(MIN_ROUNDS, MAX_PLAN_ROUNDS + 1)])
+    h = np.array([kept_rounds(n, trim) for n in range(MIN_ROUNDS, MAX_PLAN_ROUNDS + 1)])
     df = h - 1 + aa_df if pairing == PAIRED else 2 * (h - 1) + aa_df
     ncp = np.array([_ncp(round(float(d), 1), level, power) for d in df])
     return rounds, h, ncp
@@ -396,7 +401,7 @@ def _point_noises(values: dict, trim: float, aa: dict) -> list:
     for point, (a_ms, b_ms) in values.items():
         n = len(a_ms)
         if n >= 2:
-            out.append((n - 2 * int(math.floor(trim * n)), point_noise(a_ms, b_ms, trim), aa_noise_at(aa, point, trim)))
+            out.append((kept_rounds(n, trim), point_noise(a_ms, b_ms, trim), aa_noise_at(aa, point, trim)))
     return out
 
 

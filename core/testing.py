@@ -434,15 +434,15 @@ SEEDED_STAMP = ".zlf-seeded.json"
 
 
 def seed_bytecode_prefix(prefix: Path, roots: Optional[list] = None) -> int:
-    """Link the bytecode the installation already has (``__pycache__`` beside the standard
-    library's and site-packages' sources, written when they were installed) to where a process
-    with ``PYTHONPYCACHEPREFIX=prefix`` looks for it. With a prefix, Python reads no bytecode
-    beside its sources, so on a machine's first session every process would otherwise compile
-    what it imports (Ray's daemons, the test workers' pytest, scipy, matplotlib, pip) until one of
-    them has written it: about 4 s of a first session's wall time on two cores (two paired runs of
-    core's tests). Done again only when an installation folder changed (a package installed or
-    removed); a source edited since its bytecode was written is compiled anew as it would be
-    anyway. Returns the files linked.
+    """Link (or, across file systems, copy) the bytecode the installation already has
+    (``__pycache__`` beside the standard library's and site-packages' sources, written when they
+    were installed) to where a process with ``PYTHONPYCACHEPREFIX=prefix`` looks for it. With a
+    prefix, Python reads no bytecode beside its sources, so on a machine's first session every
+    process would otherwise compile what it imports (Ray's daemons, the test workers' pytest, scipy,
+    matplotlib, pip) until one of them has written it: about 4 s of a first session's wall time on
+    two cores (two paired runs of core's tests). Done again only when an installation folder changed
+    (a package installed or removed); a source edited since its bytecode was written is compiled
+    anew as it would be anyway. Returns the files linked or copied.
 
     :param roots: the installation folders (default: the standard library's and site-packages)."""
     import sysconfig
@@ -463,24 +463,46 @@ def seed_bytecode_prefix(prefix: Path, roots: Optional[list] = None) -> int:
             if os.path.basename(folder) != "__pycache__":
                 continue
             sources = os.path.dirname(folder)
-            target_dir = Path(prefix.as_posix() + sources)  # the prefix mirrors absolute paths
-            for name in names:  # this interpreter's, not optimised (NAME.cpython-311.opt-1.pyc)
-                if not name.endswith(tag):
-                    continue
-                target = target_dir / name
-                if target.exists() or not os.path.exists(os.path.join(sources, name[:-len(tag)] + ".py")):
-                    continue
-                try:
-                    target_dir.mkdir(parents=True, exist_ok=True)
-                    os.link(os.path.join(folder, name), target)
-                    linked += 1
-                except OSError:  # another file system, or a race with a process writing it
-                    pass
+            # this interpreter's bytecode, not the optimised (NAME.cpython-311.opt-1.pyc), of a
+            # source that is still there
+            names = [n for n in names
+                     if n.endswith(tag) and os.path.exists(os.path.join(sources, n[:-len(tag)] + ".py"))]
+            if not names:
+                continue
+            target_dir = prefix.as_posix() + sources  # the prefix mirrors absolute paths
+            try:
+                os.makedirs(target_dir, exist_ok=True)
+            except OSError:
+                continue
+            for name in names:
+                target = os.path.join(target_dir, name)
+                if not os.path.exists(target):
+                    linked += _link_or_copy(os.path.join(folder, name), target)
     try:
         (prefix / SEEDED_STAMP).write_text(json.dumps(seen))
     except OSError:
         pass
     return linked
+
+
+def _link_or_copy(source: str, target: str) -> int:
+    """``target`` made the same file as ``source``: a hard link, or a copy put in place whole
+    where the two are on different file systems. 1 when done, 0 when not (a process wrote it
+    meanwhile, or the folder cannot be written)."""
+    import shutil
+
+    try:
+        os.link(source, target)
+        return 1
+    except FileExistsError:
+        return 0
+    except OSError:
+        try:
+            shutil.copyfile(source, target + ".tmp")
+            os.replace(target + ".tmp", target)
+            return 1
+        except OSError:
+            return 0
 
 
 def start_spawn_server(folder: Path, env: dict, log) -> tuple:

@@ -156,3 +156,29 @@ def test_a_bytecode_prefix_is_seeded_with_the_installations_own_bytecode(tmp_pat
     assert seed_bytecode_prefix(prefix, [str(root)]) == 0  # nothing installed since: not walked again
     (root / "newpkg").mkdir()
     assert seed_bytecode_prefix(prefix, [str(root)]) == 1 and linked.exists()
+
+
+def test_a_bytecode_prefix_on_another_file_system_gets_copies(tmp_path, monkeypatch):
+    """Where the cache and the installation are on different file systems no hard link can be
+    made: the bytecode is copied instead, put in place whole (no half-written file left)."""
+    import errno
+    import os
+    import py_compile
+    import sys
+
+    from zlf.testing import seed_bytecode_prefix
+
+    root, prefix = tmp_path / "site", tmp_path / "prefix"
+    (root / "pkg" / "__pycache__").mkdir(parents=True)
+    (root / "pkg" / "mod.py").write_text("VALUE = 7\n")
+    cached = root / "pkg" / "__pycache__" / f"mod.{sys.implementation.cache_tag}.pyc"
+    py_compile.compile(str(root / "pkg" / "mod.py"), cfile=str(cached), doraise=True)
+
+    def no_link(source, target):
+        raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+    monkeypatch.setattr(os, "link", no_link)
+    assert seed_bytecode_prefix(prefix, [str(root)]) == 1
+    copied = prefix / str(cached.parent.parent).lstrip("/") / cached.name
+    assert copied.read_bytes() == cached.read_bytes() and not os.path.samefile(copied, cached)
+    assert not list(copied.parent.glob("*.tmp"))
