@@ -2,6 +2,7 @@
 a process it forks must look to its caller like the process the caller started."""
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import signal
@@ -126,8 +127,28 @@ def test_signals_reach_the_child_and_the_stand_in_ends_as_it_does(server):
         for _ in range(5):
             proc.stdout.readline()
         (os.killpg if session else os.kill)(proc.pid, sig)
-        assert proc.wait(30) == -sig
+        try:
+            code = proc.wait(30)
+        except subprocess.TimeoutExpired:  # seen once under load: say where each process stands
+            stuck = _where(proc.pid, "stand-in") + _where(pid, "child") + (folder / "server.log").read_text()[-2000:]
+            for each in (proc.pid, pid):
+                with contextlib.suppress(OSError):
+                    os.kill(each, signal.SIGKILL)
+            pytest.fail(f"{sig.name}: the stand-in did not end within 30 s\n{stuck}")
+        assert code == -sig
         assert gone_within(pid)
+
+
+def _where(pid: int, who: str) -> str:
+    """A process's state, signal masks and wait channel, from /proc."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text().splitlines()
+        wchan = Path(f"/proc/{pid}/wchan").read_text()
+    except OSError as exc:
+        return f"{who} {pid}: {exc}\n"
+    fields = ("State", "SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt")
+    keep = [line for line in status if line.split(":")[0] in fields]
+    return f"{who} {pid}: wchan {wchan}; " + "; ".join(" ".join(line.split()) for line in keep) + "\n"
 
 
 def test_an_uncaught_keyboard_interrupt_ends_in_sigint_with_its_traceback(server):
