@@ -59,10 +59,22 @@ def _request(sock_fd: int) -> dict:
     }
 
 
-def _read(sock, buffer: bytearray):
+def _read(sock, buffer: bytearray, wake=None):
+    """The next line from the server, or None when it is gone. ``wake``: the read end of the
+    signal wake-up pipe (:func:`_wait_for_end`), waited on beside the socket."""
     import json
+    import select
 
     while b"\n" not in buffer:
+        if wake is not None:
+            ready = select.select([sock, wake], [], [])[0]
+            if wake in ready:
+                try:
+                    os.read(wake, 512)
+                except OSError:
+                    pass
+            if sock not in ready:
+                continue  # a signal: its handler has run by now, or runs at the loop's next turn
         chunk = sock.recv(65536)
         if not chunk:
             return None
@@ -70,6 +82,27 @@ def _read(sock, buffer: bytearray):
     line, _, rest = bytes(buffer).partition(b"\n")
     buffer[:] = rest
     return json.loads(line)
+
+
+def _wait_for_end(sock, buffer: bytearray, mask) -> dict:
+    """Restore the signal ``mask`` and wait for the server's word of how the child ended.
+
+    A handler of this process's runs between bytecodes, once its signal has interrupted a
+    system call or when the interpreter next checks: one that lands just before the wait's
+    system call begins would wait with it, and the signal would never be passed on. So the
+    signal also writes to a wake-up pipe that the wait watches beside the socket."""
+    import signal
+
+    wake, wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(wake_write, warn_on_full_buffer=False)
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    end = None
+    while end is None:
+        try:
+            end = _read(sock, buffer, wake) or {"code": 70}
+        except OSError:
+            end = {"code": 70}
+    return end
 
 
 def _hand_off() -> None:
@@ -113,13 +146,7 @@ def _hand_off() -> None:
     for name in _FORWARD:
         if request["dispositions"][name] != "ignore":
             signal.signal(getattr(signal, name), forward)
-    signal.pthread_sigmask(signal.SIG_SETMASK, held)
-    end = None
-    while end is None:
-        try:
-            end = _read(sock, buffer) or {"code": 70}
-        except OSError:
-            end = {"code": 70}
+    end = _wait_for_end(sock, buffer, held)
     if end.get("signal"):
         for name in _FORWARD:
             signal.signal(getattr(signal, name), signal.SIG_DFL)

@@ -34,7 +34,10 @@ if mode == "io":
     print("to stderr", file=sys.stderr)
     sys.exit(3)
 if mode == "wait":
-    time.sleep(60)
+    # short sleeps: time.sleep looks for a signal only once a signal interrupts it, so one that
+    # lands between the last check and the start of a long sleep would wait for its end
+    for _ in range(1200):
+        time.sleep(0.05)
 if mode == "interrupt":
     raise KeyboardInterrupt
 '''
@@ -149,6 +152,39 @@ def _where(pid: int, who: str) -> str:
     fields = ("State", "SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt")
     keep = [line for line in status if line.split(":")[0] in fields]
     return f"{who} {pid}: wchan {wchan}; " + "; ".join(" ".join(line.split()) for line in keep) + "\n"
+
+
+LATE_HANDLER = r'''
+import json, os, signal, socket, sys, threading, time
+from zlf import _spawn_client as client
+
+theirs, ours = socket.socketpair()
+# the signal's handler plays the forward: the server then says how the child ended
+signal.signal(signal.SIGUSR1, lambda signum, frame: ours.sendall(json.dumps({"signal": signum}).encode() + b"\n"))
+waiting = threading.Event()
+
+
+def send():
+    waiting.wait()
+    time.sleep(0.3)
+    os.kill(os.getpid(), signal.SIGUSR1)
+
+
+threading.Thread(target=send, daemon=True).start()
+waiting.set()
+# the main thread keeps SIGUSR1 blocked: the other thread takes it, so the handler is due while
+# the wait's system call goes on uninterrupted, as when a signal lands just before it begins
+print(client._wait_for_end(theirs, bytearray(), {signal.SIGUSR1}), flush=True)
+'''
+
+
+def test_a_signal_whose_handler_is_due_before_the_stand_in_waits_still_ends_the_wait(tmp_path):
+    """Python runs a signal's handler between bytecodes, after the signal interrupted a system
+    call or at the interpreter's next check; a signal that lands just before the stand-in's wait
+    begins must still be passed on (seen: a SIGINT test waiting out its 30 s)."""
+    env = {k: v for k, v in os.environ.items() if k != SPAWN_ENV}
+    proc = subprocess.run([sys.executable, "-c", LATE_HANDLER], env=env, capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0 and proc.stdout.strip() == f"{{'signal': {int(signal.SIGUSR1)}}}", proc.stderr
 
 
 def test_an_uncaught_keyboard_interrupt_ends_in_sigint_with_its_traceback(server):
