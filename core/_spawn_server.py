@@ -158,14 +158,14 @@ def listen(path: str) -> socket.socket:
 
 
 class Server:
-    def __init__(self, listener: socket.socket, path: str, own: dict, flavours: dict):
+    def __init__(self, listener: socket.socket, path: str, own: dict, flavours: dict, parent: int):
         self.path = path
         self.own = own
         self.flavours = flavours
         self.listener = listener
         self.selector = selectors.DefaultSelector()
         self.selector.register(self.listener, selectors.EVENT_READ, ("accept", None))
-        self.parent = os.getppid()
+        self.parent = parent  # the process it serves until it exits
         self.children = {}  # pidfd -> Child
         #: top-level names of every module a child has from the start
         self.imported = {name.partition(".")[0] for name in list(sys.modules)}
@@ -517,6 +517,9 @@ def _preload_triton() -> dict:
 def main(argv) -> int:
     import gc
 
+    # the parent, before the imports: one that dies meanwhile leaves this process adopted by
+    # another, which a later look would take for the parent (and serve on for good)
+    parent = os.getppid()
     path = argv[0]
     # what a request must match, taken before any import: sys.path as it was at start-up, less
     # this script's folder (put first because this runs as a script)
@@ -533,7 +536,7 @@ def main(argv) -> int:
     # hardest hit); the pattern the gc module's documentation gives for servers that fork.
     gc.collect()
     gc.freeze()
-    server = Server(listener, path, own, flavours)
+    server = Server(listener, path, own, flavours, parent)
     server.serve()
     return 0
 

@@ -188,6 +188,28 @@ def test_a_signal_whose_handler_is_due_before_the_stand_in_waits_still_ends_the_
     assert proc.returncode == 0 and proc.stdout.strip() == f"{{'signal': {int(signal.SIGUSR1)}}}", proc.stderr
 
 
+ORPHANING_PARENT = r'''
+import subprocess, sys
+server = subprocess.Popen([sys.executable, sys.argv[1], sys.argv[2]], stdout=subprocess.PIPE,
+                          stderr=subprocess.DEVNULL)
+assert server.stdout.readline().strip() == b"listening"
+print(server.pid, flush=True)  # and exits while the server imports
+'''
+
+
+def test_a_server_whose_parent_dies_while_it_imports_stops(tmp_path):
+    """The server serves until its parent exits. A parent gone while the server still imported
+    (a session stopped at once) left it serving for good: it took the process that adopted it
+    for its parent."""
+    import zlf
+
+    env = {k: v for k, v in os.environ.items() if k != SPAWN_ENV}
+    proc = subprocess.run([sys.executable, "-c", ORPHANING_PARENT, str(Path(zlf.__file__).parent / "_spawn_server.py"),
+                           str(tmp_path / "socket")], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert gone_within(int(proc.stdout), 120)
+
+
 def test_an_uncaught_keyboard_interrupt_ends_in_sigint_with_its_traceback(server):
     env, folder = server
     proc = probe(env, folder, "interrupt")
