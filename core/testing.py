@@ -487,9 +487,11 @@ def seed_bytecode_prefix(prefix: Path, roots: Optional[list] = None) -> int:
 
 def _link_or_copy(source: str, target: str) -> int:
     """``target`` made the same file as ``source``: a hard link, or a copy put in place whole
-    where the two are on different file systems. 1 when done, 0 when not (a process wrote it
-    meanwhile, or the folder cannot be written)."""
+    where the two are on different file systems (through a temporary file of this thread's own:
+    two sessions may seed one prefix at once). 1 when done, 0 when not (a process wrote it
+    meanwhile, or the folder cannot be written; no temporary file is left)."""
     import shutil
+    import threading
 
     try:
         os.link(source, target)
@@ -497,11 +499,14 @@ def _link_or_copy(source: str, target: str) -> int:
     except FileExistsError:
         return 0
     except OSError:
+        tmp = f"{target}.{os.getpid()}.{threading.get_ident()}.tmp"
         try:
-            shutil.copyfile(source, target + ".tmp")
-            os.replace(target + ".tmp", target)
+            shutil.copyfile(source, tmp)
+            os.replace(tmp, target)
             return 1
         except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
             return 0
 
 

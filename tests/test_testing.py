@@ -182,3 +182,29 @@ def test_a_bytecode_prefix_on_another_file_system_gets_copies(tmp_path, monkeypa
     copied = prefix / str(cached.parent.parent).lstrip("/") / cached.name
     assert copied.read_bytes() == cached.read_bytes() and not os.path.samefile(copied, cached)
     assert not list(copied.parent.glob("*.tmp"))
+
+
+def test_a_copy_that_fails_half_way_leaves_no_temporary_file(tmp_path, monkeypatch):
+    """A full disk (or a source gone) in the middle of a copy: nothing is seeded and no
+    half-written temporary file stays in the prefix."""
+    import errno
+    import os
+    import shutil
+
+    from zlf.testing import _link_or_copy
+
+    (tmp_path / "src.pyc").write_bytes(b"x" * 100)
+    (tmp_path / "out").mkdir()
+
+    def no_link(source, target):
+        raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+    def half_copy(source, target):
+        with open(target, "wb") as f:
+            f.write(b"x" * 10)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "link", no_link)
+    monkeypatch.setattr(shutil, "copyfile", half_copy)
+    assert _link_or_copy(str(tmp_path / "src.pyc"), str(tmp_path / "out" / "src.pyc")) == 0
+    assert list((tmp_path / "out").iterdir()) == []
