@@ -131,7 +131,16 @@ def status_colour(status: str) -> str:
 
 
 def warn(message: str) -> None:
-    print(paint(f"zlf: warning: {message}", "yellow", sys.stderr), file=sys.stderr)
+    say(paint(f"zlf: warning: {message}", "yellow", sys.stderr))
+
+
+def say(line: str) -> None:
+    """A line on stderr; above the progress bar while one is live (the bar is redrawn below it),
+    so a warning never lands inside the bar's line."""
+    if Progress.live is not None:
+        Progress.live.write(line, file=sys.stderr)
+    else:
+        print(line, file=sys.stderr, flush=True)
 
 
 class StatusLine:
@@ -167,25 +176,58 @@ def _columns() -> int:
 
 
 class Progress:
-    """A tqdm bar on a terminal; one plain line per item otherwise (CI logs, pipes)."""
+    """A live tqdm bar on a terminal, one plain line per item otherwise (CI logs, pipes).
 
-    def __init__(self, total: int, desc: str = "points"):
+    On a terminal each finished item's line, every :func:`warn`, every Python warning and every
+    log record of the ``logging`` module print above the bar (tqdm's ``write`` and
+    ``logging_redirect_tqdm``), the bar moves on each item, and :meth:`close` removes it, so what
+    is printed next (the results table) stands alone."""
+
+    #: the bar on screen now, if any (:func:`say` writes above it)
+    live = None
+
+    def __init__(self, total: int, desc: str = "points", stream=None):
         self.total = total
         self.done = 0
         self.bar = None
-        if sys.stderr.isatty() and os.environ.get("ZLF_NO_PROGRESS") is None:
-            from tqdm import tqdm
+        self.stream = stream or sys.stderr
+        self._restore = []
+        if self.stream.isatty() and os.environ.get("ZLF_NO_PROGRESS") is None:
+            import warnings
 
-            self.bar = tqdm(total=total, desc=desc, unit="pt", leave=False, dynamic_ncols=True)
+            from tqdm import tqdm
+            from tqdm.contrib.logging import logging_redirect_tqdm
+
+            # mininterval 0 and miniters 1: a point takes seconds, so each one redraws the bar
+            self.bar = tqdm(total=total, desc=desc, unit="pt", leave=False, dynamic_ncols=True, file=self.stream,
+                            mininterval=0, miniters=1)
+            Progress.live = self.bar
+            shown = warnings.showwarning
+
+            def show_warning(message, category, filename, lineno, file=None, line=None):
+                self.bar.write(warnings.formatwarning(message, category, filename, lineno, line).rstrip("\n"),
+                               file=self.stream)
+
+            warnings.showwarning = show_warning
+            self._restore.append(lambda: setattr(warnings, "showwarning", shown))
+            redirect = logging_redirect_tqdm()
+            redirect.__enter__()
+            self._restore.append(lambda: redirect.__exit__(None, None, None))
 
     def step(self, label: str, outcome: str) -> None:
         self.done += 1
+        line = f"[{self.done}/{self.total}] {clean(label)} {clean(outcome)}"
         if self.bar is not None:
+            self.bar.write(line, file=self.stream)
             self.bar.set_postfix_str(clean(label[-40:]), refresh=False)
             self.bar.update(1)
         else:
-            print(f"[{self.done}/{self.total}] {clean(label)} {clean(outcome)}", file=sys.stderr, flush=True)
+            print(line, file=self.stream, flush=True)
 
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+            self.bar = None
+            Progress.live = None
+            while self._restore:
+                self._restore.pop()()
