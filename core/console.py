@@ -51,6 +51,36 @@ def percent(value, digits: int = 1, sign: bool = False, missing: str = "", limit
     return f"{value:{plus}.{digits}f}%"
 
 
+def change(delta_pct, digits: int = 1, missing: str = "") -> str:
+    """A change of B against A as a reader takes it in: a signed percent while B is within a
+    factor of two of A (``+1.0%``, ``-30.0%``), a factor beyond (``386× slower``, ``2.5× faster``)
+    where a percent would read ``+3.8e+04%``. Machine formats (csv, json) keep the number."""
+    if delta_pct is None:
+        return missing
+    ratio = 1.0 + delta_pct / 100.0
+    if ratio >= 2.0:
+        return f"{_factor(ratio)}× slower"
+    if 0.0 < ratio <= 0.5:
+        return f"{_factor(1.0 / ratio)}× faster"
+    return percent(delta_pct, digits, sign=True)
+
+
+def _factor(value: float) -> str:
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+
+
+def duration(ms, missing: str = "") -> str:
+    """A time in the unit that keeps it short: ``850 ns``, ``17.5 µs``, ``8.24 ms``, ``1.23 s``
+    (three significant digits)."""
+    if ms is None:
+        return missing
+    for per_ms, unit in ((1e6, "ns"), (1e3, "µs"), (1.0, "ms")):
+        value = float(f"{ms * per_ms:.3g}")
+        if abs(value) < 1000:
+            return f"{value:g} {unit}"
+    return f"{ms / 1e3:.3g} s"
+
+
 #: the fields of ``zlf run``'s summary, in every format (the names of results.jsonl)
 RUN_FIELDS = ("point", "status", "timer", "median_ms", "gbps", "tflops", "note")
 #: a failure shared by more points than this is one row of the table, with its count
