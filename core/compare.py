@@ -221,6 +221,10 @@ def derive_threshold(rows) -> Threshold:
         sides = [s for s in sides if s is not None]
         if sides:
             spreads.append(max(sides))
+    if not any(r.comparable for r in rows):
+        return Threshold(THRESHOLD_FALLBACK_PCT,
+                         f"fixed {THRESHOLD_FALLBACK_PCT:g}%: no point was comparable, so no noise to estimate "
+                         "(set --threshold PCT)")
     if not spreads:
         return Threshold(THRESHOLD_FALLBACK_PCT,
                          f"fixed {THRESHOLD_FALLBACK_PCT:g}%: the records carry too few samples to estimate noise "
@@ -318,6 +322,10 @@ class Side:
 
 def load_side(path, label: str) -> Side:
     """Read a run directory; one-line UsageError when it is not one or holds no complete record."""
+    if (Path(path) / "campaign.json").is_file():
+        raise UsageError(f"{label} {str(path)!r} is a zlf ab campaign directory, not a run directory: its verdicts "
+                         f"are in `zlf report {path}`; zlf compare pairs two run directories (a campaign's runs "
+                         "are its <op>/r<k>_<A|B> folders)")
     rundir = RunDir.open(path)
     records, skipped = rundir.records()
     if not records:

@@ -109,7 +109,9 @@ def environment_section(metas: dict) -> str:
                     "started and its command are in the full list):", "",
                     tabulate(rows, headers=["", *envs], tablefmt="github", disable_numparse=True)]
         else:
-            head = [f"The two environments are the same in all {n} items but when each run started."]
+            own = [k for k in ALWAYS_DIFFERENT if a.get(k, "") != b.get(k, "")]
+            head = [f"The two environments differ only in what is each run's own ({', '.join(own) or 'nothing'}); "
+                    f"the other {n - len(own)} of {n} items are the same."]
     else:
         env = next(iter(envs.values()))
         rows = [[k, v] for k, v in env.items() if k in ENV_KEYS or k in ("zlf", "extensions")]
