@@ -81,8 +81,24 @@ def duration(ms, missing: str = "") -> str:
     return f"{ms / 1e3:.3g} s"
 
 
-#: the fields of ``zlf run``'s summary, in every format (the names of results.jsonl)
+def rate(value, missing: str = "") -> str:
+    """A GB/s or TFLOP/s figure for people: three significant digits without an exponent
+    (``1,844``, ``3.84``, ``0.0051``), ``<0.001`` below that (a host-timed run's TFLOP/s)."""
+    if value is None:
+        return missing
+    if value == 0:
+        return "0"
+    if abs(value) < 0.001:
+        return "<0.001"
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:.3g}"
+
+
+#: the fields of ``zlf run``'s summary in csv and json (the names of results.jsonl)
 RUN_FIELDS = ("point", "status", "timer", "median_ms", "gbps", "tflops", "note")
+#: the same columns in the table and markdown people read: times with their unit, rates in GB/s, TFLOP/s
+RUN_HEADERS = ("point", "status", "timer", "median", "GB/s", "TFLOP/s", "note")
 #: a failure shared by more points than this is one row of the table, with its count
 COLLAPSE_AT = 3
 
@@ -93,7 +109,7 @@ def _record_row(r, colour: bool) -> list:
     if getattr(r, "unchecked", None):  # --check warn: timed although its reference check failed
         note = f"UNCHECKED: {r.unchecked}" + (f"; {note}" if note else "")
     # a point that did not fit reads OOM where its numbers would be
-    numbers = ["OOM"] * 3 if r.status == "OOM" else [number(r.median_ms), number(r.gbps), number(r.tflops)]
+    numbers = ["OOM"] * 3 if r.status == "OOM" else [duration(r.median_ms), rate(r.gbps), rate(r.tflops)]
     return [clean(r.point), status, clean(r.timer or ""), *numbers, clean(note[:80])]
 
 
@@ -131,8 +147,8 @@ def results_table(records, colour: bool = True, fmt: str = "table") -> str:
                 shown.add(group[0])
                 row[0] = f"{row[0]} and {group[1] - 1} more"
             rows.append(row)
-    return tabulate(rows, headers=list(RUN_FIELDS), tablefmt="github" if fmt == "markdown" else "simple",
-                    disable_numparse=True)
+    return tabulate(rows, headers=list(RUN_HEADERS), tablefmt="github" if fmt == "markdown" else "simple",
+                    disable_numparse=True, colalign=("left", "left", "left", "right", "right", "right", "left"))
 
 
 def failure_key(error: str) -> str:
