@@ -271,6 +271,22 @@ def run_page(path: Path, root: Path, work: Path, env: dict) -> list:
     return failures
 
 
+def shown_table_headers(path: Path, command: str = "zlf run") -> list:
+    """``(where, header words)`` of every table a block shows as the output of ``$ COMMAND``,
+    marked or not (a GPU run's output cannot be run here, its columns can be checked)."""
+    found = []
+    for block in blocks(path):
+        lines = block.text.split("\n")
+        if not lines[0].startswith(f"$ {command}"):
+            continue
+        for i, line in enumerate(lines[1:-1], 1):
+            rule = lines[i + 1].strip()
+            if rule and set(rule) <= set("- ") and line.strip():
+                found.append((block.where(path.parent if path.name == "README.md" else path.parent.parent), line.split()))
+                break
+    return found
+
+
 # ----------------------------------------------------------------------------- links
 _LINK = re.compile(r"(?<!!)\[[^\]\n]*\]\(([^)\s]+)\)")
 

@@ -41,6 +41,17 @@ def test_every_block_is_run_or_marked():
     assert not problems, "\n".join(problems)
 
 
+def test_shown_run_tables_use_the_real_columns():
+    """A page may show a GPU run's table it cannot run; its header must be the one zlf prints."""
+    from zlf.console import results_table
+
+    real = results_table([], colour=False).splitlines()[0].split()
+    shown = [item for page in PAGES for item in doctest.shown_table_headers(page)]
+    assert shown, "README.md shows a zlf run table"
+    wrong = [f"{where}: {' '.join(words)}" for where, words in shown if words != real]
+    assert not wrong, f"zlf run prints: {' '.join(real)}\n" + "\n".join(wrong)
+
+
 def test_links_and_anchors_resolve():
     problems = []
     for page in PAGES:
