@@ -282,7 +282,8 @@ def shown_table_headers(path: Path, command: str = "zlf run") -> list:
         for i, line in enumerate(lines[1:-1], 1):
             rule = lines[i + 1].strip()
             if rule and set(rule) <= set("- ") and line.strip():
-                found.append((block.where(path.parent if path.name == "README.md" else path.parent.parent), line.split()))
+                root = path.parent if path.name == "README.md" else path.parent.parent
+                found.append((block.where(root), line.split()))
                 break
     return found
 
