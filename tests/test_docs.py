@@ -17,7 +17,8 @@ PAGES = doctest.pages(ROOT)
 
 
 def _page_param(path: Path):
-    needs = doctest.extensions_needed(doctest.blocks(path))
+    generated = str(path.relative_to(ROOT)) in doctest.GENERATED
+    needs = [] if generated else doctest.extensions_needed(doctest.blocks(path))
     return pytest.param(path, id=str(path.relative_to(ROOT)), marks=[pytest.mark.extensions(*needs)] if needs else [])
 
 
