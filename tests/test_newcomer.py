@@ -64,3 +64,14 @@ def test_ab_refuses_a_missing_shape_file_before_the_campaign(zlf_cli, tmp_path):
     proc = zlf_cli("ab", "--aa", "--rounds", "3", "--shapes", "missing.yaml", "add", "--out", "runs")
     assert proc.returncode == 2 and proc.stderr == "zlf: error: shape file 'missing.yaml' not found\n"
     assert not (tmp_path / "runs").exists()  # no campaign created, no run started
+
+
+def test_compare_says_a_386x_regression_as_a_factor(tmp_path):
+    rows = compare.pair([_rec("k/1", 1.0, "t"), _rec("k/2", 1.0, "t")], [_rec("k/1", 386.0, "t"), _rec("k/2", 1.3, "t")])
+    threshold = compare.Threshold(2.0, "test")
+    side = compare.Side("A", tmp_path, (), 0, {})
+    cmp = compare.Comparison(side, side, tuple(compare.sort_rows(rows)), compare.summarize(rows, threshold), (), False)
+    headers, table = compare.table_rows(cmp)
+    cells = {row[0]: row[headers.index("delta_pct")] for row in table}
+    assert cells == {"k/1": "386× slower", "k/2": "+30.0%"}
+    assert "(B 22.4× slower)" in cmp.summary.lines()[0]  # geomean of 386 and 1.3
