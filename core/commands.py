@@ -216,7 +216,7 @@ def cmd_ops(args, session) -> int:
     from .output import render
 
     session.hooks.check_exclusive()
-    session.choose_backend(args.backend, args.device)
+    planned_only = _plan_backend(session, args.backend, args.device)
     ops = session.resolve_ops(args.ops)
     plan = session.plan(ops, split_dtypes(args.dtype))
     spec_of = {name: spec for spec, names in session.op_args for name in names}
@@ -231,4 +231,28 @@ def cmd_ops(args, session) -> int:
     print(render(OPS_FIELDS, rows, args.format))
     if args.format in ("table", "markdown"):
         print(f"{len(plan)} point(s) on backend {session.backend.name}; nothing was run")
+        if planned_only:
+            print(f"note: {planned_only}")
     return 0
+
+
+def _plan_backend(session, name, device) -> str:
+    """Set up the backend ``zlf ops`` plans for. A backend named (``--backend``/``ZLF_BACKEND``)
+    that this machine lacks still plans: its class stands in, never set up, so shapes, dtypes
+    and points are listed and nothing touches a device (planning a GPU campaign on a laptop).
+    Returns '' or the note that says so."""
+    import os
+
+    from .errors import UsageError
+    from .session import select_backend
+
+    try:
+        session.choose_backend(name, device)
+        return ""
+    except UsageError as exc:
+        if not (name or os.environ.get("ZLF_BACKEND")):
+            raise
+        cls = select_backend(session.backends(), name, check=False)  # an unknown name is refused here
+        session.backend = object.__new__(cls)  # the class's attributes (name, host_timing) only: no device
+        session.backend.device_index = device
+        return f"planned for backend {cls.name} without its device ({exc}); nothing was allocated"

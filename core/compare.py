@@ -20,7 +20,7 @@ from tabulate import tabulate
 
 from . import ceilings as ceilings_mod
 from . import metrics, output, stats
-from .console import clean, number, paint, percent, use_colour, warn
+from .console import change, clean, number, paint, percent, use_colour, warn
 from .errors import UsageError
 from .records import STATUS_OK, STATUS_OOM, PointRecord, duplicate_points, shape_str
 from .rundir import RESULTS, RunDir
@@ -111,7 +111,8 @@ class Summary:
             head = (f"{self.compared} points compared: {self.slower} SLOWER, {self.faster} FASTER, "
                     f"{self.same} SAME (within ±{t.pct:.1f}%)")
             g = self.geomean_ratio
-            overall = "no overall change" if abs(g - 1) < 5e-4 else f"B {abs(g - 1) * 100:.1f}% {'slower' if g > 1 else 'faster'}"
+            overall = ("no overall change" if abs(g - 1) < 5e-4 else f"B {change((g - 1) * 100)}" if not 0.5 < g < 2
+                       else f"B {abs(g - 1) * 100:.1f}% {'slower' if g > 1 else 'faster'}")
             head += f"; geomean time B/A {g:.3f} ({overall})"
         out = [head, f"threshold ±{t.pct:.1f}%: {t.how}"]
         if self.regressions:
@@ -221,6 +222,10 @@ def derive_threshold(rows) -> Threshold:
         sides = [s for s in sides if s is not None]
         if sides:
             spreads.append(max(sides))
+    if not any(r.comparable for r in rows):
+        return Threshold(THRESHOLD_FALLBACK_PCT,
+                         f"fixed {THRESHOLD_FALLBACK_PCT:g}%: no point was comparable, so no noise to estimate "
+                         "(set --threshold PCT)")
     if not spreads:
         return Threshold(THRESHOLD_FALLBACK_PCT,
                          f"fixed {THRESHOLD_FALLBACK_PCT:g}%: the records carry too few samples to estimate noise "
@@ -318,6 +323,10 @@ class Side:
 
 def load_side(path, label: str) -> Side:
     """Read a run directory; one-line UsageError when it is not one or holds no complete record."""
+    if (Path(path) / "campaign.json").is_file():
+        raise UsageError(f"{label} {str(path)!r} is a zlf ab campaign directory, not a run directory: its verdicts "
+                         f"are in `zlf report {path}`; zlf compare pairs two run directories (a campaign's runs "
+                         "are its <op>/r<k>_<A|B> folders)")
     rundir = RunDir.open(path)
     records, skipped = rundir.records()
     if not records:
@@ -498,7 +507,7 @@ def table_rows(cmp: Comparison, colour: bool = False) -> tuple:
         columns[col_a].append(number(metrics.value(r.a, cmp.metric)) if r.a else "")
         columns[col_b].append(number(metrics.value(r.b, cmp.metric)) if r.b else "")
         columns["clock_differs"].append(f"differs: {r.clock}" if r.clock else "")
-        columns["delta_pct"].append(percent(r.delta_pct, sign=True) if r.comparable else "")
+        columns["delta_pct"].append(change(r.delta_pct) if r.comparable else "")  # 386× slower, not +3.8e+04%
         columns["timer"].append(clean(timer_cell(r)))
         columns["gbps_B"].append(number(r.b.gbps) if r.b else "")
         columns["tflops_B"].append(number(r.b.tflops) if r.b else "")

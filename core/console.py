@@ -51,8 +51,54 @@ def percent(value, digits: int = 1, sign: bool = False, missing: str = "", limit
     return f"{value:{plus}.{digits}f}%"
 
 
-#: the fields of ``zlf run``'s summary, in every format (the names of results.jsonl)
+def change(delta_pct, digits: int = 1, missing: str = "") -> str:
+    """A change of B against A as a reader takes it in: a signed percent while B is within a
+    factor of two of A (``+1.0%``, ``-30.0%``), a factor beyond (``386× slower``, ``2.5× faster``)
+    where a percent would read ``+3.8e+04%``. Machine formats (csv, json) keep the number."""
+    if delta_pct is None:
+        return missing
+    ratio = 1.0 + delta_pct / 100.0
+    if ratio >= 2.0:
+        return f"{_factor(ratio)}× slower"
+    if 0.0 < ratio <= 0.5:
+        return f"{_factor(1.0 / ratio)}× faster"
+    return percent(delta_pct, digits, sign=True)
+
+
+def _factor(value: float) -> str:
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+
+
+def duration(ms, missing: str = "") -> str:
+    """A time in the unit that keeps it short: ``850 ns``, ``17.5 µs``, ``8.24 ms``, ``1.23 s``
+    (three significant digits)."""
+    if ms is None:
+        return missing
+    for per_ms, unit in ((1e6, "ns"), (1e3, "µs"), (1.0, "ms")):
+        value = float(f"{ms * per_ms:.3g}")
+        if abs(value) < 1000:
+            return f"{value:g} {unit}"
+    return f"{ms / 1e3:.3g} s"
+
+
+def rate(value, missing: str = "") -> str:
+    """A GB/s or TFLOP/s figure for people: three significant digits without an exponent
+    (``1,844``, ``3.84``, ``0.0051``), ``<0.001`` below that (a host-timed run's TFLOP/s)."""
+    if value is None:
+        return missing
+    if value == 0:
+        return "0"
+    if abs(value) < 0.001:
+        return "<0.001"
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:.3g}"
+
+
+#: the fields of ``zlf run``'s summary in csv and json (the names of results.jsonl)
 RUN_FIELDS = ("point", "status", "timer", "median_ms", "gbps", "tflops", "note")
+#: the same columns in the table and markdown people read: times with their unit, rates in GB/s, TFLOP/s
+RUN_HEADERS = ("point", "status", "timer", "median", "GB/s", "TFLOP/s", "note")
 #: a failure shared by more points than this is one row of the table, with its count
 COLLAPSE_AT = 3
 
@@ -63,7 +109,7 @@ def _record_row(r, colour: bool) -> list:
     if getattr(r, "unchecked", None):  # --check warn: timed although its reference check failed
         note = f"UNCHECKED: {r.unchecked}" + (f"; {note}" if note else "")
     # a point that did not fit reads OOM where its numbers would be
-    numbers = ["OOM"] * 3 if r.status == "OOM" else [number(r.median_ms), number(r.gbps), number(r.tflops)]
+    numbers = ["OOM"] * 3 if r.status == "OOM" else [duration(r.median_ms), rate(r.gbps), rate(r.tflops)]
     return [clean(r.point), status, clean(r.timer or ""), *numbers, clean(note[:80])]
 
 
@@ -101,8 +147,8 @@ def results_table(records, colour: bool = True, fmt: str = "table") -> str:
                 shown.add(group[0])
                 row[0] = f"{row[0]} and {group[1] - 1} more"
             rows.append(row)
-    return tabulate(rows, headers=list(RUN_FIELDS), tablefmt="github" if fmt == "markdown" else "simple",
-                    disable_numparse=True)
+    return tabulate(rows, headers=list(RUN_HEADERS), tablefmt="github" if fmt == "markdown" else "simple",
+                    disable_numparse=True, colalign=("left", "left", "left", "right", "right", "right", "left"))
 
 
 def failure_key(error: str) -> str:
@@ -131,7 +177,16 @@ def status_colour(status: str) -> str:
 
 
 def warn(message: str) -> None:
-    print(paint(f"zlf: warning: {message}", "yellow", sys.stderr), file=sys.stderr)
+    say(paint(f"zlf: warning: {message}", "yellow", sys.stderr))
+
+
+def say(line: str) -> None:
+    """A line on stderr; above the progress bar while one is live (the bar is redrawn below it),
+    so a warning never lands inside the bar's line."""
+    if Progress.live is not None:
+        Progress.live.write(line, file=sys.stderr)
+    else:
+        print(line, file=sys.stderr, flush=True)
 
 
 class StatusLine:
@@ -167,25 +222,58 @@ def _columns() -> int:
 
 
 class Progress:
-    """A tqdm bar on a terminal; one plain line per item otherwise (CI logs, pipes)."""
+    """A live tqdm bar on a terminal, one plain line per item otherwise (CI logs, pipes).
 
-    def __init__(self, total: int, desc: str = "points"):
+    On a terminal each finished item's line, every :func:`warn`, every Python warning and every
+    log record of the ``logging`` module print above the bar (tqdm's ``write`` and
+    ``logging_redirect_tqdm``), the bar moves on each item, and :meth:`close` removes it, so what
+    is printed next (the results table) stands alone."""
+
+    #: the bar on screen now, if any (:func:`say` writes above it)
+    live = None
+
+    def __init__(self, total: int, desc: str = "points", stream=None):
         self.total = total
         self.done = 0
         self.bar = None
-        if sys.stderr.isatty() and os.environ.get("ZLF_NO_PROGRESS") is None:
-            from tqdm import tqdm
+        self.stream = stream or sys.stderr
+        self._restore = []
+        if self.stream.isatty() and os.environ.get("ZLF_NO_PROGRESS") is None:
+            import warnings
 
-            self.bar = tqdm(total=total, desc=desc, unit="pt", leave=False, dynamic_ncols=True)
+            from tqdm import tqdm
+            from tqdm.contrib.logging import logging_redirect_tqdm
+
+            # mininterval 0 and miniters 1: a point takes seconds, so each one redraws the bar
+            self.bar = tqdm(total=total, desc=desc, unit="pt", leave=False, dynamic_ncols=True, file=self.stream,
+                            mininterval=0, miniters=1)
+            Progress.live = self.bar
+            shown = warnings.showwarning
+
+            def show_warning(message, category, filename, lineno, file=None, line=None):
+                self.bar.write(warnings.formatwarning(message, category, filename, lineno, line).rstrip("\n"),
+                               file=self.stream)
+
+            warnings.showwarning = show_warning
+            self._restore.append(lambda: setattr(warnings, "showwarning", shown))
+            redirect = logging_redirect_tqdm()
+            redirect.__enter__()
+            self._restore.append(lambda: redirect.__exit__(None, None, None))
 
     def step(self, label: str, outcome: str) -> None:
         self.done += 1
+        line = f"[{self.done}/{self.total}] {clean(label)} {clean(outcome)}"
         if self.bar is not None:
+            self.bar.write(line, file=self.stream)
             self.bar.set_postfix_str(clean(label[-40:]), refresh=False)
             self.bar.update(1)
         else:
-            print(f"[{self.done}/{self.total}] {clean(label)} {clean(outcome)}", file=sys.stderr, flush=True)
+            print(line, file=self.stream, flush=True)
 
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+            self.bar = None
+            Progress.live = None
+            while self._restore:
+                self._restore.pop()()

@@ -12,8 +12,8 @@ from typing import Optional
 
 from tabulate import tabulate
 
-from . import compare
-from .console import clean, clean_lines, number, percent
+from . import compare, plots
+from .console import change, clean, clean_lines, duration, number, percent
 from .redact import safe_environment
 from .errors import UsageError
 from .records import STATUS_FAILED, STATUS_OK, STATUS_OOM
@@ -109,7 +109,9 @@ def environment_section(metas: dict) -> str:
                     "started and its command are in the full list):", "",
                     tabulate(rows, headers=["", *envs], tablefmt="github", disable_numparse=True)]
         else:
-            head = [f"The two environments are the same in all {n} items but when each run started."]
+            own = [k for k in ALWAYS_DIFFERENT if a.get(k, "") != b.get(k, "")]
+            head = [f"The two environments differ only in what is each run's own ({', '.join(own) or 'nothing'}); "
+                    f"the other {n - len(own)} of {n} items are the same."]
     else:
         env = next(iter(envs.values()))
         rows = [[k, v] for k, v in env.items() if k in ENV_KEYS or k in ("zlf", "extensions")]
@@ -137,55 +139,90 @@ def environment_table(metas: dict) -> str:
 
 
 # ----------------------------------------------------------------------------- plots
-def _figure(n_bars: int):
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+def _quartiles(samples) -> Optional[tuple]:
+    import numpy as np
 
-    # No pyplot: no global state and no display backend, the Agg canvas renders the PNG.
-    fig = Figure(figsize=(9, min(40, max(2.5, 0.28 * n_bars + 1.4))), dpi=110)
-    FigureCanvasAgg(fig)
-    return fig, fig.add_subplot(1, 1, 1)
+    values = [v for v in samples or () if v is not None]
+    return tuple(float(q) for q in np.percentile(values, [25, 75])) if len(values) >= 2 else None
+
+
+def _change_spread(row) -> Optional[tuple]:
+    """The B/A ratios the two sides' sample quartiles allow (B's 25th over A's 75th percentile,
+    B's 75th over A's 25th): the whisker of a compared point, None without samples."""
+    qa, qb = _quartiles(row.a.samples if row.a else ()), _quartiles(row.b.samples if row.b else ())
+    if not qa or not qb or qa[0] <= 0 or qa[1] <= 0:
+        return None
+    return qb[0] / qa[1], qb[1] / qa[0]
 
 
 def plot_deltas(cmp: compare.Comparison, path: Path) -> int:
-    """Horizontal bars of Δ% per compared point, worst regression on top; returns bars drawn."""
+    """B/A per compared point as bars on a log change axis (1 %, 30 % and 386× each readable),
+    worst regression on top, whiskers from the sides' sample quartiles; returns bars drawn."""
+    from matplotlib.patches import Patch
+
     rows = [r for r in cmp.rows if r.comparable][:MAX_PLOTTED_POINTS]
     t = cmp.threshold.pct
-    fig, ax = _figure(len(rows))
-    colours = {compare.SLOWER: "#c0392b", compare.FASTER: "#27ae60", compare.UNCHANGED: "#95a5a6"}
+    fig, ax = plots.figure(len(rows))
     ys = list(range(len(rows)))[::-1]
-    bars = ax.barh(ys, [r.delta_pct for r in rows], color=[colours[r.verdict(t)] for r in rows], zorder=2)
-    ax.bar_label(bars, labels=[percent(r.delta_pct, sign=True) for r in rows], fontsize=6, padding=2)
+    ratios = [plots.ratio(r.delta_pct) for r in rows]
+    spreads = [_change_spread(r) for r in rows]
+    verdicts = [r.verdict(t) for r in rows]
+    lo, hi = plots.change_limits([*ratios, *(v for s in spreads if s for v in s), plots.ratio(-t), plots.ratio(t)])
+    ax.axvspan(plots.ratio(-t), plots.ratio(t), color="#bdc3c7", alpha=0.35, lw=0, zorder=1)
+    ax.barh(ys, [q - 1.0 for q in ratios], left=1.0, color=[plots.COLOURS[v] for v in verdicts], zorder=2, height=0.7)
+    for y, q, spread in zip(ys, ratios, spreads):
+        if spread:
+            ax.errorbar([q], [y], xerr=[[max(0.0, q - spread[0])], [max(0.0, spread[1] - q)]], fmt="none",
+                        ecolor="black", elinewidth=0.8, capsize=2, zorder=4)
+        at = (max(q, spread[1]) if q >= 1 else min(q, spread[0])) if spread else q  # beyond the whisker
+        ax.annotate(change(100.0 * (q - 1.0)), (at, y), xytext=(4 if q >= 1 else -4, 0), textcoords="offset points",
+                    ha="left" if q >= 1 else "right", va="center", fontsize=6, zorder=5)
     ax.set_yticks(ys)
     ax.set_yticklabels([clean(r.point) for r in rows], fontsize=7)
-    ax.axvspan(-t, t, color="#bdc3c7", alpha=0.35, lw=0, label=f"±{t:.1f}% threshold", zorder=1)
-    ax.margins(x=0.12)
-    ax.axvline(0, color="black", lw=0.6)
-    ax.set_xlabel("Δ time, B vs A (%)   — right of 0: B slower")
-    ax.set_title(clean(cmp.summary.lines()[0]), fontsize=8)
-    ax.legend(loc="lower right", fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path)
+    plots.change_axis(ax, lo, hi, "time of B against A (log scale; right of 0: B slower)")
+    handles = [Patch(color=plots.COLOURS[v], label=v) for v in (compare.SLOWER, compare.FASTER, compare.SAME)
+               if v in verdicts]
+    handles.append(Patch(color="#bdc3c7", alpha=0.6, label=f"±{t:.1f}% threshold"))
+    if any(spreads):
+        from matplotlib.lines import Line2D
+
+        handles.append(Line2D([], [], color="black", lw=0.8, marker="|", label="sample quartiles"))
+    plots.legend_beside(ax, handles, clean(cmp.summary.lines()[0]))
+    plots.save(fig, path)
     return len(rows)
 
 
 def plot_latency(records, path: Path) -> int:
-    """Horizontal bars of median time per ok point (log scale); returns bars drawn."""
+    """Median time per ok point (log scale) with the samples' quartiles as whiskers; returns
+    bars drawn."""
     rows = [r for r in records if r.status == STATUS_OK and r.median_ms][:MAX_PLOTTED_POINTS]
-    fig, ax = _figure(len(rows))
+    fig, ax = plots.figure(len(rows))
     ys = list(range(len(rows)))[::-1]
-    bars = ax.barh(ys, [r.median_ms for r in rows], color="#2e86c1")
-    ax.bar_label(bars, labels=[f"{r.median_ms:.3g} ms" for r in rows], fontsize=6, padding=2)
-    ax.set_yticks(ys)
-    ax.set_yticklabels([clean(f"{r.point} [{r.timer}]") for r in rows], fontsize=7)
+    quartiles = [_quartiles(r.samples) for r in rows]
     if rows:
         ax.set_xscale("log")
         # log bars start at the left limit: put it below the fastest point so every bar shows.
-        low, high = min(r.median_ms for r in rows), max(r.median_ms for r in rows)
-        ax.set_xlim(low / 3, high * 3)
-    ax.set_xlabel("median time (ms, log scale)")
-    fig.tight_layout()
-    fig.savefig(path)
+        low = min([r.median_ms for r in rows] + [q[0] for q in quartiles if q])
+        high = max([r.median_ms for r in rows] + [q[1] for q in quartiles if q])
+        ax.set_xlim(low / 3, high * 4)
+        ax.barh(ys, [r.median_ms - low / 3 for r in rows], left=low / 3, color="#2e86c1", height=0.7, zorder=2)
+    for y, r, q in zip(ys, rows, quartiles):
+        if q:
+            ax.errorbar([r.median_ms], [y], xerr=[[max(0.0, r.median_ms - q[0])], [max(0.0, q[1] - r.median_ms)]],
+                        fmt="none", ecolor="black", elinewidth=0.8, capsize=2, zorder=3)
+        ax.annotate(duration(r.median_ms), (max(r.median_ms, q[1] if q else 0), y), xytext=(4, 0),
+                    textcoords="offset points", va="center", fontsize=6)
+    ax.set_yticks(ys)
+    ax.set_yticklabels([clean(f"{r.point} [{r.timer}]") for r in rows], fontsize=7)
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: duration(v)))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.tick_params(axis="x", labelsize=7)
+    ax.grid(axis="x", color="#dddddd", lw=0.5, zorder=0)
+    ax.set_xlabel("median time per call (log scale); whiskers: 25th to 75th percentile of the samples", fontsize=8)
+    plots.save(fig, path)
     return len(rows)
 
 

@@ -20,6 +20,11 @@ root = pathlib.Path(__file__).resolve().parent.parent
 pip = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
 
 
+def step(what: str) -> None:
+    """One line before each pip call: pip runs quietly and a download can take a minute."""
+    print(f"setup: {what} ...", flush=True)
+
+
 def missing(module: str) -> bool:
     return importlib.util.find_spec(module) is None
 
@@ -41,11 +46,13 @@ def _older(distribution: str, version: tuple) -> bool:
 
 
 if missing("torch"):
+    step("installing torch 2.13.0 (missing here)")
     subprocess.check_call(pip + ["torch==2.13.0"])
 # editable installs of pyproject-only packages need PEP 660 (setuptools 64), and without build
 # isolation a bdist_wheel command: inside setuptools from 70.1, else the wheel package (a fresh
 # Python 3.11 venv has setuptools 65 and no wheel); no setuptools at all counts as older
 if _older("setuptools", (64,)) or (_older("setuptools", (70, 1)) and missing("wheel")):
+    step("upgrading setuptools to 70.1 or later (editable installs need it)")
     subprocess.check_call(pip + ["setuptools>=70.1"])
 extensions = sorted(p.parent for p in (root / "extensions").glob("*/pyproject.toml") if not p.parent.name.startswith("_"))
 core_only = "--core" in sys.argv[1:]
@@ -53,6 +60,7 @@ if core_only:
     names = [re.search(r'^name = "([^"]+)"', (e / "pyproject.toml").read_text(), re.M).group(1) for e in extensions]
     installed = [n for n in names if _installed(n)]
     if installed:
+        step(f"removing this repository's extensions (core's tests run without them): {', '.join(installed)}")
         subprocess.check_call([sys.executable, "-m", "pip", "uninstall", "--quiet", "--yes", *installed])
     extensions = []
 args = ["--no-build-isolation", "-e", str(root)]
@@ -67,5 +75,7 @@ if "--tests" in sys.argv[1:]:
     # --dist worksteal (make test): from pytest-xdist 3.2
     extra += ["pytest-xdist>=3.2"] if missing("xdist") or _older("pytest-xdist", (3, 2)) else []
     extra += ["ray>=2.9"] if missing("ray") else []
+step(f"installing zlf and {len(extensions)} extension(s) in editable mode"
+     + (f", with {', '.join(extra)}" if extra else "") + " and their dependencies")
 subprocess.check_call(pip + args + extra)
 print(f"installed zlf and {len(extensions)} extensions" + (f": {', '.join(e.name for e in extensions)}" if extensions else " (core alone)"))

@@ -10,7 +10,7 @@ from pathlib import Path
 from tabulate import tabulate
 
 from .. import metrics, stats
-from ..console import clean, clean_lines
+from ..console import change, clean, clean_lines
 from ..rundir import write_atomic
 from .guards import switch_guard_messages
 from .layout import FAILED, OK, PLOT, REPORT, SKIPPED, SUMMARY_JSON, SUMMARY_LOG, now
@@ -26,8 +26,9 @@ RULE = ("verdict rule (B against A), one threshold delta (--min-effect): interva
         "interval is above +delta, FASTER below -delta, SAME inside +-delta, else UNSURE; sign flips "
         "are reported, not a gate. MDE = smallest slowdown called SLOWER with 80% power (noncentral t, at the "
         "level the point faced); rounds for delta = rounds for a zero delta to be called SAME with 80% power.")
-#: the plot's x range never exceeds this many percent either side (intervals beyond it are clipped).
-PLOT_LIMIT_PCT = 50.0
+#: the plot's x range reaches at most this factor beyond the estimates and the threshold (an
+#: interval that goes on is clipped there, with an arrow).
+PLOT_REACH = 4.0
 
 
 def _p(value, digits=2, sign=True) -> str:
@@ -189,43 +190,48 @@ def render_markdown(campaign, results, remarks, excluded, alpha, ir_lines, why_n
 
 
 def plot(results, path: Path, title: str) -> str:
-    """Per-point delta intervals as horizontal bars; returns '' or why there is no plot."""
+    """Per-point delta intervals on a log change axis (zlf.plots): a 1 % change and a 386×
+    regression are both drawn at their size; an interval end more than :data:`PLOT_REACH` times
+    beyond the estimates is clipped and drawn as an arrow. Returns '' or why there is no plot."""
     shown = [r for r in results if r.delta_lo_pct is not None]
     if not shown:
         return "no intervals to plot"
     try:
-        import matplotlib
+        from matplotlib.lines import Line2D
+        from matplotlib.patches import Patch
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        from .. import plots
     except ImportError:
         return "matplotlib is not installed (pip install matplotlib)"
-    colour = {stats.FASTER: "tab:green", stats.SLOWER: "tab:red", stats.SAME: "tab:blue", stats.UNSURE: "tab:gray"}
-    fig, ax = plt.subplots(figsize=(8, 0.32 * len(shown) + 1.6))
     delta = max(r.min_effect_pct for r in shown)
-    # the scale follows the estimates and the threshold, never a huge interval (2 rounds, df 1)
-    centre = [abs(r.delta_pct if r.delta_pct is not None else r.delta_median_pct) for r in shown]
-    limit = min(PLOT_LIMIT_PCT, max(3.0 * delta, 1.5 * max(centre)))
-    for i, r in enumerate(shown):
-        lo, hi = max(r.delta_lo_pct, -limit), min(r.delta_hi_pct, limit)
-        ax.plot([lo, hi], [i, i], color=colour[r.verdict], linewidth=3)
-        for end, clipped in ((lo, r.delta_lo_pct < -limit), (hi, r.delta_hi_pct > limit)):
+    mids = [plots.ratio(r.delta_pct if r.delta_pct is not None else r.delta_median_pct) for r in shown]
+    # the scale follows the estimates and the threshold; an interval (2 rounds, df 1) may reach beyond
+    lo, hi = plots.change_limits([*mids, plots.ratio(-delta), plots.ratio(delta)])
+    ends = [e for r in shown for e in (plots.ratio(r.delta_lo_pct), plots.ratio(r.delta_hi_pct))]
+    lo, hi = max(min([lo, *ends]) / 1.05, lo / PLOT_REACH), min(max([hi, *ends]) * 1.05, hi * PLOT_REACH)
+    fig, ax = plots.figure(len(shown))
+    ax.axvspan(plots.ratio(-delta), plots.ratio(delta), color="tab:blue", alpha=0.08, lw=0, zorder=1)
+    for i, (r, mid) in enumerate(zip(shown, mids)):
+        colour = plots.COLOURS.get(r.verdict, "#7f8c8d")
+        a, b = plots.ratio(r.delta_lo_pct), plots.ratio(r.delta_hi_pct)
+        ax.plot([max(a, lo), min(b, hi)], [i, i], color=colour, linewidth=4, solid_capstyle="butt", zorder=2)
+        for end, clipped in ((lo, a < lo), (hi, b > hi)):
             if clipped:
-                ax.plot([end], [i], "<" if end < 0 else ">", color=colour[r.verdict], markersize=5)
-        mid = r.delta_pct if r.delta_pct is not None else r.delta_median_pct
-        ax.plot([max(-limit, min(limit, mid))], [i], "k|", markersize=10)
-    ax.set_xlim(-limit * 1.05, limit * 1.05)
-    ax.axvspan(-delta, delta, color="tab:blue", alpha=0.08, label=f"threshold ±{delta:g}% (SAME inside)")
-    ax.axvline(0, color="black", linewidth=0.8)
+                ax.plot([end], [i], "<" if end == lo else ">", color=colour, markersize=6, zorder=3)
+        ax.plot([mid], [i], "k|", markersize=11, markeredgewidth=1.5, zorder=4)
+        ax.annotate(change(100.0 * (mid - 1.0)), (min(max(b, mid), hi), i), xytext=(5, 0), textcoords="offset points",
+                    va="center", fontsize=6, zorder=5)
     ax.set_yticks(range(len(shown)))
     ax.set_yticklabels([clean(f"{r.point} {r.verdict}") for r in shown], fontsize=7)
-    ax.invert_yaxis()
-    ax.set_xlabel("delta of B against A, % (positive: B slower); bar = interval (arrow: clipped), tick = estimate")
-    ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    ax.set_ylim(len(shown) - 0.5, -0.5)
+    plots.change_axis(ax, lo, hi, "B against A (log scale; right of 0: B slower)\n"
+                                  "bar: interval (arrow: it goes on), tick: estimate")
+    verdicts = {r.verdict for r in shown}
+    handles = [Patch(color=plots.COLOURS[v], label=v) for v in plots.COLOURS if v in verdicts]
+    handles += [Patch(color="tab:blue", alpha=0.15, label=f"threshold ±{delta:g}% (SAME inside)"),
+                Line2D([], [], color="black", marker="|", lw=0, markersize=9, label="estimate")]
+    plots.legend_beside(ax, handles, title)
+    plots.save(fig, path)
     return ""
 
 

@@ -26,6 +26,22 @@ def rows_of(root: Path) -> dict:
     return {r["op"]: r for r in sweep.read_rows(root)}
 
 
+def test_a_sweep_that_measured_nothing_exits_1(zlf_cli, tmp_path):
+    """Every op failed before a point ran ok (here one that crashes; on a machine without pytest,
+    every op): the sweep exits 1 and says so, where it exited 0."""
+    proc = zlf_cli("sweep", "--flaggems-dir", SWEEP, "--ops", "crash_op", "--op-time-limit", "60", *CHILD)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "zlf sweep: no op ran a point ok (1 op(s)); first error: " in proc.stderr
+    assert rows_of(sweep_dir(proc.stdout, tmp_path))["crash_op"]["status"] == "crashed"
+
+
+def test_the_flaggems_distribution_declares_pytest():
+    import tomllib
+
+    project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]
+    assert any(d.split(">")[0].split("=")[0].strip() == "pytest" for d in project["dependencies"])
+
+
 @pytest.mark.slow
 def test_sweep_survives_every_kind_of_op_and_names_what_each_did(zlf_cli, tmp_path):
     """Every kind of op in one sweep. compile_op is fractional_max_pool2d on the H200: 227 s

@@ -556,7 +556,7 @@ def main(args, session) -> int:
     if args.format == "json":
         print(json.dumps({"sweep_dir": str(root), "settings": settings, "ops": rows,
                           "summary": summary_line(rows), "finished": len(rows), "total": total}, indent=2))
-        return code if interrupted else 0
+        return code if interrupted else nothing_measured(rows)
     print(render(TABLE_FIELDS, [[r.get(f) for f in TABLE_FIELDS] for r in rows], args.format))
     print(clean(summary_line(rows)))
     print(clean(cost_line(rows)))
@@ -564,4 +564,19 @@ def main(args, session) -> int:
     if interrupted or len(rows) < total:
         print(f"interrupted: {len(rows)} of {total} ops finished; the rest: zlf sweep --resume {root}", file=sys.stderr)
         return code if interrupted else 0
-    return 0
+    return nothing_measured(rows)
+
+
+def nothing_measured(rows: list) -> int:
+    """1, with a line on stderr, when no op of a finished sweep ran a single point ok (a missing
+    dependency such as pytest, a checkout that does not import): the sweep measured nothing. A
+    sweep in which some ops fail is a table to read, exit 0."""
+    from zlf.console import clean
+
+    if not rows or any(r.get("ok") for r in rows):
+        return 0
+    first = next((r.get("first_error") or r.get("skip_reason") for r in rows if r.get("first_error")
+                  or r.get("skip_reason")), "")
+    print(clean(f"zlf sweep: no op ran a point ok ({len(rows)} op(s)); first error: {first or 'none recorded'}"),
+          file=sys.stderr)
+    return 1

@@ -223,6 +223,20 @@ def test_ir_diff_of_a_point_names_the_key_op_change(tmp_path):
     assert from_ir_index(tmp_path / "A", (64, 64, 64), "float16").kernels == ("matmul_kernel",)
 
 
+def test_a_missing_ir_tree_names_its_cause_from_the_runs_meta(tmp_path):
+    """The cpu backend compiles no IR: a cpu run with ir_dump active is not 'ir_dump not active'."""
+    needs("ir_dump")
+    _ir_tree(tmp_path / "B", "%0 = tt.dot %a, %b\n")
+    cases = {"cpu": ({"backend": "cpu", "extensions": [{"name": "ir_dump"}]}, "the cpu backend compiles no IR"),
+             "off": ({"backend": "cuda", "extensions": [{"name": "seed"}]}, "ir_dump was not active"),
+             "on": ({"backend": "cuda", "extensions": [{"name": "ir_dump"}]}, "ir_dump was active but wrote no IR tree")}
+    for name, (meta, cause) in cases.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "meta.json").write_text(json.dumps(meta))
+        _, _, why = ir_changes(tmp_path / name, tmp_path / "B", Point("matmul", (64, 64, 64), "float16"), tmp_path / "o")
+        assert why.startswith(f"no IR tree on side A ({cause}"), why
+
+
 def test_without_ir_dump_a_bundle_says_there_is_no_ir_comparison(tmp_path, monkeypatch):
     _ir_tree(tmp_path / "A", "%0 = tt.dot %a, %b\n")
     _ir_tree(tmp_path / "B", "%0 = tt.dot %a, %b\n")
@@ -348,6 +362,8 @@ def test_zlf_profile_without_a_profiler_says_so_in_one_line(cpu_run, tmp_path):
     proc = _zlf(["profile", run, "matmul/64x64x64/float32", *EXTS], tmp_path, _env(tmp_path, with_ncu=False))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().count("\n") == 0 and "no profiler: ncu not found" in proc.stderr
+    # a run of the cpu backend has no GPU kernels: that cause comes first, the missing ncu second
+    assert proc.stderr.index("ran on the cpu backend") < proc.stderr.index("no profiler")
     bad = _zlf(["profile", run, "matmul/1x1x1/float32", *EXTS], tmp_path, _env(tmp_path))
     assert bad.returncode == 2 and "not in run" in bad.stderr
 
@@ -361,7 +377,9 @@ def test_zlf_profile_reports_ncus_own_error_when_nothing_was_profiled(cpu_run, t
     proc = _zlf(["profile", run, "matmul/64x64x64/float32", "--out", tmp_path / "p", *EXTS], tmp_path, env)
     assert proc.returncode == 1 and "ERR_NVGPUCTRPERM" in proc.stdout
     m = json.loads(next((tmp_path / "p" / "profile").glob("*/metrics.json")).read_text())
-    assert not m["ok"] and m["why"].startswith("ncu profiled no kernel") and "ERR_NVGPUCTRPERM" in m["why"]
+    assert not m["ok"] and "ncu profiled no kernel" in m["why"] and "ERR_NVGPUCTRPERM" in m["why"]
+    # the run was made on the cpu backend: said before what ncu made of it
+    assert m["why"].startswith(f"run {str(run.resolve())!r} ran on the cpu backend")
 
 
 @pytest.fixture(scope="module")

@@ -407,6 +407,9 @@ def profile_point(target: Target, parent: Path, session, calls: int = 3, ncu_pat
         errors = [n for n in ncu.notes(text) if n.startswith("==ERROR==")]
         tail = errors[0] if errors else _tail(tmp / CHILD_LOG)
         why = f"ncu profiled no kernel (exit code {rc})" + (f": {tail}" if tail else "")
+        no_gpu = why_no_gpu([target])
+        if no_gpu:  # the cause, before what ncu made of it
+            why = f"{no_gpu}; {why}"
         return finish(False, why, profiler="ncu")
     groups = ncu.split_calls(launches, calls, per_call)
     if len(groups) != calls:
@@ -476,12 +479,37 @@ def print_result(result: Profile) -> None:
     print(f"profile dir: {result.dir}")
 
 
+def gpu_visible() -> bool:
+    """Whether this process sees a CUDA GPU (torch's answer; no device is set up)."""
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except Exception:  # noqa: BLE001 - a broken torch sees no GPU either
+        return False
+
+
+def why_no_gpu(found) -> str:
+    """Why the points cannot be profiled here: a run made on the cpu backend has no GPU kernels,
+    a machine without a GPU runs none; '' when neither."""
+    for target in found:
+        backend = (target.meta or {}).get("backend") if target.run_dir is not None else None
+        if backend == "cpu":
+            return (f"run {str(target.run_dir)!r} ran on the cpu backend (Triton interpreter): it has no GPU kernels "
+                    "for Nsight Compute to profile; profile a run made on a GPU, or an OP on a GPU machine")
+    if not gpu_visible():
+        return ("no GPU here (torch sees no CUDA device): zlf profile runs the point's kernels under Nsight "
+                "Compute, which needs an NVIDIA GPU; run it on the GPU machine")
+    return ""
+
+
 def main(args, session) -> int:
     if args.calls < 1:
         raise UsageError("--calls must be at least 1")
     found = targets(args.source, args.points)
     if ncu.find_ncu(args.ncu) is None:
-        raise UsageError(NO_PROFILER)
+        no_gpu = why_no_gpu(found)  # the first cause a reader must hear; the missing ncu comes second
+        raise UsageError(f"{no_gpu}; and {NO_PROFILER}" if no_gpu else NO_PROFILER)
     if args.python and not (os.path.isfile(args.python) and os.access(args.python, os.X_OK)):
         raise UsageError(f"--python {args.python!r} is not an executable file")
     parent = Path(args.out) if args.out else (found[0].run_dir if found[0].run_dir is not None else Path("."))

@@ -125,6 +125,21 @@ def _index_rows(root) -> dict:
     return {r.get("file"): r for r in read_index(root) if r.get("file")} if root else {}
 
 
+def why_no_ir(run: Path) -> str:
+    """Why a run directory holds no IR tree, from its meta.json: the cpu backend compiles none,
+    or the ir_dump extension was not active, or it was and wrote none."""
+    try:
+        meta = json.loads((Path(run) / "meta.json").read_text())
+    except (OSError, ValueError):
+        return "its meta.json cannot be read"
+    if meta.get("backend") == "cpu":
+        return "the cpu backend compiles no IR: its kernels run under the Triton interpreter"
+    active = {e.get("name") for e in meta.get("extensions") or () if isinstance(e, dict)}
+    if "ir_dump" not in active:
+        return "ir_dump was not active"
+    return "ir_dump was active but wrote no IR tree: no kernel was compiled in that run"
+
+
 def ir_changes(run_a: Path, run_b: Path, point: Point, out_dir: Path) -> tuple:
     """The point's IR diff: ``(rows, key changes, why empty)`` with unified diffs under ``out_dir``
     (read with the ir_dump extension: without it, only why)."""
@@ -134,8 +149,9 @@ def ir_changes(run_a: Path, run_b: Path, point: Point, out_dir: Path) -> tuple:
         return [], [], NO_IR_DUMP
     a_root, b_root = ir_root(run_a), ir_root(run_b)
     if a_root is None or b_root is None:
+        missing = [run for run, root in ((run_a, a_root), (run_b, b_root)) if root is None]
         return [], [], "no IR tree on " + ("either side" if a_root is b_root is None else ("side A" if a_root is None else "side B")) + \
-            " (ir_dump was not active)"
+            f" ({why_no_ir(missing[0])})"
     shape = shape_str(point.shape)
     ty = TRITON_TYPES.get(point.dtype)
     index = {**_index_rows(a_root), **_index_rows(b_root)}

@@ -65,6 +65,15 @@ def add_options(parser, command):
 
 
 @hookimpl
+def configure(session):
+    """A missing or unreadable --shapes file is refused before anything starts: ``zlf ab``
+    creates no campaign and starts no run for it (its runs would each fail on it)."""
+    path = getattr(session.options, "shapes", None)
+    if path:
+        load_shape_file(path)
+
+
+@hookimpl
 def op_shapes(op, shapes, session):
     path = session.config.options.get("shapes")
     if not path:
