@@ -14,9 +14,10 @@ from tabulate import tabulate
 
 from . import compare
 from .console import clean, clean_lines, number, percent
-from .redact import safe_environment
+from .redact import redact_text, safe_environment
 from .errors import UsageError
 from .records import STATUS_FAILED, STATUS_OK, STATUS_OOM
+from .rundir import write_atomic, write_figure
 
 #: meta.json keys shown first, in this order; every other key follows (extensions add their own).
 ENV_KEYS = ("device_name", "backend", "timer_default", "host_timing", "status", "started", "finished", "command")
@@ -165,7 +166,7 @@ def plot_deltas(cmp: compare.Comparison, path: Path) -> int:
     ax.set_title(clean(cmp.summary.lines()[0]), fontsize=8)
     ax.legend(loc="lower right", fontsize=7)
     fig.tight_layout()
-    fig.savefig(path)
+    write_figure(fig, path)
     return len(rows)
 
 
@@ -185,7 +186,7 @@ def plot_latency(records, path: Path) -> int:
         ax.set_xlim(low / 3, high * 3)
     ax.set_xlabel("median time (ms, log scale)")
     fig.tight_layout()
-    fig.savefig(path)
+    write_figure(fig, path)
     return len(rows)
 
 
@@ -275,7 +276,7 @@ def write_report(dirs, out: Optional[str] = None, threshold_pct=None, allow_mixe
             page, summary = pair_page(cmp, png_path.name if png_path else None)
         else:
             page, summary = single_page(side, png_path.name if png_path else None)
-        md_path.write_text(clean_lines(page))
+        write_atomic(md_path, clean_lines(redact_text(page)))
     except OSError as exc:
         raise UsageError(f"cannot write the report to {str(md_path)!r}: {exc.strerror}; pass --out FILE.md") from exc
     return md_path, png_path, summary

@@ -23,6 +23,7 @@ import attrs
 
 from .. import __version__
 from ..errors import UsageError
+from ..redact import redact
 from ..rundir import RunDir, write_atomic
 from .execute import Execution
 from .layout import (CONFIGS, C_RUNNING, CAMPAIGN, FAILED, FORMAT_VERSION, LOGS, OK, PENDING, RUNNING, SHARED,
@@ -258,7 +259,9 @@ class Campaign(Execution):
         return cls(p, data, hooks)
 
     def save(self) -> None:
-        write_atomic(self.path / CAMPAIGN, json.dumps(self.data, indent=2, default=str) + "\n")
+        # shared like a run's records: no credential (a Ray address's password); what is signed is
+        # this redacted form, so a resumed campaign verifies (give --ray-address again)
+        write_atomic(self.path / CAMPAIGN, json.dumps(redact(self.data), indent=2, default=str) + "\n")
 
     # ------------------------------------------------------------------ the plan
     @property
@@ -484,7 +487,7 @@ def signing_key(create: bool) -> Optional[bytes]:
 
 def _sign(key: bytes, data: dict) -> str:
     signed = SIGNED + ("configs",) if "configs" in data else SIGNED  # a campaign before them: as it was signed
-    body = json.dumps({k: data.get(k) for k in signed}, sort_keys=True, default=str)
+    body = json.dumps(redact({k: data.get(k) for k in signed}), sort_keys=True, default=str)
     return hmac.new(key, body.encode(), hashlib.sha256).hexdigest()
 
 

@@ -11,7 +11,8 @@ from tabulate import tabulate
 
 from .. import metrics, stats
 from ..console import clean, clean_lines
-from ..rundir import write_atomic
+from ..redact import redact, redact_text
+from ..rundir import write_atomic, write_figure
 from .guards import switch_guard_messages
 from .layout import FAILED, OK, PLOT, REPORT, SKIPPED, SUMMARY_JSON, SUMMARY_LOG, now
 
@@ -224,7 +225,7 @@ def plot(results, path: Path, title: str) -> str:
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    write_figure(fig, path, dpi=110)
     plt.close(fig)
     return ""
 
@@ -232,7 +233,7 @@ def plot(results, path: Path, title: str) -> str:
 def write(campaign, results, remarks, excluded, alpha, ir_lines) -> str:
     """Write summary.log, summary.json, report.md (+ plot); return the summary text."""
     text = render(campaign, results, remarks, excluded, alpha, ir_lines)
-    write_atomic(campaign.path / SUMMARY_LOG, text + "\n")
+    write_atomic(campaign.path / SUMMARY_LOG, redact_text(text) + "\n")
     doc = {
         "written": now(), "aa": bool(campaign.data.get("aa")), "alpha_final_look": alpha,
         "min_effect_pct": campaign.data["statistics"].get("min_effect_pct"),
@@ -244,7 +245,8 @@ def write(campaign, results, remarks, excluded, alpha, ir_lines) -> str:
         "flagged_runs": [f"{r['op']}/r{r['round']}_{r['side']}" for r in campaign.runs if r.get("flags")],
         "runs": {s: sum(1 for r in campaign.runs if r["status"] == s) for s in (OK, FAILED, SKIPPED)},
     }
-    write_atomic(campaign.path / SUMMARY_JSON, json.dumps(stats.json_safe(doc), indent=2, allow_nan=False) + "\n")
+    write_atomic(campaign.path / SUMMARY_JSON, json.dumps(redact(stats.json_safe(doc)), indent=2, allow_nan=False) + "\n")
     why_no_plot = plot(results, campaign.path / PLOT, campaign.path.name)
-    write_atomic(campaign.path / REPORT, render_markdown(campaign, results, remarks, excluded, alpha, ir_lines, why_no_plot))
+    write_atomic(campaign.path / REPORT,
+                 redact_text(render_markdown(campaign, results, remarks, excluded, alpha, ir_lines, why_no_plot)))
     return text
