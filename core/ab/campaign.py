@@ -201,12 +201,11 @@ class Campaign(Execution):
         key = signing_key(create=True)
         self.data["signature"] = _sign(key, self.data) if key else None
 
-    def check_resume(self, named: dict) -> None:
+    def check_resume(self, named: dict, where: str = "--resume") -> None:
         """Refuse (UsageError) to resume a campaign whose command lines zlf ab did not write:
         the signature of :data:`SIGNED` must verify with this user's key, and every file the
         runs execute must be the one recorded at creation -- an interpreter may instead be named
         again (``named``: ``{"A": path or None, "B": ...}``), then its new identity is recorded."""
-        where = "--resume"
         key = signing_key(create=False)
         if key is None:
             raise UsageError(f"{where}: no campaign signing key of this user ({key_path()}): cannot verify "

@@ -16,6 +16,7 @@ import os
 import shlex
 import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Optional
@@ -23,7 +24,8 @@ from typing import Optional
 from tabulate import tabulate
 from zlf import UsageError
 from zlf.records import Point, shape_str
-from zlf.rundir import RunDir, write_atomic
+from zlf.redact import redact, redact_text
+from zlf.rundir import RunDir, ensure_dir, write_atomic
 
 from . import ncu
 from .launches import TRITON_TYPES
@@ -165,9 +167,9 @@ def ir_changes(run_a: Path, run_b: Path, point: Point, out_dir: Path) -> tuple:
             a_text, b_text = d.a_files[name].read_text(errors="replace"), d.b_files[name].read_text(errors="replace")
             delta = op_count_delta(a_text, b_text)
             target = out_dir / d.kernel / f"{name}.diff"
-            target.parent.mkdir(parents=True, exist_ok=True)
+            ensure_dir(target.parent, out_dir)
             rel = f"{shape}/{d.kernel}/{name}"
-            write_atomic(target, unified_diff(d.a_files[name], d.b_files[name], f"A/{rel}", f"B/{rel}"))
+            write_atomic(target, unified_diff(d.a_files[name], d.b_files[name], f"A/{rel}", f"B/{rel}"), root=out_dir)
             rows.append([d.kernel, "changed", name, format_counts(delta) or "same op counts"])
             changes.append(delta)
         for name in d.only_a_files + d.only_b_files:
@@ -211,6 +213,17 @@ def env_diff(campaign, meta_a: dict, meta_b: dict) -> list:
         if str(fa.get(k)) != str(fb.get(k)):
             rows.append((f"fingerprint {k}", str(fa.get(k)), str(fb.get(k))))
     return rows
+
+
+def unverified(campaign) -> str:
+    """Why the sides of ``campaign`` (interpreters, variables, arguments) may not be run here, or ''
+    when zlf ab wrote them for this user (the signature ``--resume`` checks): a received campaign's
+    campaign.json is data, and profiling would run what it names."""
+    try:
+        campaign.check_resume({}, where="zlf triage")
+    except UsageError as exc:
+        return str(exc).split(": ", 1)[-1]
+    return ""
 
 
 def repro_command(campaign, op, side_name: str, shapes_file: Path, dtype: str, write_to: Optional[Path] = None) -> str:
@@ -344,15 +357,14 @@ def triage_point(campaign, stat: dict, session, parent: Path, calls: int = 3, nc
     point_id = stat["point"]
     found = _runs_of_point(campaign, point_id)
     name = folder_name(point_id)
-    tmp, final = parent / f".{name}.tmp", parent / name
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    final = parent / name
+    tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".tmp", dir=parent))  # fresh: no planted link in it
     bundle = {"point": point_id, "verdict": stat.get("verdict"), "delta_pct": stat.get("delta_median_pct"),
               "a_ms": stat.get("a_median_ms"), "b_ms": stat.get("b_median_ms"), "dir": str(final)}
     if found is None:
         bundle["why"] = "no round where both sides ran this point ok"
-        write_atomic(tmp / BUNDLE_JSON, json.dumps(bundle, indent=2) + "\n")
-        write_atomic(tmp / BUNDLE_MD, f"# {point_id}\n\n{bundle['why']}\n")
+        write_atomic(tmp / BUNDLE_JSON, json.dumps(redact(bundle), indent=2) + "\n")
+        write_atomic(tmp / BUNDLE_MD, redact_text(f"# {point_id}\n\n{bundle['why']}\n"))
         replace_dir(tmp, final)
         return bundle
     op, k, ra, rb, rec_a, rec_b = found
@@ -375,6 +387,8 @@ def triage_point(campaign, stat: dict, session, parent: Path, calls: int = 3, nc
         why_no_counters = "no counters: --no-profile"
     elif ncu.find_ncu(ncu_path) is None:
         why_no_counters = NO_PROFILER
+    elif unverified(campaign):
+        why_no_counters = f"no counters: {unverified(campaign)}"
     else:
         for side, run_dir, rec, meta in (("A", dir_a, rec_a, meta_a), ("B", dir_b, rec_b, meta_b)):
             s = campaign.sides[side]
@@ -391,8 +405,8 @@ def triage_point(campaign, stat: dict, session, parent: Path, calls: int = 3, nc
         phrases.append(ir_key)
     bundle.update(autotune=auto, ir_key_change=ir_key, ir_rows=ir_rows, env=[list(r) for r in env_rows], repro=repro,
                   counters=why_no_counters or "ok", summary=", ".join(phrases), seconds=round(time.monotonic() - t0, 2))
-    write_atomic(tmp / BUNDLE_MD, render_bundle(bundle, pa, pb, ir_why))
-    write_atomic(tmp / BUNDLE_JSON, json.dumps(bundle, indent=2, default=str) + "\n")
+    write_atomic(tmp / BUNDLE_MD, redact_text(render_bundle(bundle, pa, pb, ir_why)))
+    write_atomic(tmp / BUNDLE_JSON, json.dumps(redact(bundle), indent=2, default=str) + "\n")
     replace_dir(tmp, final)
     return bundle
 
@@ -469,7 +483,7 @@ def write_index(parent: Path, seconds_per_point: Optional[float] = None) -> str:
     if seconds_per_point is not None:
         out.append(f"Triage took {seconds_per_point:.1f} s per point (after the campaign; no timing run was disturbed).")
     text = "\n".join(out).rstrip() + "\n"
-    write_atomic(parent / INDEX, text)
+    write_atomic(parent / INDEX, redact_text(text))
     return text
 
 
@@ -485,8 +499,7 @@ def run_triage(campaign, stats: list, session, points=None, calls: int = 3, ncu_
         chosen = [by_point[p] for p in points]
     else:
         chosen = [s for s in stats if s.get("verdict") in DECIDED]
-    parent = campaign.path / TRIAGE_DIR
-    parent.mkdir(exist_ok=True)
+    parent = ensure_dir(campaign.path / TRIAGE_DIR, campaign.path)  # a ``triage`` link is refused
     t0 = time.monotonic()
     for i, stat in enumerate(chosen, 1):
         print(f"[triage {i}/{len(chosen)}] {stat['point']} ({stat.get('verdict')})", file=sys.stderr, flush=True)
