@@ -10,7 +10,7 @@ from pathlib import Path
 from tabulate import tabulate
 
 from .. import metrics, stats
-from ..console import clean, clean_lines
+from ..console import clean, clean_lines, md_cell, md_table
 from ..redact import redact, redact_text
 from ..rundir import write_atomic, write_figure
 from .guards import switch_guard_messages
@@ -173,12 +173,14 @@ def render(campaign, results, remarks, excluded, alpha, ir_lines) -> str:
 
 def render_markdown(campaign, results, remarks, excluded, alpha, ir_lines, why_no_plot) -> str:
     aa = bool(campaign.data.get("aa"))
-    out = [f"# zlf ab: {campaign.path.name}", "", "```", *_context_lines(campaign, alpha, results), "```", ""]
+    # record text inside the fence cannot close it; in the table it is escaped as markdown and HTML
+    context = [line.replace("```", "'''") for line in _context_lines(campaign, alpha, results)]
+    out = [f"# zlf ab: {md_cell(campaign.path.name)}", "", "```", *context, "```", ""]
     guards = _guard_lines(campaign, ir_lines)
     if guards:
         out += ["## Guards", "", *[f"- {g}" for g in guards], ""]
     out += ["## Points", ""]
-    out.append(tabulate(rows(results, aa), headers=headers(aa, campaign.data.get("metric") or metrics.DEFAULT), tablefmt="github", disable_numparse=True)
+    out.append(md_table(rows(results, aa), headers(aa, campaign.data.get("metric") or metrics.DEFAULT))
                if results else "(no point has a complete pair of rounds)")
     out += ["", *[f"- {line}" for line in _findings(campaign, results, remarks)], ""]
     out.append(f"![per-point delta intervals]({PLOT})" if not why_no_plot else f"(no plot: {why_no_plot})")

@@ -30,7 +30,7 @@ import attrs
 import yaml
 from tabulate import tabulate
 from zlf import UsageError
-from zlf.console import clean
+from zlf.console import clean, md_table
 from zlf.redact import redact, redact_text
 from zlf.records import Point
 from zlf.rundir import RunDir, ensure_dir, replace_dir, write_atomic
@@ -507,7 +507,7 @@ def render_markdown(result: Profile) -> str:
                 f"(`--clock-control none`), caches flushed before each kernel (ncu's default); "
                 "± is half the spread over the calls.", ""]
         headers = ["metric"] + [f"#{k.index} {k.kernel}" for k in result.kernels]
-        out.append(tabulate(metrics_rows(result.kernels), headers=headers, tablefmt="github"))
+        out.append(md_table(metrics_rows(result.kernels), headers))
         out.append("")
         total = ncu.call_total(result.kernels)
         if total is not None and result.run_median_ms:

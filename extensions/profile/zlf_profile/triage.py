@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import shutil
 import sys
 import tempfile
 import time
@@ -23,6 +22,7 @@ from typing import Optional
 
 from tabulate import tabulate
 from zlf import UsageError
+from zlf.console import md_table
 from zlf.records import Point, shape_str
 from zlf.redact import redact, redact_text
 from zlf.rundir import RunDir, ensure_dir, write_atomic
@@ -423,7 +423,7 @@ def render_bundle(b: dict, pa, pb, ir_why: str) -> str:
         out += [f"- {side}: {line}" for line in b["autotune"][side]]
     out += ["", "## IR diff (ir_dump)", ""]
     if b["ir_rows"]:
-        out.append(tabulate(b["ir_rows"], headers=["kernel", "status", "file", "op counts A→B"], tablefmt="github"))
+        out.append(md_table(b["ir_rows"], ["kernel", "status", "file", "op counts A→B"]))
         out += ["", "Unified diffs: `ir/<kernel>/<file>.diff` (source locations ignored)."]
     else:
         out.append(ir_why)
@@ -440,7 +440,7 @@ def render_bundle(b: dict, pa, pb, ir_why: str) -> str:
                 out += [f"- {side} launches: {p.launches}"] + [f"- {side}: {n}" for n in p.notes]
     out += ["", "## Environment diff", ""]
     if b["env"]:
-        out.append(tabulate(b["env"], headers=["what", "A", "B"], tablefmt="github"))
+        out.append(md_table(b["env"], ["what", "A", "B"]))
     else:
         out.append("none recorded besides the side definitions")
     out += ["", "## Reproduce one side alone", ""]
