@@ -54,12 +54,13 @@ _DEVICE_ID = re.compile(r"^((GPU|MIG)-)*[0-9a-f-]+(/\d+)*$", re.I)
 _URL_USERINFO = re.compile(r"(?P<head>\b[a-z][a-z0-9+.-]*://)(?P<user>[^\s/?#@:]*)(?::(?P<password>[^\s/?#]*))?@"
                            r"(?=[^\s/?#@]*(?:[/?#\s'\"]|$))", re.I)
 #: ``name=value``, ``name: value``, ``--name value``, ``--name=value`` (the name decides).
-_ASSIGNMENT = re.compile(r"(?P<name>(?<![\w-])[A-Za-z_][\w.-]*|(?<![\w-])--?[A-Za-z][\w-]*)"
+_ASSIGNMENT = re.compile(r"(?=(?P<name>(?<![\w-])[A-Za-z_][\w.-]*|(?<![\w-])--?[A-Za-z][\w-]*)"
                          r"(?P<sep>\s*[=:]\s*|(?<=\w)\s+(?=[^\s-]))"
-                         r"(?P<value>\"[^\"]*\"|'[^']*'|[^\s&;,\"']+)")
-#: a name in text is one word of one case (``api_key``, ``AWS_SECRET_ACCESS_KEY``, ``--token``):
+                         r"(?P<value>\"[^\"]*\"|'[^']*'|[^\s&;,\"']+))")  # a lookahead: matches may overlap
+#: a name in text is one word of one case (``api_key``, ``AWS_SECRET_ACCESS_KEY``, ``--token``) or an
+#: HTTP header (``X-Api-Key``):
 #: ``KeyError: 'x'`` or ``KeyboardInterrupt`` name no credential.
-_PLAIN_NAME = re.compile(r"^-{0,2}([A-Z0-9_.-]+|[a-z0-9_.-]+)$")
+_PLAIN_NAME = re.compile(r"^-{0,2}([A-Z0-9_.-]+|[a-z0-9_.-]+|[A-Z][a-z0-9]*(-[A-Z][a-z0-9]*)+)$")
 #: a URL's query parameter (``?api_key=...&``).
 _QUERY = re.compile(r"[?&;](?P<name>[^=&#\s?;]+)=(?P<value>[^&#\s;'\"]*)")
 #: an HTTP authorization scheme and its credential.
