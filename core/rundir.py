@@ -115,6 +115,24 @@ def open_dir(path, root=None) -> int:
     return fd
 
 
+def open_nofollow(path, mode: str = "w", root=None):
+    """``open(path, mode)`` (``w``, ``a``, ``wb``, ``ab``) for a file zlf writes into a directory
+    it did not just create: the file itself (and, below ``root``, every folder) is never a link
+    followed -- LinkRefused, one line."""
+    path = Path(path)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_APPEND if "a" in mode else os.O_TRUNC)
+    dfd = open_dir(path.parent, root)
+    try:
+        fd = os.open(path.name, flags, 0o666, dir_fd=dfd)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise _refuse(path, path) from exc
+        raise
+    finally:
+        os.close(dfd)
+    return os.fdopen(fd, mode, **({} if "b" in mode else {"buffering": 1}))
+
+
 def ensure_dir(path, root) -> Path:
     """Make the directory ``path`` and its missing parents below ``root``; none of them (old or
     new) may be a symbolic link: LinkRefused, one line. Returns ``path``."""

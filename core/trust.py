@@ -80,3 +80,37 @@ def names_code(spec) -> bool:
     path = spec.partition("::")[0]
     return (path.endswith((".py", ".so", ".pyc", ".pth", ".sh", ".cu", ".cpp")) or path.startswith(("/", "~", "."))
             or ((os.sep in path or "\\" in path) and os.path.exists(path)))
+
+
+#: the field of a sealed document that holds its signature.
+SIGNATURE = "signature"
+
+
+def _digest(key: bytes, doc: dict) -> str:
+    import hashlib
+    import hmac
+    import json
+
+    body = json.dumps({k: v for k, v in doc.items() if k != SIGNATURE}, sort_keys=True, default=str)
+    return hmac.new(key, body.encode(), hashlib.sha256).hexdigest()
+
+
+def seal(doc: dict) -> dict:
+    """``doc`` with a signature of this user's private key (the one ``zlf ab`` signs campaigns
+    with): a state file whose fields become command lines (a sweep's) can then be told from one
+    edited or made elsewhere. Without a key (an unwritable home) the document goes unsigned."""
+    from .ab.campaign import signing_key
+
+    key = signing_key(create=True)
+    return {**doc, SIGNATURE: _digest(key, doc) if key else None}
+
+
+def sealed_by_me(doc: dict) -> bool:
+    """True when ``doc`` carries this user's signature of exactly its fields (:func:`seal`)."""
+    import hmac
+
+    from .ab.campaign import signing_key
+
+    key = signing_key(create=False)
+    signature = doc.get(SIGNATURE) if isinstance(doc, dict) else None
+    return bool(key) and isinstance(signature, str) and hmac.compare_digest(signature, _digest(key, doc))

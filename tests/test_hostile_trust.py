@@ -444,3 +444,17 @@ def test_compare_markdown_escapes_record_text(formula_run, tmp_path):
     assert "<script>" not in proc.stdout
     rows = _table_rows(proc.stdout)
     assert rows and len({_columns(l) for l in rows}) == 1
+
+
+def test_sweep_resume_runs_no_command_line_a_received_sweep_json_names(tmp_path):
+    """sweep.json's ops, FlagGems checkout and run arguments become the ops' command lines and
+    imports: ``zlf sweep --resume`` of a received (or edited) folder ran them."""
+    received = tmp_path / "received"
+    received.mkdir()
+    evil = tmp_path / "evil_checkout"
+    (received / "sweep.json").write_text(json.dumps({
+        "flaggems_dir": str(evil), "layout": "x", "ops": ["add"], "run_args": "--ext evil", "run_exts": ["evil"]}))
+    proc = zlf("sweep", "--resume", received, cwd=tmp_path, env={"XDG_CONFIG_HOME": str(tmp_path / "cfg")},
+               extensions="flaggems")
+    one_line_error(proc, "not what zlf sweep wrote", "refusing to run them")
+    assert not (received / "logs").exists() and not (received / "sweep.jsonl").exists()

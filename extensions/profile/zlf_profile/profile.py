@@ -2,7 +2,8 @@
 
 ``zlf profile RUN_DIR POINT...`` (or ``zlf profile OP POINT...``) starts, per point, one
 ``ncu ... python -m zlf run --config config.json`` whose configuration is the run's (its seed,
-extensions and options) for that op, dtype and shape alone, with the run's environment, and with
+extensions and options) for that op, dtype and shape alone, with the run's recorded switches (never
+a variable that loads code or names a path: :mod:`zlf.trust`), and with
 its autotune decisions replayed (``replay_from``) when the run recorded or replayed them. Profiling is on only around the point's first calls (the checked call,
 then the direct timer's first calls), never during input creation, other points or the timing
 loop. Writes ``<out>/profile/<point>/``: ``ncu.csv`` (the raw report), ``metrics.md`` and
