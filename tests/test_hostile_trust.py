@@ -458,3 +458,25 @@ def test_sweep_resume_runs_no_command_line_a_received_sweep_json_names(tmp_path)
                extensions="flaggems")
     one_line_error(proc, "not what zlf sweep wrote", "refusing to run them")
     assert not (received / "logs").exists() and not (received / "sweep.jsonl").exists()
+
+
+def test_campaign_json_keeps_no_ray_password_and_still_verifies(tmp_path, monkeypatch):
+    """``zlf ab --executor ray --ray-address ray://admin:pw@head:10001`` stored the password in
+    campaign.json; redacted, the campaign still verifies on --resume, which asks for the address again."""
+    from zlf.ab.campaign import Campaign
+    from zlf.ab.cli import check_ray_address
+    from zlf.errors import UsageError
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))
+    data = {"format": 1, "sides": [], "ops": [], "scale": {"executor": "ray", "ray_address": "ray://admin:SECRETPW@head:10001"}}
+    campaign = Campaign(tmp_path, data)
+    campaign.seal()
+    campaign.save()
+    text = (tmp_path / "campaign.json").read_text()
+    assert "SECRETPW" not in text and "ray://admin:<redacted>@head:10001" in text
+    reopened = json.loads(text)
+    from zlf.ab.campaign import _sign, signing_key
+    assert reopened["signature"] == _sign(signing_key(create=False), reopened)  # what is signed is what is kept
+    with pytest.raises(UsageError, match="give --ray-address again"):
+        check_ray_address(reopened["scale"])
+    check_ray_address({"ray_address": "ray://head:10001"})  # control: an address without a password
