@@ -134,8 +134,24 @@ def _mask_spans(text: str, spans) -> str:
     return "".join(out) + text[last:]
 
 
+@functools.lru_cache(maxsize=1)
+def _library_any():
+    """All of :func:`_library_patterns` as one expression (each with its own flags): one pass
+    over a text that holds none of them, which is nearly every text of a record."""
+    import re as _re
+
+    parts = []
+    for p in _library_patterns():
+        flags = ("i" if p.flags & _re.IGNORECASE else "") + ("x" if p.flags & _re.VERBOSE else "")
+        parts.append(f"(?{flags}:{p.pattern})" if flags else f"(?:{p.pattern})")
+    return _re.compile("|".join(parts)) if parts else None
+
+
 def _library_spans(text: str) -> list:
     spans = []
+    anything = _library_any()
+    if anything is None or len(text) < 11 or not anything.search(text):
+        return spans
     for pattern in _library_patterns():
         for m in pattern.finditer(text):
             # a pattern whose group is the secret after a keyword or a user (``://user:(pw)@``)
@@ -152,6 +168,11 @@ def redact_text(text: str) -> str:
     """``text`` with every credential it holds, by name or by value, replaced by ``<redacted>``."""
     if not isinstance(text, str) or not text:
         return text
+    return _redact_text(text)
+
+
+@functools.lru_cache(maxsize=8192)  # records repeat their strings (kernel names, point ids)
+def _redact_text(text: str) -> str:
     spans = _library_spans(text)
     for m in _URL_USERINFO.finditer(text):
         if m.group("password") is not None:
