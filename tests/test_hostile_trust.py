@@ -480,3 +480,15 @@ def test_campaign_json_keeps_no_ray_password_and_still_verifies(tmp_path, monkey
     with pytest.raises(UsageError, match="give --ray-address again"):
         check_ray_address(reopened["scale"])
     check_ray_address({"ray_address": "ray://head:10001"})  # control: an address without a password
+
+
+def test_zlf_ir_meta_json_keeps_no_credential(tmp_path):
+    """``zlf ir`` wrote its meta.json with no redaction at all."""
+    env = {"TRITON_REMOTE": "https://me:p@SECRETPW@cache/x", "TRITON_HDR": "Authorization: Bearer SECRETBEARER1",
+           "TRITON_API_TOKEN": "SECRETTOK", "TRITON_DEBUG": "1"}
+    proc = zlf("ir", "add", "--target", "cuda:90", "--out", "aot", cwd=tmp_path, env=env, extensions="ir_dump")
+    clean_exit(proc)
+    (meta,) = tmp_path.glob("aot/*/meta.json")
+    text = meta.read_text()
+    assert "SECRET" not in text and "TRITON_API_TOKEN" not in text
+    assert json.loads(text)["environment"]["TRITON_DEBUG"] == "1"  # what changes the IR is still recorded
