@@ -39,6 +39,10 @@ _SECRET_PARTS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASSPHRASE", "
 _SECRET_WORDS = {"PWD", "PAT", "SESSION", "CRED", "CREDS"}
 #: endings of a name that do (``DBPASS``, ``MYSQL_PWD``, ``REDIS_PW``).
 _SECRET_ENDINGS = ("PASS", "PWD", "_PW")
+#: names whose value is a credential even when it is a number (a PIN, a numeric password);
+#: under any other credential-looking name a number is a count (``num_tokens=128``, ``key=3``).
+_STRONG_PARTS = ("PASSWORD", "PASSWD", "PASSPHRASE", "SECRET", "CREDENTIAL", "COOKIE", "PIN")
+_NUMBER = re.compile(r"^[+-]?\d+(\.\d+)?$")
 #: the shell's own names, not credentials.
 _NOT_SECRET_NAMES = {"PWD", "OLDPWD"}
 #: keys of zlf's own formats that a name rule would hit (an autotune key, a campaign's signature).
@@ -75,6 +79,17 @@ def secret_name(name: str) -> bool:
         return False
     return (any(p in upper for p in _SECRET_PARTS) or bool(_SECRET_WORDS & set(upper.split("_")))
             or upper.endswith(_SECRET_ENDINGS))
+
+
+def _masks(name: str, value) -> bool:
+    """Whether ``value`` under the credential-looking ``name`` is masked: always, unless it is a
+    number and the name is no strong credential name (``num_tokens=128`` is a count)."""
+    if isinstance(value, bool) or value is None:
+        return False
+    if isinstance(value, (int, float)) or _NUMBER.match(str(value).strip()):
+        upper = str(name).upper()
+        return any(p in upper for p in _STRONG_PARTS) or upper.replace("-", "_").endswith(_SECRET_ENDINGS)
+    return True
 
 
 def _entropy(text: str) -> float:
@@ -183,14 +198,14 @@ def _redact_text(text: str) -> str:
     for m in _AUTH_SCHEME.finditer(text):
         spans.append((m.start("value"), m.end("value")))
     for m in _QUERY.finditer(text):
-        if secret_name(m.group("name")):
+        if secret_name(m.group("name")) and _masks(m.group("name"), m.group("value")):
             spans.append((m.start("value"), m.end("value")))
     for m in _ASSIGNMENT.finditer(text):
         value = m.group("value")
         name = m.group("name")
         if m.group("sep").strip() == "" and not name.startswith("-"):
             continue  # ``--token X`` is an option and its value; ``token X`` is prose
-        if _PLAIN_NAME.match(name) and secret_name(name) and value != REDACTED and not _AUTH_SCHEME.match(text, m.start("value")):
+        if _PLAIN_NAME.match(name) and secret_name(name) and _masks(name, value.strip("\"'")) and value != REDACTED and not _AUTH_SCHEME.match(text, m.start("value")):
             if value[:1] in "\"'" and len(value) >= 2:
                 spans.append((m.start("value") + 1, m.end("value") - 1))
             else:
@@ -225,8 +240,9 @@ def redact(doc, _key: str = ""):
     """``doc`` (a JSON-like document, a text, a list) with every credential masked: the value of
     a credential-named key, and any credential-looking text anywhere (:func:`redact_text`).
     What every writer of a record applies to what it writes."""
+    named = bool(_key) and secret_name(_key) and _key.lower() not in _FORMAT_KEYS
     if isinstance(doc, str):
-        return REDACTED if _key and secret_name(_key) and _key.lower() not in _FORMAT_KEYS else redact_text(doc)
+        return REDACTED if named and _masks(_key, doc) else redact_text(doc)
     if isinstance(doc, dict):
         return {k: redact(v, k if isinstance(k, str) else "") for k, v in doc.items()}
     if isinstance(doc, (list, tuple)):
@@ -234,10 +250,7 @@ def redact(doc, _key: str = ""):
         if doc and all(isinstance(v, str) for v in doc) and any(str(v).startswith("-") for v in doc):
             items = redact_argv(items)  # a command line: ``--token X``
         return type(doc)(items) if isinstance(doc, tuple) else items
-    if _key and secret_name(_key) and _key.lower() not in _FORMAT_KEYS and isinstance(doc, (int, float)) \
-            and not isinstance(doc, bool):
-        return REDACTED
-    return doc
+    return REDACTED if named and _masks(_key, doc) else doc
 
 
 def safe_environment(env: dict) -> dict:

@@ -281,7 +281,8 @@ def test_redaction_by_value_in_any_text(text, secret):
 @pytest.mark.parametrize("text", [
     "matmul/4096x4096x4096/float16", "KeyError: 'x'", "TRITON_CACHE_DIR=/home/u/.triton/cache",
     "GPU-5f7b2d1e-aaaa-bbbb-cccc-0123456789ab", "unexpected token at line 3", "hf_llama_attention/1x2/float16",
-    "LLVM_PASS_PLUGIN_PATH=/opt/p.so", "see https://docs.example/x?page=2",
+    "LLVM_PASS_PLUGIN_PATH=/opt/p.so", "see https://docs.example/x?page=2", "num_tokens=128",
+    "AssertionError: tokens: 128, expected 64",
 ])
 def test_redaction_leaves_what_is_no_credential(text):
     from zlf.redact import redact_value

@@ -379,6 +379,9 @@ def triage_point(campaign, stat: dict, session, parent: Path, calls: int = 3, nc
     ir_key = key_change(changes)
     env_rows = env_diff(campaign, meta_a, meta_b)
     repro = {s: repro_command(campaign, op, s, final / SHAPES, point.dtype, write_to=tmp) for s in ("A", "B")}
+    doubt = unverified(campaign)
+    if doubt:  # shown, never run: a received campaign.json's command lines are its author's
+        repro = {s: f"# not verified ({doubt}): read it before running it\n{line}" for s, line in repro.items()}
 
     profiles, why_no_counters = {}, ""
     if op.command != "run":
@@ -387,8 +390,8 @@ def triage_point(campaign, stat: dict, session, parent: Path, calls: int = 3, nc
         why_no_counters = "no counters: --no-profile"
     elif ncu.find_ncu(ncu_path) is None:
         why_no_counters = NO_PROFILER
-    elif unverified(campaign):
-        why_no_counters = f"no counters: {unverified(campaign)}"
+    elif doubt:
+        why_no_counters = f"no counters: {doubt}"
     else:
         for side, run_dir, rec, meta in (("A", dir_a, rec_a, meta_a), ("B", dir_b, rec_b, meta_b)):
             s = campaign.sides[side]
