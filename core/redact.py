@@ -10,7 +10,8 @@ What it covers (docs/hostile.md says the same):
 - names: a mapping key or an ``--option`` / ``K=V`` / ``K: V`` name that holds ``KEY``, ``TOKEN``,
   ``SECRET``, ``PASSWORD``, ``PASSWD``, ``PASSPHRASE``, ``CREDENTIAL``, ``AUTH``, ``COOKIE``,
   ``PRIVATE``, ``SIGNATURE``, or the word ``PWD`` / ``PAT`` / ``SESSION`` / ``CRED(S)``, or ends
-  in ``PASS`` / ``PWD`` / ``PW`` (``DB_PASS``, ``MYSQL_PWD``): the value is masked;
+  in ``PASS`` / ``PWD`` / ``PW`` (``DB_PASS``, ``MYSQL_PWD``): the value is masked (a number only
+  under ``PASSWORD``, ``SECRET``, ``*PASS``, ``*PWD`` ...: ``num_tokens=128`` is a count);
 - values, anywhere in a text: the token formats of the detect-secrets library's regex detectors
   (AWS access keys, GitHub / GitLab / Slack / Stripe / OpenAI / npm / PyPI / SendGrid / Twilio /
   Telegram / Discord tokens, JWTs, private-key blocks, Azure, IBM, Cloudant, SoftLayer keys ...),
