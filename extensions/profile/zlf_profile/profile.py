@@ -263,7 +263,7 @@ class Plan:
 
 
 def plan(target: Target, session, folder: Path, work: Path, calls: int, python: Optional[str] = None,
-         extra_env: Optional[dict] = None) -> Plan:
+         extra_env: Optional[dict] = None, cwd: Optional[str] = None) -> Plan:
     """The profiled process; its configuration goes to ``folder/config.json`` (written by
     :func:`profile_point`), its run directory under ``work``."""
     notes = []
@@ -288,8 +288,9 @@ def plan(target: Target, session, folder: Path, work: Path, calls: int, python: 
         dropped = _dropped_options(target)
         if dropped:
             notes.append("recorded options naming a file, not replayed: " + ", ".join(dropped))
-    # this process's working directory, never the record's: ``python -m`` imports from it
-    cwd = os.getcwd()
+    # ``cwd`` (a verified campaign's) or this process's working directory, never a run's record:
+    # ``python -m`` imports from it
+    cwd = cwd if cwd and os.path.isdir(cwd) else os.getcwd()
     shapes = {point.op: {"shapes": [list(point.shape)]}}
     return Plan(argv, env, cwd, shapes, str(replay) if replay else None, tuple(notes), config)
 
@@ -383,11 +384,14 @@ def _child_record(work: Path, point_id: str):
 
 def profile_point(target: Target, parent: Path, session, calls: int = 3, ncu_path: Optional[str] = None,
                   python: Optional[str] = None, extra_env: Optional[dict] = None, keep_rep: bool = False,
-                  folder: Optional[str] = None, shown_as: Optional[Path] = None, show: bool = False) -> Profile:
+                  folder: Optional[str] = None, shown_as: Optional[Path] = None, show: bool = False,
+                  cwd: Optional[str] = None) -> Profile:
     """Profile one point into ``parent/<folder>/`` (written whole, then swapped in).
 
     :param shown_as: where the folder will finally be, when ``parent`` is itself a temporary
         folder (a triage bundle being written): the paths in ``command.sh`` and ``metrics.json``.
+    :param cwd: the profiled process's working directory, from a verified campaign (triage);
+        default this process's (never a run's meta.json).
     """
     t0 = time.monotonic()
     name = folder or folder_name(target.point.id)
@@ -401,7 +405,7 @@ def profile_point(target: Target, parent: Path, session, calls: int = 3, ncu_pat
     work = tmp / ".work"
     work.mkdir()
     info = launch_info(target.record, target.run_dir, target.point) if target.run_dir is not None else LaunchInfo()
-    p = plan(target, session, tmp, work, calls, python, extra_env)
+    p = plan(target, session, tmp, work, calls, python, extra_env, cwd)
     if show:  # what of the record the profiled process gets, before it runs
         print("\n".join(clean(line) for line in replay_lines(target, p)), file=sys.stderr, flush=True)
     write_atomic(tmp / SHAPES, yaml.safe_dump(p.shapes_yaml, default_flow_style=None))

@@ -398,7 +398,7 @@ def triage_point(campaign, stat: dict, session, parent: Path, calls: int = 3, nc
             target = Target(point, op.run_spec, Path(run_dir), rec, meta)
             profiles[side] = profile_point(target, tmp, session, calls=calls, ncu_path=ncu_path, python=s.interpreter,
                                            extra_env=dict(s.env), folder=f"profile_{side}",
-                                           shown_as=final / f"profile_{side}")
+                                           shown_as=final / f"profile_{side}", cwd=campaign.data.get("cwd"))
         bad = [f"{s}: {p.why}" for s, p in profiles.items() if not p.ok]
         if bad:
             why_no_counters = "; ".join(bad)
