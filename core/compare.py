@@ -6,8 +6,6 @@ Reads run directories only; never imports or runs the code under test. The pure 
 """
 from __future__ import annotations
 
-import csv
-import io
 import json
 import math
 import statistics
@@ -20,7 +18,7 @@ from tabulate import tabulate
 
 from . import ceilings as ceilings_mod
 from . import metrics, output, stats
-from .console import change, clean, number, paint, percent, use_colour, warn
+from .console import change, clean, csv_text, md_cell, md_table, number, paint, percent, use_colour, warn
 from .errors import UsageError
 from .records import STATUS_OK, STATUS_OOM, PointRecord, duplicate_points, shape_str
 from .rundir import RESULTS, RunDir
@@ -522,14 +520,15 @@ def table_rows(cmp: Comparison, colour: bool = False) -> tuple:
 def render_text(cmp: Comparison, markdown: bool = False, colour: bool = False) -> str:
     headers, rows = table_rows(cmp, colour=colour and not markdown)
     head = "\n".join(clean(f"{s.label}: {s.path}  ({s.device_name or 'device unknown'})") for s in (cmp.a, cmp.b))
-    table = tabulate(rows, headers=headers, tablefmt="github" if markdown else "simple", disable_numparse=True)
     summary = [clean(line) for line in cmp.summary.lines()]
     notes = [clean(n) for n in cmp.notes]
-    if markdown:
+    if markdown:  # record text (point ids, errors, device names) escaped as markdown and HTML
         return "\n".join([
-            f"**{summary[0]}**", "", *(f"- {s}" for s in summary[1:] + notes), "",
-            *(clean(f"- {s.label}: `{s.path}` ({s.device_name or 'device unknown'})") for s in (cmp.a, cmp.b)), "", table,
+            f"**{md_cell(summary[0])}**", "", *(f"- {md_cell(s)}" for s in summary[1:] + notes), "",
+            *(f"- {s.label}: {md_cell(s.path)} ({md_cell(s.device_name or 'device unknown')})" for s in (cmp.a, cmp.b)),
+            "", md_table(rows, headers),
         ])
+    table = tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
     first = paint(summary[0], "bold") if colour else summary[0]
     return "\n".join([head, "", table, "", first, *summary[1:], *(f"note: {n}" for n in notes)])
 
@@ -595,9 +594,7 @@ def to_csv(cmp: Comparison) -> str:
         headers += [f"{cmp.metric}_A", f"{cmp.metric}_B"]
     if clock_col:
         headers.append("clock_differs")
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(headers)
+    lines = []
     t = cmp.threshold.pct
     for r in cmp.rows:
         dims = [str(d) for d in r.shape] + [""] * (rank - len(r.shape))
@@ -617,8 +614,8 @@ def to_csv(cmp: Comparison) -> str:
             line += [_metric(side, metrics.value(side, cmp.metric)) for side in (r.a, r.b)]
         if clock_col:
             line.append(r.clock or "")
-        w.writerow([clean(cell) for cell in line])
-    return buf.getvalue()
+        lines.append(line)
+    return csv_text(headers, lines)
 
 
 # ----------------------------------------------------------------------------- command

@@ -23,6 +23,65 @@ def clean(value):
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}", value)
 
 
+#: a cell a spreadsheet would read as a formula (OWASP's CSV-injection rule: ``=``, ``+``, ``-``,
+#: ``@``, a tab or a carriage return first); a number keeps its sign.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\\x09", "\\x0d")
+_NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$|^[+-]?(inf|nan)$", re.I)
+
+
+def csv_cell(value):
+    """One CSV cell from a record: control characters escaped (:func:`clean`), and a text a
+    spreadsheet would run as a formula prefixed with ``'`` (``=HYPERLINK(...)`` reads
+    ``'=HYPERLINK(...)``); numbers, negative ones too, stay numbers; None is empty."""
+    if value is None:
+        return ""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value
+    text = clean(str(value))
+    if text.lstrip(" ").startswith(_FORMULA_START) and not _NUMBER.match(text.strip()):
+        return "'" + text
+    return text
+
+
+def csv_text(fields, rows) -> str:
+    """``rows`` under the header ``fields`` as CSV, every cell through :func:`csv_cell`: the one
+    CSV writer of zlf's tables."""
+    import csv
+    import io
+
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow([csv_cell(f) for f in fields])
+    w.writerows([[csv_cell(v) for v in row] for row in rows])
+    return buf.getvalue()
+
+
+#: what a markdown page must not take from a record as it is: a pipe ends a table cell, a
+#: backtick opens code, brackets make a link or an image, and ``<``, ``>``, ``&`` make HTML
+#: (``</details><script>``) or an entity.
+_MARKDOWN = re.compile(r"[\\|`\[\]<>&]")
+_MARKDOWN_AS = {"<": "&lt;", ">": "&gt;", "&": "&amp;"}
+
+
+def md_cell(value) -> str:
+    """``value`` (text from a record: an error, a device name, an op name) as markdown shows it
+    and nothing more: control characters escaped (:func:`clean`), line breaks a space, and the
+    markdown / HTML syntax characters escaped (``\\|``, ``&lt;`` ...). None is empty."""
+    if value is None:
+        return ""
+    text = clean(str(value).replace("\r\n", " ").replace("\n", " "))
+    return _MARKDOWN.sub(lambda m: _MARKDOWN_AS.get(m.group(), "\\" + m.group()), text)
+
+
+def md_table(rows, headers, **kwargs) -> str:
+    """A markdown (GitHub) table of record values, every cell and header through :func:`md_cell`:
+    the one way a page puts record text into a table."""
+    from tabulate import tabulate
+
+    return tabulate([[md_cell(c) for c in row] for row in rows], headers=[md_cell(h) for h in headers],
+                    tablefmt="github", disable_numparse=True, **kwargs)
+
+
 def clean_lines(text: str) -> str:
     """:func:`clean` applied line by line: a multi-line block (a table, a page) keeps its line
     breaks; only for text that holds no colour of ours."""
@@ -117,22 +176,16 @@ def results_table(records, colour: bool = True, fmt: str = "table") -> str:
     """The summary ``zlf run`` prints, in ``fmt`` (table, markdown, csv; json is the records
     themselves). In a table or markdown, points that FAILED with one and the same error are one
     row (``POINT and N more``); csv lists every point."""
-    import csv
-    import io
-
     from tabulate import tabulate
 
     if fmt == "csv":
-        buf = io.StringIO()
-        w = csv.writer(buf, lineterminator="\n")
-        w.writerow(RUN_FIELDS)
+        rows = []
         for r in records:
             note = r.error or " ".join(m.split(" ")[0] for m in r.markers)
             if getattr(r, "unchecked", None):
                 note = f"UNCHECKED: {r.unchecked}" + (f"; {note}" if note else "")
-            w.writerow([clean("" if v is None else v) for v in (r.point, r.status, r.timer, r.median_ms, r.gbps,
-                                                                 r.tflops, note)])
-        return buf.getvalue().rstrip("\n")
+            rows.append([r.point, r.status, r.timer, r.median_ms, r.gbps, r.tflops, note])
+        return csv_text(RUN_FIELDS, rows).rstrip("\n")
     groups = {}
     for r in records:
         if r.status == "FAILED":
@@ -147,8 +200,10 @@ def results_table(records, colour: bool = True, fmt: str = "table") -> str:
                 shown.add(group[0])
                 row[0] = f"{row[0]} and {group[1] - 1} more"
             rows.append(row)
-    return tabulate(rows, headers=list(RUN_HEADERS), tablefmt="github" if fmt == "markdown" else "simple",
-                    disable_numparse=True, colalign=("left", "left", "left", "right", "right", "right", "left"))
+    colalign = ("left", "left", "left", "right", "right", "right", "left")
+    if fmt == "markdown":
+        return md_table(rows, RUN_HEADERS, colalign=colalign)
+    return tabulate(rows, headers=list(RUN_HEADERS), tablefmt="simple", disable_numparse=True, colalign=colalign)
 
 
 def failure_key(error: str) -> str:

@@ -7,14 +7,12 @@ the four formats show the same fields under the same names (``median_ms``, ``gbp
 from __future__ import annotations
 
 import collections
-import csv
-import io
 import json
 import re
 
 from tabulate import tabulate
 
-from .console import clean, failure_key, paint, results_table
+from .console import clean, csv_text, failure_key, md_table, paint, results_table
 
 FORMATS = ("table", "markdown", "csv", "json")
 
@@ -48,14 +46,11 @@ def render(fields, rows, fmt: str, doc=None) -> str:
         body = doc if doc is not None else [dict(zip(fields, r)) for r in rows]
         return json.dumps(body, indent=2, default=str)
     if fmt == "csv":
-        buf = io.StringIO()
-        w = csv.writer(buf, lineterminator="\n")
-        w.writerow(fields)
-        w.writerows([["" if v is None else clean(v) for v in r] for r in rows])
-        return buf.getvalue().rstrip("\n")
+        return csv_text(fields, rows).rstrip("\n")
     cells = [["" if v is None else clean(_cell(v)) for v in r] for r in rows]
-    return tabulate(cells, headers=list(fields), tablefmt="github" if fmt == "markdown" else "simple",
-                    disable_numparse=True)
+    if fmt == "markdown":
+        return md_table(cells, fields)
+    return tabulate(cells, headers=list(fields), tablefmt="simple", disable_numparse=True)
 
 
 def _cell(value) -> str:

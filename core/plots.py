@@ -32,8 +32,16 @@ def figure(n_rows: int, width: float = 9.0):
 
 
 def save(fig, path: Path) -> None:
-    """Write the PNG with every label inside it (``bbox_inches="tight"``: nothing is cut)."""
-    fig.savefig(path, bbox_inches="tight", pad_inches=0.15)
+    """Write the PNG with every label inside it (``bbox_inches="tight"``: nothing is cut), as every
+    zlf file is written: never through a link (:func:`zlf.rundir.write_figure`)."""
+    from .rundir import write_figure
+
+    import matplotlib.pyplot as plt
+
+    try:
+        write_figure(fig, path, bbox_inches="tight", pad_inches=0.15)
+    finally:
+        plt.close(fig)
 
 
 def ratio(delta_pct: float) -> float:

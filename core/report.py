@@ -13,10 +13,11 @@ from typing import Optional
 from tabulate import tabulate
 
 from . import compare, plots
-from .console import change, clean, clean_lines, duration, number, percent
-from .redact import safe_environment
+from .console import change, clean, clean_lines, duration, md_cell, md_table, number, percent
+from .redact import redact_text, safe_environment
 from .errors import UsageError
 from .records import STATUS_FAILED, STATUS_OK, STATUS_OOM
+from .rundir import write_atomic
 
 #: meta.json keys shown first, in this order; every other key follows (extensions add their own).
 ENV_KEYS = ("device_name", "backend", "timer_default", "host_timing", "status", "started", "finished", "command")
@@ -49,8 +50,7 @@ def _cell(value) -> str:
     if isinstance(value, (dict, list, tuple)):
         value = json.dumps(value, sort_keys=True, default=str)
         value = value if len(value) <= 120 else value[:117] + "..."
-    # A pipe would end the markdown cell early.
-    return str(value).replace("|", "\\|").replace("\n", " ")
+    return md_cell(value)  # a pipe would end the cell early, ``</details>`` the page's folding
 
 
 def environment(meta: dict) -> dict:
@@ -104,7 +104,7 @@ def environment_section(metas: dict) -> str:
         a, b = envs.values()
         differ = [k for k in dict.fromkeys([*a, *b]) if a.get(k, "") != b.get(k, "") and k not in ALWAYS_DIFFERENT]
         if differ:
-            rows = [[k, a.get(k, ""), b.get(k, "")] for k in differ]
+            rows = [[md_cell(k), a.get(k, ""), b.get(k, "")] for k in differ]
             head = [f"What differs between {' and '.join(envs)} ({len(differ)} of {n} items; when each run "
                     "started and its command are in the full list):", "",
                     tabulate(rows, headers=["", *envs], tablefmt="github", disable_numparse=True)]
@@ -114,7 +114,7 @@ def environment_section(metas: dict) -> str:
                     f"the other {n - len(own)} of {n} items are the same."]
     else:
         env = next(iter(envs.values()))
-        rows = [[k, v] for k, v in env.items() if k in ENV_KEYS or k in ("zlf", "extensions")]
+        rows = [[md_cell(k), v] for k, v in env.items() if k in ENV_KEYS or k in ("zlf", "extensions")]
         head = [tabulate(rows, headers=["", "value"], tablefmt="github", disable_numparse=True)]
     return "\n".join([*head, "", f"<details><summary>Full environment ({n} items)</summary>", "", full, "",
                       "</details>"])
@@ -129,11 +129,11 @@ def environment_table(metas: dict) -> str:
     labels = list(envs)
     rows = []
     for k in keys:
-        values = [envs[label].get(k, "") for label in labels]
+        values = [envs[label].get(k, "") for label in labels]  # escaped by environment()
         if len(labels) == 2:
-            rows.append(["≠" if values[0] != values[1] else "", k, *values])
+            rows.append(["≠" if values[0] != values[1] else "", md_cell(k), *values])
         else:
-            rows.append([k, *values])
+            rows.append([md_cell(k), *values])
     headers = (["", "", *labels] if len(labels) == 2 else ["", "value"])
     return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
 
@@ -214,11 +214,12 @@ def plot_latency(records, path: Path) -> int:
                     textcoords="offset points", va="center", fontsize=6)
     ax.set_yticks(ys)
     ax.set_yticklabels([clean(f"{r.point} [{r.timer}]") for r in rows], fontsize=7)
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+    if rows:  # a log locator on an empty (linear) axis has nothing positive to place ticks at
+        from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-    ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: duration(v)))
-    ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: duration(v)))
+        ax.xaxis.set_minor_formatter(NullFormatter())
     ax.tick_params(axis="x", labelsize=7)
     ax.grid(axis="x", color="#dddddd", lw=0.5, zorder=0)
     ax.set_xlabel("median time per call (log scale); whiskers: 25th to 75th percentile of the samples", fontsize=8)
@@ -254,13 +255,13 @@ def single_page(side: compare.Side, png_name: Optional[str]) -> tuple:
     for r in records:
         note = r.error or ", ".join(compare.marker_names(r))
         rows.append([r.point, r.status, r.timer or "", number(r.median_ms), _spread_pct(r.samples),
-                     number(r.gbps), number(r.tflops), compare.ceiling_cell(r, side.ceilings), _cell(note)])
-    table = tabulate(rows, headers=["point", "status", "timer", "median ms", "spread (IQR)", "GB/s", "TFLOP/s",
-                                    "% ceiling", "error / markers"], tablefmt="github", disable_numparse=True)
+                     number(r.gbps), number(r.tflops), compare.ceiling_cell(r, side.ceilings), note])
+    table = md_table(rows, ["point", "status", "timer", "median ms", "spread (IQR)", "GB/s", "TFLOP/s",
+                            "% ceiling", "error / markers"])
     page = [
-        f"# zlf report: {side.path.name}", "", f"**{head}**", "", *(f"- {n}" for n in notes), "",
+        f"# zlf report: {md_cell(side.path.name)}", "", f"**{md_cell(head)}**", "", *(f"- {md_cell(n)}" for n in notes), "",
         _image("median time per point", png_name), "", "## Points", "", table, "",
-        "## Environment", "", f"Run directory: `{side.path}`", "", environment_section({"run": side.meta}), "",
+        "## Environment", "", f"Run directory: {md_cell(side.path)}", "", environment_section({"run": side.meta}), "",
     ]
     return "\n".join(page), [head, *notes]
 
@@ -269,13 +270,13 @@ def pair_page(cmp: compare.Comparison, png_name: Optional[str]) -> tuple:
     """``(markdown, summary lines)`` for a comparison A → B."""
     lines = cmp.summary.lines()
     headers, rows = compare.table_rows(cmp, colour=False)
-    table = tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
+    table = md_table(rows, headers)
     page = [
-        f"# zlf report: {cmp.a.path.name} → {cmp.b.path.name}", "",
-        f"**{lines[0]}**", "", *(f"- {s}" for s in lines[1:] + list(cmp.notes)), "",
+        f"# zlf report: {md_cell(cmp.a.path.name)} → {md_cell(cmp.b.path.name)}", "",
+        f"**{md_cell(lines[0])}**", "", *(f"- {md_cell(s)}" for s in lines[1:] + list(cmp.notes)), "",
         _image("Δ per point", png_name), "",
         "## Points", "", "Δ = (B − A) / A of the median time; largest regressions first.", "", table, "",
-        "## Environment", "", f"- A: `{cmp.a.path}`", f"- B: `{cmp.b.path}`", "",
+        "## Environment", "", f"- A: {md_cell(cmp.a.path)}", f"- B: {md_cell(cmp.b.path)}", "",
         environment_section({"A": cmp.a.meta, "B": cmp.b.meta}), "",
     ]
     return "\n".join(page), lines + list(cmp.notes)
@@ -312,7 +313,7 @@ def write_report(dirs, out: Optional[str] = None, threshold_pct=None, allow_mixe
             page, summary = pair_page(cmp, png_path.name if png_path else None)
         else:
             page, summary = single_page(side, png_path.name if png_path else None)
-        md_path.write_text(clean_lines(page))
+        write_atomic(md_path, clean_lines(redact_text(page)))
     except OSError as exc:
         raise UsageError(f"cannot write the report to {str(md_path)!r}: {exc.strerror}; pass --out FILE.md") from exc
     return md_path, png_path, summary

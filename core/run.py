@@ -17,7 +17,7 @@ from .console import Progress, clean_lines
 from .errors import one_line as _one_line
 from .ops import check_output, outside, poison
 from .procs import EXIT_HUNG, PointTimeLimit, PointWatch, stop_word
-from .redact import safe_environment
+from .redact import redact_text, safe_environment
 from .records import STATUS_FAILED, STATUS_OK, STATUS_OOM, PointRecord, jsonable_options
 from .rundir import LOG, RunDir, disk_full
 
@@ -47,7 +47,7 @@ class RunLog:
 
     def _write(self, line: str) -> None:
         try:
-            self._f.write(clean_lines(line.rstrip("\n")) + "\n")
+            self._f.write(clean_lines(redact_text(line.rstrip("\n"))) + "\n")
             self._f.flush()
         except OSError:  # a full disk: the log is for people; records and meta.json come first
             pass

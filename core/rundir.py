@@ -18,6 +18,7 @@ import json
 import math
 import os
 import re
+import secrets
 import shutil
 from pathlib import Path
 from typing import Optional
@@ -27,6 +28,7 @@ import yaml
 
 from .errors import UsageError
 from .records import PointRecord
+from .redact import redact
 
 RESULTS = "results.jsonl"
 META = "meta.json"
@@ -61,7 +63,7 @@ def inside(parent, path) -> Path:
 
 
 def _overwrite(path: Path, text: str) -> None:
-    with open(path, "r+") as f:
+    with os.fdopen(os.open(path, os.O_RDWR | os.O_NOFOLLOW), "r+") as f:
         f.write(text)
         f.truncate()
         f.flush()
@@ -72,30 +74,130 @@ def timestamp() -> str:
     return _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
 
 
-def write_atomic(path, text: str) -> None:
-    """Replace ``path`` with ``text`` so that a reader (or a crash) sees the old or the new file,
-    never half of one: write a temporary file beside it, flush it to disk, rename it over."""
+class LinkRefused(UsageError):
+    """A write that would go through a symbolic link (or a non-directory) below its root."""
+
+
+def _refuse(path, where) -> LinkRefused:
+    return LinkRefused(f"refusing to write {str(path)!r}: {str(where)!r} is a symbolic link or not a directory "
+                       "(zlf never writes through a link)")
+
+
+def open_dir(path, root=None) -> int:
+    """A file descriptor of the directory ``path``, every component of it below ``root`` opened
+    without following a link (a LinkRefused error names the one that is one). ``root`` is the place
+    the user named (a run directory, ``--out``): it is taken as it resolves; without ``root``,
+    ``path`` itself is (only the files written into it are never followed)."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
+    if root is None:
+        return os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    root = Path(root)
+    rel = os.path.relpath(os.path.abspath(path), os.path.abspath(root))
+    parts = [] if rel == "." else Path(rel).parts
+    if parts and parts[0] == "..":
+        raise UsageError(f"{str(path)!r} is outside {str(root)!r}")
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    where = root
     try:
-        with open(tmp, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())  # else a reboot can leave an empty file behind the rename
-        os.replace(tmp, path)
-    except BaseException:  # a full disk, a signal: the old file stays, no temporary one beside it
-        tmp.unlink(missing_ok=True)
-        raise
-    try:  # the rename itself lives in the directory
-        fd = os.open(path.parent, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
+        for part in parts:
+            where = where / part
+            try:
+                nfd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                    raise _refuse(path, where) from exc
+                raise
+            os.close(fd)
+            fd = nfd
+    except BaseException:
         os.close(fd)
+        raise
+    return fd
+
+
+def open_nofollow(path, mode: str = "w", root=None):
+    """``open(path, mode)`` (``w``, ``a``, ``wb``, ``ab``) for a file zlf writes into a directory
+    it did not just create: the file itself (and, below ``root``, every folder) is never a link
+    followed -- LinkRefused, one line."""
+    path = Path(path)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_APPEND if "a" in mode else os.O_TRUNC)
+    dfd = open_dir(path.parent, root)
+    try:
+        fd = os.open(path.name, flags, 0o666, dir_fd=dfd)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise _refuse(path, path) from exc
+        raise
+    finally:
+        os.close(dfd)
+    return os.fdopen(fd, mode, **({} if "b" in mode else {"buffering": 1}))
+
+
+def ensure_dir(path, root) -> Path:
+    """Make the directory ``path`` and its missing parents below ``root``; none of them (old or
+    new) may be a symbolic link: LinkRefused, one line. Returns ``path``."""
+    path, root = Path(path), Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    rel = os.path.relpath(os.path.abspath(path), os.path.abspath(root))
+    parts = [] if rel == "." else Path(rel).parts
+    if parts and parts[0] == "..":
+        raise UsageError(f"{str(path)!r} is outside {str(root)!r}")
+    where = root
+    for part in parts:
+        fd = open_dir(where, root)
+        try:
+            os.mkdir(part, dir_fd=fd)
+        except FileExistsError:
+            pass
+        finally:
+            os.close(fd)
+        where = where / part
+    os.close(open_dir(path, root))  # each component is a real directory
+    return path
+
+
+def write_atomic(path, text, root=None) -> None:
+    """Replace ``path`` with ``text`` (str or bytes) so that a reader (or a crash) sees the old or
+    the new file, never half of one, and no link is followed: a temporary file of a fresh name is
+    created beside it (``O_EXCL | O_NOFOLLOW``, relative to the directory opened by
+    :func:`open_dir`), flushed to disk and renamed over ``path`` (a link there is replaced, never
+    written through). ``root``: the directories between it and ``path`` may not be links either."""
+    path = Path(path)
+    data = text.encode() if isinstance(text, str) else bytes(text)
+    dfd = open_dir(path.parent, root)
+    try:
+        tmp = f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666, dir_fd=dfd)
+        try:
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fsync(fd)  # else a reboot can leave an empty file behind the rename
+            finally:
+                os.close(fd)
+            os.replace(tmp, path.name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        except BaseException:  # a full disk, a signal: the old file stays, no temporary one beside it
+            try:
+                os.unlink(tmp, dir_fd=dfd)
+            except OSError:
+                pass
+            raise
+        try:  # the rename itself lives in the directory
+            os.fsync(dfd)
+        except OSError:
+            pass
+    finally:
+        os.close(dfd)
+
+
+def write_figure(fig, path, root=None, **savefig) -> None:
+    """Save a matplotlib figure to ``path`` as :func:`write_atomic` writes (never through a link)."""
+    import io
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format=Path(path).suffix.lstrip(".") or "png", **savefig)
+    write_atomic(path, buf.getvalue(), root)
 
 
 def _number(value) -> bool:
@@ -149,10 +251,10 @@ class RunDir:
     def append(self, record: PointRecord) -> None:
         """Add one record line; when it cannot be written whole (a full disk), the file is cut
         back to the records before it and the error raised."""
-        data = memoryview((json.dumps(record.to_json(), default=str) + "\n").encode())
+        data = memoryview((json.dumps(redact(record.to_json()), default=str) + "\n").encode())
         path = self.path / RESULTS
         # os-level writes: a buffered file would retry the failed write when it is closed
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         try:
             size = os.fstat(fd).st_size
             try:
@@ -204,6 +306,7 @@ class RunDir:
         then compactly, and as the last resort overwrite the old file in place (its blocks are
         already ours): a meta.json that says how the run ended beats one that says "running"."""
         path = self.path / META
+        meta = redact(meta)  # a record is for sharing: no credential, by name or by value
         text = json.dumps(meta, indent=2, sort_keys=True, default=str) + "\n"
         try:
             write_atomic(path, text)
@@ -283,8 +386,16 @@ class RunDir:
 def replace_dir(tmp: Path, final: Path) -> None:
     """Swap a complete folder ``tmp`` in at ``final``: a reader never sees half of one."""
     old = final.with_name(f".{final.name}.old")
-    shutil.rmtree(old, ignore_errors=True)
-    if final.exists():
+    _remove(old)
+    if os.path.lexists(final):  # a link at ``final`` is moved aside and removed, never followed
         os.replace(final, old)
     os.replace(tmp, final)
-    shutil.rmtree(old, ignore_errors=True)
+    _remove(old)
+
+
+def _remove(path: Path) -> None:
+    """Remove a folder, a file or a link (the link, not what it names)."""
+    if os.path.islink(path) or os.path.isfile(path):
+        os.unlink(path)
+    else:
+        shutil.rmtree(path, ignore_errors=True)

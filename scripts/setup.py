@@ -70,6 +70,7 @@ extra = []
 # zlf's own dependencies (argcomplete for shell completion included) come with -e root; named again
 # so that an environment that installed zlf with --no-deps before gets completion too.
 extra += ["argcomplete>=2.0"] if missing("argcomplete") else []
+extra += ["detect-secrets>=1.4"] if missing("detect_secrets") else []
 if "--tests" in sys.argv[1:]:
     extra += ["pytest>=7"] if missing("pytest") else []
     # --dist worksteal (make test): from pytest-xdist 3.2

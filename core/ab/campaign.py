@@ -23,6 +23,7 @@ import attrs
 
 from .. import __version__
 from ..errors import UsageError
+from ..redact import redact
 from ..rundir import RunDir, write_atomic
 from .execute import Execution
 from .layout import (CONFIGS, C_RUNNING, CAMPAIGN, FAILED, FORMAT_VERSION, LOGS, OK, PENDING, RUNNING, SHARED,
@@ -200,12 +201,11 @@ class Campaign(Execution):
         key = signing_key(create=True)
         self.data["signature"] = _sign(key, self.data) if key else None
 
-    def check_resume(self, named: dict) -> None:
+    def check_resume(self, named: dict, where: str = "--resume") -> None:
         """Refuse (UsageError) to resume a campaign whose command lines zlf ab did not write:
         the signature of :data:`SIGNED` must verify with this user's key, and every file the
         runs execute must be the one recorded at creation -- an interpreter may instead be named
         again (``named``: ``{"A": path or None, "B": ...}``), then its new identity is recorded."""
-        where = "--resume"
         key = signing_key(create=False)
         if key is None:
             raise UsageError(f"{where}: no campaign signing key of this user ({key_path()}): cannot verify "
@@ -258,7 +258,9 @@ class Campaign(Execution):
         return cls(p, data, hooks)
 
     def save(self) -> None:
-        write_atomic(self.path / CAMPAIGN, json.dumps(self.data, indent=2, default=str) + "\n")
+        # shared like a run's records: no credential (a Ray address's password); what is signed is
+        # this redacted form, so a resumed campaign verifies (give --ray-address again)
+        write_atomic(self.path / CAMPAIGN, json.dumps(redact(self.data), indent=2, default=str) + "\n")
 
     # ------------------------------------------------------------------ the plan
     @property
@@ -484,7 +486,7 @@ def signing_key(create: bool) -> Optional[bytes]:
 
 def _sign(key: bytes, data: dict) -> str:
     signed = SIGNED + ("configs",) if "configs" in data else SIGNED  # a campaign before them: as it was signed
-    body = json.dumps({k: data.get(k) for k in signed}, sort_keys=True, default=str)
+    body = json.dumps(redact({k: data.get(k) for k in signed}), sort_keys=True, default=str)
     return hmac.new(key, body.encode(), hashlib.sha256).hexdigest()
 
 

@@ -18,6 +18,7 @@ from ..console import warn
 from ..errors import UsageError
 from ..executors import add_scale_arguments, make_executor, parse_gpus, pin_variable
 from ..procs import stop_code, stop_word
+from ..redact import REDACTED
 from ..rundir import safe_name
 from . import report
 from .analysis import analyse, load_noise
@@ -143,6 +144,14 @@ def scale_options(args, previous) -> "dict | None":
     if out.get("ray_address") and out.get("executor") != "ray":
         raise UsageError("--ray-address needs --executor ray")
     return out
+
+
+def check_ray_address(scale) -> None:
+    """A resumed campaign's Ray address whose password campaign.json does not keep: name it again."""
+    address = (scale or {}).get("ray_address")
+    if isinstance(address, str) and REDACTED in address:
+        raise UsageError(f"--resume: campaign.json keeps the Ray address without its password ({address}): "
+                         "give --ray-address again")
 
 
 
@@ -327,6 +336,7 @@ def _resume(args, session) -> Campaign:
         if "configs" not in campaign.data:
             upgrade(campaign, session)
         keep_one_input_set(campaign)
+        check_ray_address(scale)
     _preflight({**campaign.data, "scale": scale}, session)
     if args.metric:
         campaign.data["metric"] = args.metric

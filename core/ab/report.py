@@ -10,7 +10,8 @@ from pathlib import Path
 from tabulate import tabulate
 
 from .. import metrics, stats
-from ..console import change, clean, clean_lines
+from ..console import change, clean, clean_lines, md_cell, md_table
+from ..redact import redact, redact_text
 from ..rundir import write_atomic
 from .guards import switch_guard_messages
 from .layout import FAILED, OK, PLOT, REPORT, SKIPPED, SUMMARY_JSON, SUMMARY_LOG, now
@@ -173,12 +174,14 @@ def render(campaign, results, remarks, excluded, alpha, ir_lines) -> str:
 
 def render_markdown(campaign, results, remarks, excluded, alpha, ir_lines, why_no_plot) -> str:
     aa = bool(campaign.data.get("aa"))
-    out = [f"# zlf ab: {campaign.path.name}", "", "```", *_context_lines(campaign, alpha, results), "```", ""]
+    # record text inside the fence cannot close it; in the table it is escaped as markdown and HTML
+    context = [line.replace("```", "'''") for line in _context_lines(campaign, alpha, results)]
+    out = [f"# zlf ab: {md_cell(campaign.path.name)}", "", "```", *context, "```", ""]
     guards = _guard_lines(campaign, ir_lines)
     if guards:
         out += ["## Guards", "", *[f"- {g}" for g in guards], ""]
     out += ["## Points", ""]
-    out.append(tabulate(rows(results, aa), headers=headers(aa, campaign.data.get("metric") or metrics.DEFAULT), tablefmt="github", disable_numparse=True)
+    out.append(md_table(rows(results, aa), headers(aa, campaign.data.get("metric") or metrics.DEFAULT))
                if results else "(no point has a complete pair of rounds)")
     out += ["", *[f"- {line}" for line in _findings(campaign, results, remarks)], ""]
     out.append(f"![per-point delta intervals]({PLOT})" if not why_no_plot else f"(no plot: {why_no_plot})")
@@ -238,7 +241,7 @@ def plot(results, path: Path, title: str) -> str:
 def write(campaign, results, remarks, excluded, alpha, ir_lines) -> str:
     """Write summary.log, summary.json, report.md (+ plot); return the summary text."""
     text = render(campaign, results, remarks, excluded, alpha, ir_lines)
-    write_atomic(campaign.path / SUMMARY_LOG, text + "\n")
+    write_atomic(campaign.path / SUMMARY_LOG, redact_text(text) + "\n")
     doc = {
         "written": now(), "aa": bool(campaign.data.get("aa")), "alpha_final_look": alpha,
         "min_effect_pct": campaign.data["statistics"].get("min_effect_pct"),
@@ -250,7 +253,8 @@ def write(campaign, results, remarks, excluded, alpha, ir_lines) -> str:
         "flagged_runs": [f"{r['op']}/r{r['round']}_{r['side']}" for r in campaign.runs if r.get("flags")],
         "runs": {s: sum(1 for r in campaign.runs if r["status"] == s) for s in (OK, FAILED, SKIPPED)},
     }
-    write_atomic(campaign.path / SUMMARY_JSON, json.dumps(stats.json_safe(doc), indent=2, allow_nan=False) + "\n")
+    write_atomic(campaign.path / SUMMARY_JSON, json.dumps(redact(stats.json_safe(doc)), indent=2, allow_nan=False) + "\n")
     why_no_plot = plot(results, campaign.path / PLOT, campaign.path.name)
-    write_atomic(campaign.path / REPORT, render_markdown(campaign, results, remarks, excluded, alpha, ir_lines, why_no_plot))
+    write_atomic(campaign.path / REPORT,
+                 redact_text(render_markdown(campaign, results, remarks, excluded, alpha, ir_lines, why_no_plot)))
     return text

@@ -29,6 +29,8 @@ from typing import Optional
 
 from zlf import UsageError
 from zlf.procs import python_child_env
+from zlf.rundir import ensure_dir, open_nofollow, write_atomic
+from zlf.trust import seal, sealed_by_me
 
 from . import checkout as _checkout
 from . import phases as _phases
@@ -204,7 +206,7 @@ def run_op(settings: dict, root: Path, spec: str, gpu, running: Optional[dict] =
         env["CUDA_VISIBLE_DEVICES"] = str(gpu)
     started = time.time()
     hung = False
-    with open(logs / f"{safe}.log", "w") as log:
+    with open_nofollow(logs / f"{safe}.log", "w", root=root) as log:  # a --resume'd folder: no planted link
         log.write(f"$ {shlex.join(child_command(settings, spec, out))}\n")
         log.flush()
         proc = subprocess.Popen(child_command(settings, spec, out), stdout=log, stderr=subprocess.STDOUT,
@@ -358,7 +360,8 @@ def _new_sweep(args) -> tuple:
     from zlf.rundir import RunDir
 
     root = RunDir.create(args.out, args.name or "flaggems").path.resolve()
-    (root / STATE).write_text(json.dumps(settings, indent=2) + "\n")
+    # its fields become the ops' command lines and the checkout they import: signed, as a campaign is
+    write_atomic(root / STATE, json.dumps(seal(settings), indent=2) + "\n")
     return root, settings
 
 
@@ -373,6 +376,11 @@ def _resume(path: str) -> tuple:
             or not isinstance(settings.get("flaggems_dir"), str)):
         raise UsageError(f"--resume {path!r}: {STATE} is not a sweep's (expected an object with a list of ops "
                          "and flaggems_dir)")
+    if not sealed_by_me(settings):
+        raise UsageError(f"--resume {path!r}: {STATE}'s ops, checkout and arguments are not what zlf sweep wrote "
+                         "for this user (edited, or made by another user or machine): refusing to run them; "
+                         "start a new sweep")
+    ensure_dir(root / "logs", root)  # a received folder: no planted link under it
     defaults = {"op_time_limit": DEFAULT_OP_LIMIT, "time_limit": 60.0, "compile_time_limit": 0.0, "check": "fail",
                 "max_shapes": None,
                 "run_exts": list(DEFAULT_RUN_EXTS), "run_args": ""}
@@ -455,9 +463,7 @@ def write_table(root: Path, rows: list) -> None:
         return "" if v is None else str(v).replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n")
 
     text = "\t".join(FIELDS) + "\n" + "".join("\t".join(cell(r.get(f)) for f in FIELDS) + "\n" for r in rows)
-    tmp = root / (TABLE + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(root / TABLE)
+    write_atomic(root / TABLE, text)
 
 
 def main(args, session) -> int:
@@ -507,7 +513,7 @@ def main(args, session) -> int:
             with lock:
                 sched.done(unit.id, name, seconds=row["wall_s"], runs=1, failed_runs=int(row["status"] != "ok"))
                 try:
-                    with open(root / LINES, "a") as f:
+                    with open_nofollow(root / LINES, "a") as f:
                         f.write(json.dumps(row) + "\n")
                 except OSError as exc:  # a full disk: the sweep stops, main says so in one line
                     failures.append(OSError(exc.errno, exc.strerror, str(root / LINES)))

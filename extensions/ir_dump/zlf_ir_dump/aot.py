@@ -18,7 +18,9 @@ import traceback
 from tabulate import tabulate
 from zlf import Backend, UsageError
 from zlf_ir_dump.irtree import IR_DIR, read_index
-from zlf.rundir import RunDir
+from zlf.redact import redact_text
+from zlf.rundir import RunDir, write_atomic
+from zlf.run import relevant_environment
 from zlf.session import shapes_by_op
 
 from .collector import LAUNCHED, IrDump, parse_kinds
@@ -92,7 +94,7 @@ def main(args, session) -> int:
         "ops": sorted({p.op.name for p in plan}),
         "points": len(plan),
         "ir_dump": {"kinds": list(kinds), "autotune": "no device: first config wins, every config compiled"},
-        "environment": {k: v for k, v in sorted(os.environ.items()) if k.startswith(("TRITON_", "DISABLE_", "ENABLE_", "MLIR_", "LLVM_"))},
+        "environment": relevant_environment(prefixes=("TRITON_", "DISABLE_", "ENABLE_", "MLIR_", "LLVM_")),
     }
     if interpret:
         meta["ignored_environment"] = {"TRITON_INTERPRET": interpret}
@@ -121,7 +123,7 @@ def main(args, session) -> int:
         meta["ir_dump"].update(summary or {})
         meta["errors"] = errors
         rundir.write_meta(meta)
-        (rundir.path / "run.log").write_text("\n".join(log_lines) + "\n")
+        write_atomic(rundir.path / "run.log", redact_text("\n".join(log_lines)) + "\n")
     rows = {}
     for r in read_index(rundir.path / IR_DIR):
         if r["status"] == LAUNCHED:

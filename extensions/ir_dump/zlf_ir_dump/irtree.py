@@ -209,12 +209,16 @@ def write_diffs(diff: KernelDiff, out_dir: Path, raw: bool = False) -> list:
 
     :return: the paths written.
     """
+    from zlf.rundir import ensure_dir, write_atomic
+
     written = []
     for name in diff.changed_files:
         target = out_dir / diff.shape / diff.kernel / f"{name}.diff"
-        target.parent.mkdir(parents=True, exist_ok=True)
+        # out_dir may be an old folder: no file or folder link planted in it is followed
+        ensure_dir(target.parent, out_dir)
         rel = f"{diff.shape}/{diff.kernel}/{name}"
-        target.write_text(unified_diff(diff.a_files[name], diff.b_files[name], f"A/{rel}", f"B/{rel}", raw=raw))
+        write_atomic(target, unified_diff(diff.a_files[name], diff.b_files[name], f"A/{rel}", f"B/{rel}", raw=raw),
+                     root=out_dir)
         written.append(target)
     return written
 

@@ -146,9 +146,11 @@ def test_the_profiled_process_gets_the_runs_recorded_environment_not_this_shells
     monkeypatch.setenv("TRITON_DEBUG", "1")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
     monkeypatch.setenv("ZLF_DISABLE", "seed")
+    monkeypatch.setenv("TRITON_CACHE_DIR", "/mine")
     meta = {"environment": {"DISABLE_MMA_V3": "0", "TRITON_CACHE_DIR": "/c/A", "CUDA_VISIBLE_DEVICES": "0"}}
     env = child_environment(Target(Point("m", (1,), "float32"), "m", tmp_path, None, meta), {"MY_SWITCH": "on"})
-    assert env["DISABLE_MMA_V3"] == "0" and env["TRITON_CACHE_DIR"] == "/c/A" and env["MY_SWITCH"] == "on"
+    assert env["DISABLE_MMA_V3"] == "0" and env["MY_SWITCH"] == "on"
+    assert env["TRITON_CACHE_DIR"] == "/mine"  # a record names no place to load compiled code from
     assert "TRITON_DEBUG" not in env  # the run did not have it
     assert env["CUDA_VISIBLE_DEVICES"] == "3"  # device visibility stays this machine's
     assert "ZLF_DISABLE" not in env  # the process's extensions are the run's, named with --ext
@@ -157,12 +159,12 @@ def test_the_profiled_process_gets_the_runs_recorded_environment_not_this_shells
 def test_the_profiled_process_drops_variables_of_the_extensions_prefixes(monkeypatch, tmp_path):
     from zlf_profile.profile import Target, child_environment
 
-    monkeypatch.setenv("MYRT_FAST_PATH", "1")  # this shell's; the run did not have it
+    monkeypatch.setenv("MYRT_FAST_MODE", "1")  # this shell's; the run did not have it
     meta = {"environment": {"MYRT_TILES": "4"}}
     target = Target(Point("m", (1,), "float32"), "m", tmp_path, None, meta)
-    assert child_environment(target)["MYRT_FAST_PATH"] == "1"  # core's prefixes do not name it
+    assert child_environment(target)["MYRT_FAST_MODE"] == "1"  # core's prefixes do not name it
     env = child_environment(target, prefixes=("TRITON_", "MYRT_"))  # an extension's env_prefixes do
-    assert "MYRT_FAST_PATH" not in env and env["MYRT_TILES"] == "4"
+    assert "MYRT_FAST_MODE" not in env and env["MYRT_TILES"] == "4"
 
 
 def test_autotune_choice_falls_back_to_the_record_files(tmp_path):

@@ -2,7 +2,8 @@
 
 ``zlf profile RUN_DIR POINT...`` (or ``zlf profile OP POINT...``) starts, per point, one
 ``ncu ... python -m zlf run --config config.json`` whose configuration is the run's (its seed,
-extensions and options) for that op, dtype and shape alone, with the run's environment, and with
+extensions and options) for that op, dtype and shape alone, with the run's recorded switches (never
+a variable that loads code or names a path: :mod:`zlf.trust`), and with
 its autotune decisions replayed (``replay_from``) when the run recorded or replayed them. Profiling is on only around the point's first calls (the checked call,
 then the direct timer's first calls), never during input creation, other points or the timing
 loop. Writes ``<out>/profile/<point>/``: ``ncu.csv`` (the raw report), ``metrics.md`` and
@@ -21,6 +22,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Optional
@@ -29,8 +31,11 @@ import attrs
 import yaml
 from tabulate import tabulate
 from zlf import UsageError
+from zlf.console import clean, md_table
+from zlf.redact import redact, redact_text
 from zlf.records import Point
-from zlf.rundir import RunDir, replace_dir, write_atomic
+from zlf.rundir import RunDir, ensure_dir, replace_dir, write_atomic
+from zlf.trust import names_code, refused_variable, replayable_environment
 
 from . import ncu
 from .child import ENV_CALLS, ENV_POINT
@@ -81,6 +86,9 @@ def configure_parser(p) -> None:
     add_profiler_options(p)
     p.add_argument("--out", metavar="DIR", help="parent of profile/ (default: the run directory, or . for an op)")
     p.add_argument("--python", metavar="PATH", help="interpreter of the profiled process (default: this one)")
+    p.add_argument("--op", metavar="SPEC", dest="op_spec",
+                   help="the op as zlf run takes it (default: the run's, unless meta.json names a file: "
+                        "zlf imports no code a record names, so an op file must be named here)")
 
 
 def add_profiler_options(p) -> None:
@@ -141,7 +149,9 @@ def op_spec_of(meta: dict, op: str) -> str:
     return specs[0] if len(specs) == 1 else op
 
 
-def targets(source: str, points) -> list:
+def targets(source: str, points, op_spec: Optional[str] = None) -> list:
+    """The points to profile. The op of a run directory is its meta.json's; one that names a file
+    (code) is taken only from ``op_spec`` (``--op``): a record never names code to import."""
     if is_run_dir(source):
         rd = RunDir.open(source)
         records, _ = rd.records()
@@ -154,11 +164,15 @@ def targets(source: str, points) -> list:
                 raise UsageError(f"point {text!r} is not in run {source!r} (points: {known or 'none'})")
             rec = by_id[text]
             point = Point(rec.op, rec.shape, rec.dtype, rec.variant)
-            out.append(Target(point, op_spec_of(meta, rec.op), Path(source).resolve(), rec, meta))
+            spec = op_spec or op_spec_of(meta, rec.op)
+            if op_spec is None and names_code(spec):
+                raise UsageError(f"the op of {text} is a file that meta.json names ({spec!r}): zlf imports no code "
+                                 f"a record names; name the op file yourself: --op FILE.py[::NAME]")
+            out.append(Target(point, spec, Path(source).resolve(), rec, meta))
         return out
     if os.path.isdir(source):
         raise UsageError(f"{source!r} is a directory but not a zlf run directory (no meta.json or results.jsonl)")
-    return [Target(parse_point(text), source) for text in points]
+    return [Target(parse_point(text), op_spec or source) for text in points]
 
 
 def folder_name(point_id: str) -> str:
@@ -197,8 +211,11 @@ def child_config(target: Target, session, shapes_file: Path, replay: Optional[st
                                  name="profiled", summary_format="table", gpus=None, executor=None, ray_address=None,
                                  retries=None, ext=child_extensions(target, session, replay is not None), no_ext=None,
                                  **TIMING)
-    # only the options of the extensions it selects; a replay the run did is the one given here, or none
-    values = {owner: owned for owner, owned in config.options.values.items() if owner in config.ext}
+    # only the options of the extensions it selects; a replay the run did is the one given here, or none;
+    # no recorded value that names a file (code, a cache, a checkout): a record never names code
+    values = {owner: {k: (None if names_code(v) or (isinstance(v, (list, tuple)) and any(map(names_code, v))) else v)
+                      for k, v in owned.items()}
+              for owner, owned in config.options.values.items() if owner in config.ext}
     values[SHAPES_OPTION[0]] = {**values.get(SHAPES_OPTION[0], {}), SHAPES_OPTION[1]: str(shapes_file)}
     if replay is not None or REPLAY_OPTION[0] in values:
         values[REPLAY_OPTION[0]] = {**values.get(REPLAY_OPTION[0], {}), REPLAY_OPTION[1]: str(replay) if replay else None}
@@ -206,8 +223,11 @@ def child_config(target: Target, session, shapes_file: Path, replay: Optional[st
 
 
 def child_environment(target: Target, extra: Optional[dict] = None, prefixes=None) -> dict:
-    """This process's environment with the run's recorded variables in place of this machine's
-    (a switch such as DISABLE_MMA_V3 must be what the run had), device visibility kept.
+    """This process's environment with the run's recorded switches in place of this machine's
+    (a switch such as DISABLE_MMA_V3 must be what the run had), device visibility kept. Of the
+    record, only what :func:`zlf.trust.replayable_environment` allows: switches the run's
+    extensions declare, never a variable that loads code or names a path (``LD_PRELOAD``,
+    ``PYTHONPATH``, ``TRITON_CACHE_DIR``); this machine's variables of that kind stay as they are.
 
     :param prefixes: the variables a run records (``session.hooks.env_prefixes()``; default: core's).
     """
@@ -217,9 +237,10 @@ def child_environment(target: Target, extra: Optional[dict] = None, prefixes=Non
     env = dict(os.environ)
     recorded = target.meta.get("environment") if target.run_dir is not None else None
     if recorded is not None:
-        for k in [k for k in env if k.startswith(prefixes) and k not in KEEP_ENV]:
+        replayed, _ = replayable_environment(recorded, prefixes)
+        for k in [k for k in env if k.startswith(prefixes) and k not in KEEP_ENV and not refused_variable(k, "")]:
             del env[k]
-        env.update({k: v for k, v in recorded.items() if k not in KEEP_ENV})
+        env.update({k: v for k, v in replayed.items() if k not in KEEP_ENV})
     env.update(extra or {})
     for k in ("FORCE_COLOR",) + SELECTION_ENV:
         env.pop(k, None)
@@ -242,7 +263,7 @@ class Plan:
 
 
 def plan(target: Target, session, folder: Path, work: Path, calls: int, python: Optional[str] = None,
-         extra_env: Optional[dict] = None) -> Plan:
+         extra_env: Optional[dict] = None, cwd: Optional[str] = None) -> Plan:
     """The profiled process; its configuration goes to ``folder/config.json`` (written by
     :func:`profile_point`), its run directory under ``work``."""
     notes = []
@@ -257,12 +278,46 @@ def plan(target: Target, session, folder: Path, work: Path, calls: int, python: 
     point = target.point
     config = child_config(target, session, folder / SHAPES, replay)
     argv = [python or sys.executable, "-m", "zlf", "run", "--config", str(folder / CHILD_CONFIG), "--out", str(work)]
-    env = child_environment(target, extra_env, session.hooks.env_prefixes())
+    prefixes = session.hooks.env_prefixes()
+    env = child_environment(target, extra_env, prefixes)
     env.update({ENV_POINT: point.id, ENV_CALLS: str(calls)})
-    cwd = target.meta.get("cwd") if target.run_dir is not None else None
+    if target.run_dir is not None:
+        _, refused = replayable_environment(target.meta.get("environment"), prefixes)
+        if refused:
+            notes.append("not replayed from meta.json: " + ", ".join(refused))
+        dropped = _dropped_options(target)
+        if dropped:
+            notes.append("recorded options naming a file, not replayed: " + ", ".join(dropped))
+    # ``cwd`` (a verified campaign's) or this process's working directory, never a run's record:
+    # ``python -m`` imports from it
     cwd = cwd if cwd and os.path.isdir(cwd) else os.getcwd()
     shapes = {point.op: {"shapes": [list(point.shape)]}}
     return Plan(argv, env, cwd, shapes, str(replay) if replay else None, tuple(notes), config)
+
+
+def _dropped_options(target: Target) -> list:
+    out = []
+    for owner, owned in ((target.meta.get("options") or {}).items() if isinstance(target.meta.get("options"), dict) else ()):
+        for k, v in (owned.items() if isinstance(owned, dict) else [(owner, owned)]):
+            if owner in ("ops", "op_spec") or k in (SHAPES_OPTION[1], REPLAY_OPTION[1], "ops", "out", "config"):
+                continue
+            if names_code(v) or (isinstance(v, (list, tuple)) and any(map(names_code, v))):
+                out.append(k)
+    return sorted(set(out))
+
+
+def replay_lines(target: Target, p: "Plan") -> list:
+    """What of the run the profiled process replays, as ``zlf profile`` shows it."""
+    if target.run_dir is None:
+        return [f"{target.point.id}: no run: the op {target.op_spec!r} with zlf's defaults"]
+    seed = ((p.config.options.values.get("seed") or {}).get("seed") if p.config is not None else None)
+    recorded = target.meta.get("environment") if isinstance(target.meta.get("environment"), dict) else {}
+    switches = {k: v for k, v in p.env.items() if k in recorded and recorded.get(k) == v and k not in KEEP_ENV}
+    lines = [f"{target.point.id}: replays op {target.op_spec!r}, shape {list(target.point.shape)}, "
+             f"dtype {target.point.dtype}, seed {seed if seed is not None else '-'}, "
+             f"autotune choice {p.replay_from or '-'}",
+             "  variables: " + (" ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(switches.items())) or "none")]
+    return lines + [f"  note: {n}" for n in p.notes if n.startswith(("not replayed", "recorded options"))]
 
 
 def env_prefix(env: dict, base=None) -> str:
@@ -329,24 +384,30 @@ def _child_record(work: Path, point_id: str):
 
 def profile_point(target: Target, parent: Path, session, calls: int = 3, ncu_path: Optional[str] = None,
                   python: Optional[str] = None, extra_env: Optional[dict] = None, keep_rep: bool = False,
-                  folder: Optional[str] = None, shown_as: Optional[Path] = None) -> Profile:
+                  folder: Optional[str] = None, shown_as: Optional[Path] = None, show: bool = False,
+                  cwd: Optional[str] = None) -> Profile:
     """Profile one point into ``parent/<folder>/`` (written whole, then swapped in).
 
     :param shown_as: where the folder will finally be, when ``parent`` is itself a temporary
         folder (a triage bundle being written): the paths in ``command.sh`` and ``metrics.json``.
+    :param cwd: the profiled process's working directory, from a verified campaign (triage);
+        default this process's (never a run's meta.json).
     """
     t0 = time.monotonic()
     name = folder or folder_name(target.point.id)
     parent = Path(parent).absolute()
-    parent.mkdir(parents=True, exist_ok=True)
+    # the folder may be in a received run directory: a ``profile`` link there is refused, and the
+    # bundle is written into a fresh folder of its own, then swapped in (a link in its place is
+    # replaced, never followed)
+    ensure_dir(parent, parent.parent)
     final = parent / name
-    tmp = parent / f".{name}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
+    tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".tmp", dir=parent))
     work = tmp / ".work"
     work.mkdir()
     info = launch_info(target.record, target.run_dir, target.point) if target.run_dir is not None else LaunchInfo()
-    p = plan(target, session, tmp, work, calls, python, extra_env)
+    p = plan(target, session, tmp, work, calls, python, extra_env, cwd)
+    if show:  # what of the record the profiled process gets, before it runs
+        print("\n".join(clean(line) for line in replay_lines(target, p)), file=sys.stderr, flush=True)
     write_atomic(tmp / SHAPES, yaml.safe_dump(p.shapes_yaml, default_flow_style=None))
     p.config.write(tmp / CHILD_CONFIG)
     # a host wall-clock time (cpu backend) is no kernel time: no ratio against ncu's
@@ -358,8 +419,8 @@ def profile_point(target: Target, parent: Path, session, calls: int = 3, ncu_pat
         result = Profile(point=target.point.id, dir=str(shown), ok=ok, why=why, profiler=profiler, calls=calls,
                          kernels=tuple(kernels), launches=info.describe(), notes=tuple(notes),
                          replay_from=p.replay_from, seconds=round(time.monotonic() - t0, 2), run_median_ms=median)
-        write_atomic(tmp / METRICS_JSON, json.dumps(result.to_json(), indent=2) + "\n")
-        write_atomic(tmp / METRICS_MD, render_markdown(result))
+        write_atomic(tmp / METRICS_JSON, json.dumps(redact(result.to_json()), indent=2) + "\n")
+        write_atomic(tmp / METRICS_MD, redact_text(render_markdown(result)))
         shutil.rmtree(work, ignore_errors=True)
         # command.sh runs it again from where the folder is kept
         write_atomic(tmp / CHILD_CONFIG, (tmp / CHILD_CONFIG).read_text().replace(_json_text(tmp), _json_text(shown)))
@@ -454,7 +515,7 @@ def render_markdown(result: Profile) -> str:
                 f"(`--clock-control none`), caches flushed before each kernel (ncu's default); "
                 "± is half the spread over the calls.", ""]
         headers = ["metric"] + [f"#{k.index} {k.kernel}" for k in result.kernels]
-        out.append(tabulate(metrics_rows(result.kernels), headers=headers, tablefmt="github"))
+        out.append(md_table(metrics_rows(result.kernels), headers))
         out.append("")
         total = ncu.call_total(result.kernels)
         if total is not None and result.run_median_ms:
@@ -506,7 +567,7 @@ def why_no_gpu(found) -> str:
 def main(args, session) -> int:
     if args.calls < 1:
         raise UsageError("--calls must be at least 1")
-    found = targets(args.source, args.points)
+    found = targets(args.source, args.points, args.op_spec)
     if ncu.find_ncu(args.ncu) is None:
         no_gpu = why_no_gpu(found)  # the first cause a reader must hear; the missing ncu comes second
         raise UsageError(f"{no_gpu}; and {NO_PROFILER}" if no_gpu else NO_PROFILER)
@@ -516,7 +577,7 @@ def main(args, session) -> int:
     failed = 0
     for target in found:
         result = profile_point(target, parent / PROFILE_DIR, session, calls=args.calls, ncu_path=args.ncu,
-                               python=args.python, keep_rep=args.ncu_rep)
+                               python=args.python, keep_rep=args.ncu_rep, show=True)
         print_result(result)
         failed += 0 if result.ok else 1
     return 1 if failed else 0

@@ -14,16 +14,18 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Optional
 
 from tabulate import tabulate
 from zlf import UsageError
+from zlf.console import md_table
 from zlf.records import Point, shape_str
-from zlf.rundir import RunDir, write_atomic
+from zlf.redact import redact, redact_text
+from zlf.rundir import RunDir, ensure_dir, write_atomic
 
 from . import ncu
 from .launches import TRITON_TYPES
@@ -181,9 +183,9 @@ def ir_changes(run_a: Path, run_b: Path, point: Point, out_dir: Path) -> tuple:
             a_text, b_text = d.a_files[name].read_text(errors="replace"), d.b_files[name].read_text(errors="replace")
             delta = op_count_delta(a_text, b_text)
             target = out_dir / d.kernel / f"{name}.diff"
-            target.parent.mkdir(parents=True, exist_ok=True)
+            ensure_dir(target.parent, out_dir)
             rel = f"{shape}/{d.kernel}/{name}"
-            write_atomic(target, unified_diff(d.a_files[name], d.b_files[name], f"A/{rel}", f"B/{rel}"))
+            write_atomic(target, unified_diff(d.a_files[name], d.b_files[name], f"A/{rel}", f"B/{rel}"), root=out_dir)
             rows.append([d.kernel, "changed", name, format_counts(delta) or "same op counts"])
             changes.append(delta)
         for name in d.only_a_files + d.only_b_files:
@@ -227,6 +229,17 @@ def env_diff(campaign, meta_a: dict, meta_b: dict) -> list:
         if str(fa.get(k)) != str(fb.get(k)):
             rows.append((f"fingerprint {k}", str(fa.get(k)), str(fb.get(k))))
     return rows
+
+
+def unverified(campaign) -> str:
+    """Why the sides of ``campaign`` (interpreters, variables, arguments) may not be run here, or ''
+    when zlf ab wrote them for this user (the signature ``--resume`` checks): a received campaign's
+    campaign.json is data, and profiling would run what it names."""
+    try:
+        campaign.check_resume({}, where="zlf triage")
+    except UsageError as exc:
+        return str(exc).split(": ", 1)[-1]
+    return ""
 
 
 def repro_command(campaign, op, side_name: str, shapes_file: Path, dtype: str, write_to: Optional[Path] = None) -> str:
@@ -360,15 +373,14 @@ def triage_point(campaign, stat: dict, session, parent: Path, calls: int = 3, nc
     point_id = stat["point"]
     found = _runs_of_point(campaign, point_id)
     name = folder_name(point_id)
-    tmp, final = parent / f".{name}.tmp", parent / name
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    final = parent / name
+    tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".tmp", dir=parent))  # fresh: no planted link in it
     bundle = {"point": point_id, "verdict": stat.get("verdict"), "delta_pct": stat.get("delta_median_pct"),
               "a_ms": stat.get("a_median_ms"), "b_ms": stat.get("b_median_ms"), "dir": str(final)}
     if found is None:
         bundle["why"] = "no round where both sides ran this point ok"
-        write_atomic(tmp / BUNDLE_JSON, json.dumps(bundle, indent=2) + "\n")
-        write_atomic(tmp / BUNDLE_MD, f"# {point_id}\n\n{bundle['why']}\n")
+        write_atomic(tmp / BUNDLE_JSON, json.dumps(redact(bundle), indent=2) + "\n")
+        write_atomic(tmp / BUNDLE_MD, redact_text(f"# {point_id}\n\n{bundle['why']}\n"))
         replace_dir(tmp, final)
         return bundle
     op, k, ra, rb, rec_a, rec_b = found
@@ -383,6 +395,9 @@ def triage_point(campaign, stat: dict, session, parent: Path, calls: int = 3, nc
     ir_key = key_change(changes)
     env_rows = env_diff(campaign, meta_a, meta_b)
     repro = {s: repro_command(campaign, op, s, final / SHAPES, point.dtype, write_to=tmp) for s in ("A", "B")}
+    doubt = unverified(campaign)
+    if doubt:  # shown, never run: a received campaign.json's command lines are its author's
+        repro = {s: f"# not verified ({doubt}): read it before running it\n{line}" for s, line in repro.items()}
 
     profiles, why_no_counters = {}, ""
     if op.command != "run":
@@ -391,13 +406,15 @@ def triage_point(campaign, stat: dict, session, parent: Path, calls: int = 3, nc
         why_no_counters = "no counters: --no-profile"
     elif ncu.find_ncu(ncu_path) is None:
         why_no_counters = NO_PROFILER
+    elif doubt:
+        why_no_counters = f"no counters: {doubt}"
     else:
         for side, run_dir, rec, meta in (("A", dir_a, rec_a, meta_a), ("B", dir_b, rec_b, meta_b)):
             s = campaign.sides[side]
             target = Target(point, op.run_spec, Path(run_dir), rec, meta)
             profiles[side] = profile_point(target, tmp, session, calls=calls, ncu_path=ncu_path, python=s.interpreter,
                                            extra_env=dict(s.env), folder=f"profile_{side}",
-                                           shown_as=final / f"profile_{side}")
+                                           shown_as=final / f"profile_{side}", cwd=campaign.data.get("cwd"))
         bad = [f"{s}: {p.why}" for s, p in profiles.items() if not p.ok]
         if bad:
             why_no_counters = "; ".join(bad)
@@ -407,8 +424,8 @@ def triage_point(campaign, stat: dict, session, parent: Path, calls: int = 3, nc
         phrases.append(ir_key)
     bundle.update(autotune=auto, ir_key_change=ir_key, ir_rows=ir_rows, env=[list(r) for r in env_rows], repro=repro,
                   counters=why_no_counters or "ok", summary=", ".join(phrases), seconds=round(time.monotonic() - t0, 2))
-    write_atomic(tmp / BUNDLE_MD, render_bundle(bundle, pa, pb, ir_why))
-    write_atomic(tmp / BUNDLE_JSON, json.dumps(bundle, indent=2, default=str) + "\n")
+    write_atomic(tmp / BUNDLE_MD, redact_text(render_bundle(bundle, pa, pb, ir_why)))
+    write_atomic(tmp / BUNDLE_JSON, json.dumps(redact(bundle), indent=2, default=str) + "\n")
     replace_dir(tmp, final)
     return bundle
 
@@ -425,7 +442,7 @@ def render_bundle(b: dict, pa, pb, ir_why: str) -> str:
         out += [f"- {side}: {line}" for line in b["autotune"][side]]
     out += ["", "## IR diff (ir_dump)", ""]
     if b["ir_rows"]:
-        out.append(tabulate(b["ir_rows"], headers=["kernel", "status", "file", "op counts A→B"], tablefmt="github"))
+        out.append(md_table(b["ir_rows"], ["kernel", "status", "file", "op counts A→B"]))
         out += ["", "Unified diffs: `ir/<kernel>/<file>.diff` (source locations ignored)."]
     else:
         out.append(ir_why)
@@ -442,7 +459,7 @@ def render_bundle(b: dict, pa, pb, ir_why: str) -> str:
                 out += [f"- {side} launches: {p.launches}"] + [f"- {side}: {n}" for n in p.notes]
     out += ["", "## Environment diff", ""]
     if b["env"]:
-        out.append(tabulate(b["env"], headers=["what", "A", "B"], tablefmt="github"))
+        out.append(md_table(b["env"], ["what", "A", "B"]))
     else:
         out.append("none recorded besides the side definitions")
     out += ["", "## Reproduce one side alone", ""]
@@ -485,7 +502,7 @@ def write_index(parent: Path, seconds_per_point: Optional[float] = None) -> str:
     if seconds_per_point is not None:
         out.append(f"Triage took {seconds_per_point:.1f} s per point (after the campaign; no timing run was disturbed).")
     text = "\n".join(out).rstrip() + "\n"
-    write_atomic(parent / INDEX, text)
+    write_atomic(parent / INDEX, redact_text(text))
     return text
 
 
@@ -501,8 +518,7 @@ def run_triage(campaign, stats: list, session, points=None, calls: int = 3, ncu_
         chosen = [by_point[p] for p in points]
     else:
         chosen = [s for s in stats if s.get("verdict") in DECIDED]
-    parent = campaign.path / TRIAGE_DIR
-    parent.mkdir(exist_ok=True)
+    parent = ensure_dir(campaign.path / TRIAGE_DIR, campaign.path)  # a ``triage`` link is refused
     t0 = time.monotonic()
     for i, stat in enumerate(chosen, 1):
         print(f"[triage {i}/{len(chosen)}] {stat['point']} ({stat.get('verdict')})", file=sys.stderr, flush=True)
