@@ -3,7 +3,8 @@ and the zlf processes it starts see ``ZLF_DISABLE`` naming every installed exten
 core against real extensions says which with ``@pytest.mark.extensions("seed", ...)``: it is
 skipped where one is not installed, and those stay active.
 
-The fixtures come from zlf.testing (a pytest plugin installed with zlf); the names below keep
+The fixtures come from zlf.testing (a pytest plugin installed with zlf), the session's speed-ups
+from tests/_devtools (loaded by the repository's conftest.py); the names below keep
 ``from conftest import ...`` working in core's test files."""
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from zlf.testing import (HeldDispatch, clean_env as _env, core_only_env, gpu_available,  # noqa: F401
-                         installed_extensions, read_records, run_dir_from, run_zlf, usable_cores)
+                         installed_extensions, read_records, run_dir_from, run_zlf)
+from zlf_devsession import usable_cores
 
 ROOT = Path(__file__).resolve().parent.parent
 
