@@ -11,7 +11,8 @@ repository's, not this plugin's (tests/_devtools, docs/testing.md).
 - ``zlf_run_dir``: a run directory written the way ``zlf run`` writes one, from point times.
 - ``zlf_op_file``: a Python file defining a small CPU op (``FILE::name`` runs it).
 - ``zlf_fake_op``: a :class:`zlf.Op` made of torch calls, for engine-level tests.
-- ``zlf_fake_backend``: a plugin declaring :class:`FakeBackend` (host clock, no device).
+- ``zlf_fake_backend``: a plugin declaring :class:`FakeBackend` (host clock, no device);
+  :class:`FakeClock` gives a fake backend a clock of the test's own.
 - ``zlf_core_only``: no installed extension is active for this test (``ZLF_DISABLE`` names them all).
 - ``zlf_campaign``: factory of a ``zlf ab`` campaign directory (:func:`campaign_data`, no run
   started), for tests of what an extension adds to campaigns; with :class:`FakeHooks`,
@@ -214,10 +215,38 @@ def write_run_dir(parent, points: dict, name: str = "run", timer: str = "host_wa
     return rd.path
 
 
-def fake_backend_class(name: str = "fake"):
+class FakeClock:
+    """A host clock for tests of timing: it reads :attr:`now` (seconds), which only
+    :meth:`advance` moves. Give it to a backend (``fake_backend_class(clock=clock)``) and let the
+    timed function advance it (:meth:`taking`): every sample is then what the test says, however
+    loaded the machine is."""
+
+    def __init__(self, start: float = 1000.0):
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, ms: float) -> None:
+        self.now += ms / 1e3
+
+    def taking(self, ms: float):
+        """A function without arguments that takes ``ms`` of this clock per call; its ``calls``
+        attribute counts the calls."""
+
+        def fn():
+            fn.calls += 1
+            self.advance(ms)
+
+        fn.calls = 0
+        return fn
+
+
+def fake_backend_class(name: str = "fake", clock=None):
     """A :class:`zlf.backends.Backend` subclass named ``name``: always available, runs torch
-    on the CPU and times with the host clock; a stand-in device for hook and engine tests."""
-    from .backends.base import Backend
+    on the CPU and times with the host clock, or with ``clock`` (a :class:`FakeClock`); a
+    stand-in device for hook, engine and timing tests."""
+    from .backends.base import Backend, HostEvent
 
     class FakeBackend(Backend):
         description = "a device for tests: torch on the host CPU, host clock"
@@ -239,6 +268,10 @@ def fake_backend_class(name: str = "fake"):
 
         def device_name(self) -> str:
             return f"{self.name} (test device)"
+
+        if clock is not None:
+            def event(self):
+                return HostEvent(self.synchronize, clock)
 
     FakeBackend.name = name
     FakeBackend.__name__ = FakeBackend.__qualname__ = f"FakeBackend_{name}"
