@@ -90,7 +90,9 @@ def alive(pid: int) -> bool:
         return False
 
 
-def gone_within(pid: int, seconds: float = 10) -> bool:
+def gone_within(pid: int, seconds: float = 120) -> bool:
+    """Whether ``pid`` is gone within ``seconds`` (a ceiling for a loaded machine; it returns as
+    soon as the process is gone)."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if not alive(pid):
