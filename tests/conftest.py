@@ -14,7 +14,6 @@ import pytest
 
 from zlf.testing import (HeldDispatch, clean_env as _env, core_only_env, gpu_available,  # noqa: F401
                          installed_extensions, read_records, run_dir_from, run_zlf)
-from zlf_devsession import usable_cores
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -34,6 +33,10 @@ def pytest_xdist_auto_num_workers(config):
     """``-n auto`` (make test): a worker more than the machine has cores. Many tests wait (on a
     time limit, a child's start, the disk), and the core a waiting worker leaves is then another
     worker's: on a 2-core machine the suite ran ~10 % faster with 3 workers than with 2."""
+    # imported here: op files that tests write import this module in zlf's child processes,
+    # where the development plugin's folder is not on the path
+    from zlf_devsession import usable_cores
+
     return usable_cores() + 1
 
 
