@@ -328,7 +328,7 @@ def mde_level(alpha: float, m: int, power: float) -> float:
     deviation of margin, ``alpha / ((1−p)·m + √(p·(1−p)·m))`` (α/10.5 for 40 points at p = 0.8;
     α for one point). The level a point faced in this campaign is no guide: in an A/A campaign
     almost nothing is decided, and Holm's first step (α/m) made the MDE too large wherever many
-    points carry the effect (docs/measurements.md, "Verdict rule: simulation")."""
+    points carry the effect (docs/measurements.md, "A/B verdicts: the rule, simulated")."""
     q = 1.0 - power
     return alpha / max(1.0, q * m + math.sqrt(power * q * m))
 

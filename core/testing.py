@@ -1,14 +1,18 @@
-"""``zlf.testing``: the pytest plugin zlf's own tests use, for extension authors too.
+"""``zlf.testing``: fixtures for tests of zlf and its extensions, for extension authors too.
 
 Installed with zlf (entry point ``pytest11``: ``zlf``), so any test suite that has zlf installed
-gets these fixtures without a conftest (``-p no:zlf`` turns it off):
+gets these fixtures without a conftest (``-p no:zlf`` turns it off). Like pytest's ``pytester``,
+it only offers them: a session that asks for none runs as it would without zlf (no environment
+variable set, no process started, no file written). What makes zlf's own suite fast is the
+repository's, not this plugin's (tests/_devtools, docs/testing.md).
 
 - ``zlf_cli``: run ``python -m zlf ARGS`` as a fresh process (``zlf_cli.inprocess(...)`` calls
   ``zlf.cli.main`` in this one); returns a ``subprocess.CompletedProcess``.
 - ``zlf_run_dir``: a run directory written the way ``zlf run`` writes one, from point times.
 - ``zlf_op_file``: a Python file defining a small CPU op (``FILE::name`` runs it).
 - ``zlf_fake_op``: a :class:`zlf.Op` made of torch calls, for engine-level tests.
-- ``zlf_fake_backend``: a plugin declaring :class:`FakeBackend` (host clock, no device).
+- ``zlf_fake_backend``: a plugin declaring :class:`FakeBackend` (host clock, no device);
+  :class:`FakeClock` gives a fake backend a clock of the test's own.
 - ``zlf_core_only``: no installed extension is active for this test (``ZLF_DISABLE`` names them all).
 - ``zlf_campaign``: factory of a ``zlf ab`` campaign directory (:func:`campaign_data`, no run
   started), for tests of what an extension adds to campaigns; with :class:`FakeHooks`,
@@ -23,7 +27,6 @@ import contextlib
 import io
 import json
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -32,10 +35,7 @@ from typing import Optional
 import pytest
 
 from . import hookimpl
-from .procs import die_with_parent, python_child_env
-
-#: the environment variable naming the test session's spawn server (:func:`_session_spawn_server`).
-SPAWN_ENV = "ZLF_SPAWN_SERVER"
+from .procs import python_child_env
 
 # ----------------------------------------------------------------------------- plain helpers
 
@@ -55,9 +55,8 @@ def core_only_env() -> dict:
 def pythonpath(*folders, env=None) -> dict:
     """``{"PYTHONPATH": ...}`` with ``folders`` first, then the ``PYTHONPATH`` of ``env`` (this
     process's environment by default): for a child that should import from ``folders`` (an
-    extension installed into a folder, fake modules). Keeping the rest of the path keeps the
-    session's spawn server serving the child; a path of ``folders`` alone would make it start on
-    its own, torch import and all."""
+    extension installed into a folder, fake modules) and still import what this process's
+    children import (a path of ``folders`` alone would drop the rest)."""
     rest = (os.environ if env is None else env).get("PYTHONPATH")
     return {"PYTHONPATH": os.pathsep.join([*map(str, folders), *filter(None, [rest])])}
 
@@ -216,10 +215,38 @@ def write_run_dir(parent, points: dict, name: str = "run", timer: str = "host_wa
     return rd.path
 
 
-def fake_backend_class(name: str = "fake"):
+class FakeClock:
+    """A host clock for tests of timing: it reads :attr:`now` (seconds), which only
+    :meth:`advance` moves. Give it to a backend (``fake_backend_class(clock=clock)``) and let the
+    timed function advance it (:meth:`taking`): every sample is then what the test says, however
+    loaded the machine is."""
+
+    def __init__(self, start: float = 1000.0):
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, ms: float) -> None:
+        self.now += ms / 1e3
+
+    def taking(self, ms: float):
+        """A function without arguments that takes ``ms`` of this clock per call; its ``calls``
+        attribute counts the calls."""
+
+        def fn():
+            fn.calls += 1
+            self.advance(ms)
+
+        fn.calls = 0
+        return fn
+
+
+def fake_backend_class(name: str = "fake", clock=None):
     """A :class:`zlf.backends.Backend` subclass named ``name``: always available, runs torch
-    on the CPU and times with the host clock; a stand-in device for hook and engine tests."""
-    from .backends.base import Backend
+    on the CPU and times with the host clock, or with ``clock`` (a :class:`FakeClock`); a
+    stand-in device for hook, engine and timing tests."""
+    from .backends.base import Backend, HostEvent
 
     class FakeBackend(Backend):
         description = "a device for tests: torch on the host CPU, host clock"
@@ -241,6 +268,10 @@ def fake_backend_class(name: str = "fake"):
 
         def device_name(self) -> str:
             return f"{self.name} (test device)"
+
+        if clock is not None:
+            def event(self):
+                return HostEvent(self.synchronize, clock)
 
     FakeBackend.name = name
     FakeBackend.__name__ = FakeBackend.__qualname__ = f"FakeBackend_{name}"
@@ -380,210 +411,11 @@ def extension_hooks(*names):
 
 
 def pytest_configure(config):
+    """Only the markers: the plugin changes nothing of a session (its environment, its processes)
+    that does not ask for one of its fixtures. What makes zlf's own suite fast lives in the
+    repository (tests/_devtools), not here."""
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU; skipped when none is visible")
     config.addinivalue_line("markers", "slow: spawns several zlf processes")
-    _session_threads(config)
-    _session_bytecode_cache()
-    _session_spawn_server(config)
-
-
-def _session_threads(config) -> None:
-    """Under pytest-xdist, the machine's cores shared out among the workers as OpenMP threads
-    (``OMP_NUM_THREADS``: cores ÷ workers, at least one) unless the environment sets it. Each
-    worker and every zlf process it starts would otherwise run torch with a thread per core,
-    whose waits spin: a tenth of the suite's CPU time on a 2-core machine. It also keeps Ray's
-    task processes forked from the spawn server: Ray sets the variable in its workers where the
-    driver left it unset, and a value other than the server's is refused. A session without
-    workers keeps torch's default."""
-    workers = getattr(config.option, "numprocesses", None)
-    if not isinstance(workers, int) or workers < 1 or "OMP_NUM_THREADS" in os.environ:
-        return
-    os.environ["OMP_NUM_THREADS"] = str(max(1, usable_cores() // workers))
-
-
-def usable_cores() -> int:
-    """The cores this process may run on (its affinity, where the platform says)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
-def _session_bytecode_cache() -> None:
-    """Where this environment keeps no compiled bytecode, the processes a test session starts
-    (hundreds of zlf processes, and pytest-xdist's workers) keep theirs where zlf's own children
-    do (:func:`zlf.procs.python_child_env`: ``pycache`` in zlf's cache directory), instead of each
-    compiling zlf, its extensions and their imports from source again; tests that point
-    ``ZLF_CACHE_DIR`` elsewhere do not send them back to an empty one. It outlives the session: the
-    next session (``make test`` runs two) finds zlf compiled and the test modules' rewritten
-    asserts in it. Bytecode records its source's size and time, so an edited source is compiled
-    anew."""
-    if os.environ.get("PYTHONPYCACHEPREFIX"):
-        return
-    folder = python_child_env(os.environ).get("PYTHONPYCACHEPREFIX")
-    if not folder:  # the environment keeps bytecode, or zlf's cache directory cannot be made
-        return
-    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
-    os.environ["PYTHONPYCACHEPREFIX"] = folder
-    import threading
-
-    threading.Thread(target=seed_bytecode_prefix, args=(Path(folder),), name="zlf-seed-bytecode",
-                     daemon=True).start()
-
-
-#: in a bytecode prefix: the installation folders :func:`seed_bytecode_prefix` last linked from,
-#: with their modification times
-SEEDED_STAMP = ".zlf-seeded.json"
-
-
-def seed_bytecode_prefix(prefix: Path, roots: Optional[list] = None) -> int:
-    """Link (or, across file systems, copy) the bytecode the installation already has
-    (``__pycache__`` beside the standard library's and site-packages' sources, written when they
-    were installed) to where a process with ``PYTHONPYCACHEPREFIX=prefix`` looks for it. With a
-    prefix, Python reads no bytecode beside its sources, so on a machine's first session every
-    process would otherwise compile what it imports (Ray's daemons, the test workers' pytest, scipy,
-    matplotlib, pip) until one of them has written it: about 4 s of a first session's wall time on
-    two cores (two paired runs of core's tests). Done again only when an installation folder changed
-    (a package installed or removed); a source edited since its bytecode was written is compiled
-    anew as it would be anyway. Returns the files linked or copied.
-
-    :param roots: the installation folders (default: the standard library's and site-packages)."""
-    import sysconfig
-
-    if roots is None:
-        paths = sysconfig.get_paths()
-        roots = sorted({paths[k] for k in ("stdlib", "purelib", "platlib") if paths.get(k)})
-    seen = {root: os.stat(root).st_mtime_ns for root in roots if os.path.isdir(root)}
-    try:
-        if json.loads((prefix / SEEDED_STAMP).read_text()) == seen:
-            return 0
-    except (OSError, ValueError):
-        pass
-    tag = f".{sys.implementation.cache_tag}.pyc"
-    linked = 0
-    for root in seen:
-        for folder, _, names in os.walk(root):
-            if os.path.basename(folder) != "__pycache__":
-                continue
-            sources = os.path.dirname(folder)
-            # this interpreter's bytecode, not the optimised (NAME.cpython-311.opt-1.pyc), of a
-            # source that is still there
-            names = [n for n in names
-                     if n.endswith(tag) and os.path.exists(os.path.join(sources, n[:-len(tag)] + ".py"))]
-            if not names:
-                continue
-            target_dir = prefix.as_posix() + sources  # the prefix mirrors absolute paths
-            try:
-                os.makedirs(target_dir, exist_ok=True)
-            except OSError:
-                continue
-            for name in names:
-                target = os.path.join(target_dir, name)
-                if not os.path.exists(target):
-                    linked += _link_or_copy(os.path.join(folder, name), target)
-    try:
-        (prefix / SEEDED_STAMP).write_text(json.dumps(seen))
-    except OSError:
-        pass
-    return linked
-
-
-def _link_or_copy(source: str, target: str) -> int:
-    """``target`` made the same file as ``source``: a hard link, or a copy put in place whole
-    where the two are on different file systems (through a temporary file of this thread's own:
-    two sessions may seed one prefix at once). 1 when done, 0 when not (a process wrote it
-    meanwhile, or the folder cannot be written; no temporary file is left)."""
-    import shutil
-    import threading
-
-    try:
-        os.link(source, target)
-        return 1
-    except FileExistsError:
-        return 0
-    except OSError:
-        tmp = f"{target}.{os.getpid()}.{threading.get_ident()}.tmp"
-        try:
-            shutil.copyfile(source, tmp)
-            os.replace(tmp, target)
-            return 1
-        except OSError:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            return 0
-
-
-def start_spawn_server(folder: Path, env: dict, log) -> tuple:
-    """Start a spawn server (``zlf/_spawn_server.py``) in ``folder``, with ``env`` (its
-    ``PYTHONPATH`` led by ``folder``, where the stand-in is the ``sitecustomize``) and its log lines
-    on the open file ``log``. Returns ``(process, env)`` once the server listens: ``env`` is what
-    the stand-ins need (``PYTHONPATH`` and :data:`SPAWN_ENV`), None if the server did not come up
-    (it is stopped then). The server imports its modules after that, while the session goes on;
-    a stand-in that asks meanwhile waits for its answer, and one that finds the server gone (its
-    imports failed) starts normally."""
-    import select
-    import shutil
-
-    here = Path(__file__).parent
-    shutil.copyfile(here / "_spawn_client.py", folder / "sitecustomize.py")
-    shutil.copyfile(here / "_spawn_server.py", folder / "zlf_spawn_server.py")
-    env = {**{k: v for k, v in env.items() if k != SPAWN_ENV}, **pythonpath(folder, env=env)}
-    socket_path = folder / "socket"
-    proc = subprocess.Popen([sys.executable, str(folder / "zlf_spawn_server.py"), str(socket_path)], env=env,
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, text=True,
-                            preexec_fn=die_with_parent(signal.SIGTERM))
-    if select.select([proc.stdout], [], [], 120)[0] and proc.stdout.readline().strip() == "listening":
-        return proc, {"PYTHONPATH": env["PYTHONPATH"], SPAWN_ENV: str(socket_path)}
-    stop_spawn_server(proc)
-    return proc, None
-
-
-def stop_spawn_server(proc) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-    proc.stdout.close()
-
-
-def _session_spawn_server(config) -> None:
-    """Start the session's spawn server (:func:`start_spawn_server`): the ``python -m MODULE``
-    processes the session's tests start (directly, or through zlf ab, task workers and sweeps)
-    fork from a process that has imported torch once, instead of each importing it again (about
-    two of a CPU ``zlf run``'s four seconds). The server's ``sitecustomize`` stand-in keeps what
-    a test can see of a process: its pid is the one signals and waits go to, it exits as the
-    child does, and the child dies with it; a process the server would not run the same way
-    starts normally (docs/extensions.md, "Testing your extension").
-
-    Not started where ``ZLF_SPAWN_SERVER`` is already set (an outer session's server, shared by
-    pytest-xdist's workers; set it empty to run every process plainly), nor off Linux or before
-    Python 3.10. If the server does not come up, the session runs without it."""
-    import shutil
-    import tempfile
-
-    if SPAWN_ENV in os.environ or not sys.platform.startswith("linux") or not hasattr(os, "pidfd_open") \
-            or not hasattr(sys, "orig_argv"):
-        return
-    folder = Path(tempfile.mkdtemp(prefix="zlf-spawn-"))
-    # a line per request (forked or refused, and why) on the server's log
-    with open(os.environ.get("ZLF_SPAWN_SERVER_LOG") or folder / "server.log", "a") as log:
-        proc, env = start_spawn_server(folder, dict(os.environ), log)
-    if env is None:
-        shutil.rmtree(folder, ignore_errors=True)
-        return
-    old = {key: os.environ.get(key) for key in env}
-    os.environ.update(env)
-
-    def stop() -> None:
-        stop_spawn_server(proc)
-        for key, value in old.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        shutil.rmtree(folder, ignore_errors=True)
-
-    config.add_cleanup(stop)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -658,10 +490,3 @@ def zlf_core_only(monkeypatch):
     """Only core is active in this test and the zlf processes it starts."""
     for key, value in core_only_env().items():
         monkeypatch.setenv(key, value)
-
-
-@pytest.fixture
-def zlf_plain_processes(monkeypatch):
-    """The Python processes this test starts run plainly, not forked from the session's spawn
-    server: for tests that look at the process tree (a child's parent, a judge's workers)."""
-    monkeypatch.setenv(SPAWN_ENV, "")

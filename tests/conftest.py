@@ -3,7 +3,8 @@ and the zlf processes it starts see ``ZLF_DISABLE`` naming every installed exten
 core against real extensions says which with ``@pytest.mark.extensions("seed", ...)``: it is
 skipped where one is not installed, and those stay active.
 
-The fixtures come from zlf.testing (a pytest plugin installed with zlf); the names below keep
+The fixtures come from zlf.testing (a pytest plugin installed with zlf), the session's speed-ups
+from tests/_devtools (loaded by the repository's conftest.py); the names below keep
 ``from conftest import ...`` working in core's test files."""
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from zlf.testing import (HeldDispatch, clean_env as _env, core_only_env, gpu_available,  # noqa: F401
-                         installed_extensions, read_records, run_dir_from, run_zlf, usable_cores)
+                         installed_extensions, read_records, run_dir_from, run_zlf)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -32,6 +33,10 @@ def pytest_xdist_auto_num_workers(config):
     """``-n auto`` (make test): a worker more than the machine has cores. Many tests wait (on a
     time limit, a child's start, the disk), and the core a waiting worker leaves is then another
     worker's: on a 2-core machine the suite ran ~10 % faster with 3 workers than with 2."""
+    # imported here: op files that tests write import this module in zlf's child processes,
+    # where the development plugin's folder is not on the path
+    from zlf_devsession import usable_cores
+
     return usable_cores() + 1
 
 

@@ -98,12 +98,18 @@ def env(tmp_path, monkeypatch) -> dict:
     return e
 
 
+#: how long a test waits for what it looks for (a process started, a file written, a process
+#: gone) before it fails: a ceiling for a machine loaded many times over, never a measured time;
+#: the waits return as soon as the thing is there
+CEILING = 120
+
+
 def spawn(args, cwd, env) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "zlf", *map(str, args)], cwd=cwd, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
-def run(args, cwd, env, timeout=60) -> subprocess.CompletedProcess:
+def run(args, cwd, env, timeout=CEILING) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "zlf", *map(str, args)], cwd=cwd, env=env, text=True,
                           capture_output=True, timeout=timeout)
 
@@ -170,10 +176,10 @@ def worker_of(pid: int) -> int:
     def find():
         found = [p for p in descendants(pid) if "zlf_taskpkg.worker" in cmdline(p)]
         return found[0] if found else None
-    return wait_for(find, 30, "the judge's worker")
+    return wait_for(find, CEILING, "the judge's worker")
 
 
-def gone_within(pids, seconds: float = 5.0) -> bool:
+def gone_within(pids, seconds: float = CEILING) -> bool:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if not any(alive(p) for p in pids):
@@ -350,9 +356,9 @@ def test_killed_judge_leaves_no_worker(tmp_path, zlf_plain_processes, env, hang,
     proc = spawn(["task", PKG, "--candidate", hang, "--ext", "task", "--backend", "cpu", "--time-limit", "100",
                   "--out", tmp_path / "runs"], tmp_path, env)
     worker = worker_of(proc.pid)
-    wait_for((tmp_path / "candidate_runs").exists, 30, "the candidate to run")
+    wait_for((tmp_path / "candidate_runs").exists, CEILING, "the candidate to run")
     os.kill(proc.pid, sig)
-    _, err = proc.communicate(timeout=20)
+    _, err = proc.communicate(timeout=CEILING)
     assert gone_within([worker]), f"worker {worker} outlived its judge"
     if sig == signal.SIGTERM:
         assert proc.returncode == 143 and "terminated; finished cases kept" in err, err
@@ -366,11 +372,11 @@ def test_killed_task_campaign_leaves_no_worker(tmp_path, zlf_plain_processes, en
     proc = spawn(["ab", "--task", PKG, "--a-candidate", hang, "--b-candidate", hang, "--rounds", "1",
                   "--time-limit", "100", "--backend", "cpu", "--ext", "task", "--out", tmp_path / "o"], tmp_path, env)
     worker = worker_of(proc.pid)
-    wait_for((tmp_path / "candidate_runs").exists, 30, "the candidate to run")
+    wait_for((tmp_path / "candidate_runs").exists, CEILING, "the candidate to run")
     tree = descendants(proc.pid)
     os.kill(proc.pid, signal.SIGKILL)
-    proc.communicate(timeout=20)
-    assert gone_within(tree, 8), [cmdline(p) for p in tree if alive(p)]
+    proc.communicate(timeout=CEILING)
+    assert gone_within(tree), [cmdline(p) for p in tree if alive(p)]
     assert worker in tree
 
 
@@ -386,7 +392,7 @@ def test_python_level_hang_is_a_failed_point_and_the_run_goes_on(tmp_path, env, 
 
 def test_hard_hang_is_stopped_by_the_watchdog(tmp_path, env, ops_file):
     done = run(["run", f"{ops_file}::a_ok", f"{ops_file}::e_hard", f"{ops_file}::c_ok", "--backend", "cpu",
-                "--time-limit", "1", "--out", tmp_path / "runs"], tmp_path, env, timeout=30)
+                "--time-limit", "1", "--out", tmp_path / "runs"], tmp_path, env)
     assert done.returncode == 124, done.stderr
     assert "hung past its time limit of 1 s" in done.stderr and "Traceback" not in done.stderr
     d = only_dir(tmp_path / "runs")
@@ -408,10 +414,10 @@ def test_bad_time_limit_is_one_line(tmp_path, env):
 def test_sigterm_of_a_run_keeps_points_and_says_terminated(tmp_path, env, ops_file):
     proc = spawn(["run", f"{ops_file}::a_ok", f"{ops_file}::b_hang", "--backend", "cpu",
                   "--time-limit", "0", "--out", tmp_path / "runs"], tmp_path, env)
-    wait_for(lambda: any(p.stat().st_size for p in (tmp_path / "runs").glob("*/results.jsonl")), 30, "the first point")
+    wait_for(lambda: any(p.stat().st_size for p in (tmp_path / "runs").glob("*/results.jsonl")), CEILING, "the first point")
     time.sleep(0.3)
     proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=20)
+    _, err = proc.communicate(timeout=CEILING)
     assert proc.returncode == 143 and "terminated; 1 finished points kept" in err, err
     d = only_dir(tmp_path / "runs")
     assert json.loads((d / "meta.json").read_text())["status"] == "terminated"
@@ -421,11 +427,11 @@ def test_sigterm_of_a_run_keeps_points_and_says_terminated(tmp_path, env, ops_fi
 def test_sigterm_of_a_campaign_leaves_it_resumable(tmp_path, zlf_plain_processes, env, ops_file):
     proc = spawn(["ab", f"{ops_file}::b_hang", "--switch", "X", "--rounds", "1", "--time-limit", "0", "--backend", "cpu",
                   "--out", tmp_path / "o"], tmp_path, env)
-    camp = wait_for(lambda: next((tmp_path / "o").glob("ab_*/campaign.json"), None), 30, "campaign.json")
-    run_proc = wait_for(lambda: next((p for p in descendants(proc.pid) if " run " in cmdline(p)), None), 30, "a run")
+    camp = wait_for(lambda: next((tmp_path / "o").glob("ab_*/campaign.json"), None), CEILING, "campaign.json")
+    run_proc = wait_for(lambda: next((p for p in descendants(proc.pid) if " run " in cmdline(p)), None), CEILING, "a run")
     time.sleep(2)
     proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=30)
+    _, err = proc.communicate(timeout=CEILING)
     assert proc.returncode == 143 and "continue with: zlf ab --resume" in err, err
     state = json.loads(camp.read_text())
     assert state["status"] == "terminated"

@@ -1,4 +1,5 @@
-"""The test sessions' spawn server (zlf/_spawn_server.py with its stand-in, zlf/_spawn_client.py):
+"""The test sessions' spawn server (tests/_devtools/zlf_spawn_server.py with its stand-in,
+zlf_spawn_client.py beside it):
 a process it forks must look to its caller like the process the caller started."""
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from zlf.testing import SPAWN_ENV, pythonpath, start_spawn_server, stop_spawn_server
+from zlf.testing import pythonpath
+from zlf_devsession import HERE as DEVTOOLS, SPAWN_ENV, start_spawn_server, stop_spawn_server
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or not hasattr(os, "pidfd_open")
                                 or not hasattr(sys, "orig_argv"), reason="the spawn server is Linux, Python 3.10+")
@@ -88,7 +90,9 @@ def alive(pid: int) -> bool:
         return False
 
 
-def gone_within(pid: int, seconds: float = 10) -> bool:
+def gone_within(pid: int, seconds: float = 120) -> bool:
+    """Whether ``pid`` is gone within ``seconds`` (a ceiling for a loaded machine; it returns as
+    soon as the process is gone)."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if not alive(pid):
@@ -156,7 +160,7 @@ def _where(pid: int, who: str) -> str:
 
 LATE_HANDLER = r'''
 import json, os, signal, socket, sys, threading, time
-from zlf import _spawn_client as client
+import zlf_spawn_client as client
 
 theirs, ours = socket.socketpair()
 # the signal's handler plays the forward: the server then says how the child ended
@@ -184,6 +188,7 @@ def test_a_signal_whose_handler_is_due_before_the_stand_in_waits_still_ends_the_
     begins must still be passed on. (One of the two places, with the probe's long sleep, where
     the SIGINT case above could wait out its 30 s under load.)"""
     env = {k: v for k, v in os.environ.items() if k != SPAWN_ENV}
+    env.update(pythonpath(DEVTOOLS, env=env))
     proc = subprocess.run([sys.executable, "-c", LATE_HANDLER], env=env, capture_output=True, text=True, timeout=30)
     assert proc.returncode == 0 and proc.stdout.strip() == f"{{'signal': {int(signal.SIGUSR1)}}}", proc.stderr
 
@@ -201,10 +206,8 @@ def test_a_server_whose_parent_dies_while_it_imports_stops(tmp_path):
     """The server serves until its parent exits. A parent gone while the server still imported
     (a session stopped at once) left it serving for good: it took the process that adopted it
     for its parent."""
-    import zlf
-
     env = {k: v for k, v in os.environ.items() if k != SPAWN_ENV}
-    proc = subprocess.run([sys.executable, "-c", ORPHANING_PARENT, str(Path(zlf.__file__).parent / "_spawn_server.py"),
+    proc = subprocess.run([sys.executable, "-c", ORPHANING_PARENT, str(DEVTOOLS / "zlf_spawn_server.py"),
                            str(tmp_path / "socket")], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert gone_within(int(proc.stdout), 120)

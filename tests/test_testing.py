@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+from pathlib import Path
+
+import pytest
 
 from zlf import schemas
 from zlf.rundir import RunDir
@@ -68,10 +72,13 @@ def test_zlf_fake_backend_is_chosen_by_name(zlf_fake_backend, zlf_core_only):
 def test_xdist_workers_share_the_cores_as_openmp_threads_unless_told_otherwise(tmp_path):
     """pytest-xdist runs workers side by side; torch in each of them and in every zlf process they
     start would otherwise run a spinning OpenMP thread per core. A session without workers, or an
-    environment that says, keeps its value."""
+    environment that says, keeps its value. (This repository's development plugin does it, not
+    zlf.testing: the inner sessions load it by name.)"""
     import os
     import subprocess
     import sys
+
+    from zlf_devsession import HERE as DEVTOOLS
 
     (tmp_path / "test_inner.py").write_text(
         "import os, subprocess, sys\n"
@@ -83,13 +90,14 @@ def test_xdist_workers_share_the_cores_as_openmp_threads_unless_told_otherwise(t
     for given, xdist in ((None, ["-n", "2"]), ("3", ["-n", "2"]), (None, ["-p", "no:xdist"])):
         env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "PYTEST_ADDOPTS")}
         env["ZLF_SPAWN_SERVER"] = ""  # no server: this is about the environment alone
+        env["PYTHONPATH"] = str(DEVTOOLS)
         if given:
             env["OMP_NUM_THREADS"] = given
         # the inner sessions run outside this repository's settings: the plugins it leaves out
-        # (pyproject.toml says why) are left out here by name
+        # (pyproject.toml says why) are left out here by name, and its own is loaded by name
         proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rP", "-p", "no:cacheprovider",
-                               "-p", "no:hypothesispytest", "-p", "no:benchmark", *xdist, "test_inner.py"],
-                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+                               "-p", "no:hypothesispytest", "-p", "no:benchmark", "-p", "zlf_devsession", *xdist,
+                               "test_inner.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         seen[given, xdist[1]] = next(line.split()[1:] for line in proc.stdout.splitlines() if line.startswith("SEEN"))
     each = str(max(1, len(os.sched_getaffinity(0)) // 2))
@@ -124,7 +132,7 @@ def test_a_bytecode_prefix_is_seeded_with_the_installations_own_bytecode(tmp_pat
     import subprocess
     import sys
 
-    from zlf.testing import SEEDED_STAMP, seed_bytecode_prefix
+    from zlf_devsession import SEEDED_STAMP, seed_bytecode_prefix
 
     root, prefix = tmp_path / "site", tmp_path / "prefix"
     (root / "pkg").mkdir(parents=True)
@@ -166,7 +174,7 @@ def test_a_bytecode_prefix_on_another_file_system_gets_copies(tmp_path, monkeypa
     import py_compile
     import sys
 
-    from zlf.testing import seed_bytecode_prefix
+    from zlf_devsession import seed_bytecode_prefix
 
     root, prefix = tmp_path / "site", tmp_path / "prefix"
     (root / "pkg" / "__pycache__").mkdir(parents=True)
@@ -191,7 +199,7 @@ def test_a_copy_that_fails_half_way_leaves_no_temporary_file(tmp_path, monkeypat
     import os
     import shutil
 
-    from zlf.testing import _link_or_copy
+    from zlf_devsession import link_or_copy
 
     (tmp_path / "src.pyc").write_bytes(b"x" * 100)
     (tmp_path / "out").mkdir()
@@ -206,5 +214,110 @@ def test_a_copy_that_fails_half_way_leaves_no_temporary_file(tmp_path, monkeypat
 
     monkeypatch.setattr(os, "link", no_link)
     monkeypatch.setattr(shutil, "copyfile", half_copy)
-    assert _link_or_copy(str(tmp_path / "src.pyc"), str(tmp_path / "out" / "src.pyc")) == 0
+    assert link_or_copy(str(tmp_path / "src.pyc"), str(tmp_path / "out" / "src.pyc")) == 0
     assert list((tmp_path / "out").iterdir()) == []
+
+
+UNRELATED_TEST = r'''
+import json, os, subprocess, sys
+
+
+def descendants(root):
+    """The processes under ``root``, with their command lines."""
+    parent = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat") as f:
+                    parent[int(name)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError):
+                pass
+    found, todo = {}, [root]
+    while todo:
+        pid = todo.pop()
+        for child, ppid in parent.items():
+            if ppid == pid and child not in found:
+                try:
+                    with open(f"/proc/{child}/cmdline", "rb") as f:
+                        found[child] = f.read().decode(errors="replace").split("\0")
+                except OSError:
+                    found[child] = []
+                todo.append(child)
+    return found
+
+
+def test_something(request):
+    import zlf.testing
+
+    session = os.getppid() if os.environ.get("PYTEST_XDIST_WORKER") else os.getpid()
+    others = {pid: argv for pid, argv in descendants(session).items() if pid != os.getpid()}
+    site = subprocess.run([sys.executable, "-m", "site_probe"], capture_output=True, text=True, check=True).stdout
+    with open(os.environ["REPORT"], "a") as f:
+        f.write(json.dumps({"env": dict(os.environ), "processes": others, "site": site,
+                            "plugin": request.config.pluginmanager.has_plugin("zlf"),
+                            "testing": zlf.testing.__file__}) + "\n")
+'''
+
+SITE_PROBE = "import sys\nprint(getattr(sys.modules.get('sitecustomize'), '__file__', None))\n"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_an_unrelated_projects_pytest_session_runs_as_without_zlf(tmp_path):
+    """Installing zlf installs its pytest plugin in every session of the environment. In a
+    project that has nothing to do with zlf (one trivial test, with and without pytest-xdist) the
+    plugin is loaded and changes nothing: no environment variable (OMP_NUM_THREADS,
+    PYTHONPYCACHEPREFIX, a spawn server's PYTHONPATH), no process of zlf's, no bytecode cache
+    written, the same ``sitecustomize`` in a ``python -m`` child."""
+    import os
+    import shutil
+    import subprocess
+    import venv
+
+    root = Path(__file__).resolve().parent.parent
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(root / name, src / name)
+    shutil.copytree(root / "core", src / "core", ignore=shutil.ignore_patterns("__pycache__"))
+    # a fresh environment beside this one's packages (pytest, torch), zlf installed into it as a
+    # user installs it: not editable, nothing of this checkout on its path
+    env_dir = tmp_path / "venv"
+    base = getattr(sys, "_base_executable", sys.executable)
+    subprocess.run([base, "-m", "venv", "--system-site-packages", "--without-pip", str(env_dir)], check=True,
+                   timeout=120)
+    python = str(env_dir / "bin" / "python")
+    plain = {k: v for k, v in os.environ.items()
+             if k not in ("PYTHONPATH", "PYTHONPYCACHEPREFIX", "OMP_NUM_THREADS") and not k.startswith(("ZLF_", "PYTEST_"))}
+    has = subprocess.run([python, "-c", "import setuptools, pip, pytest, xdist, torch"], env=plain,
+                         capture_output=True, timeout=120)
+    if has.returncode:
+        pytest.skip("this interpreter's own site-packages lack setuptools, pip, pytest, pytest-xdist or torch")
+    subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index", str(src)],
+                   env=plain, check=True, capture_output=True, timeout=600)
+
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "test_something.py").write_text(UNRELATED_TEST)
+    (project / "site_probe.py").write_text(SITE_PROBE)
+    cache = tmp_path / "zlf-cache"
+    given = {**plain, "REPORT": str(tmp_path / "report.jsonl"), "ZLF_CACHE_DIR": str(cache),
+             # where the environment keeps no bytecode, zlf's own children keep it in its cache
+             "PYTHONDONTWRITEBYTECODE": "1"}
+    site = subprocess.run([python, "-m", "site_probe"], cwd=project, env=given, capture_output=True, text=True,
+                          check=True).stdout
+    # each session beside one with the plugin off (`-p no:zlf`): what pytest itself sets is set in both
+    for extra in ([], ["-p", "no:zlf"], ["-n", "2"], ["-n", "2", "-p", "no:zlf"]):
+        proc = subprocess.run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *extra], cwd=project,
+                              env=given, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    reports = [json.loads(line) for line in (tmp_path / "report.jsonl").read_text().splitlines()]
+    assert [r["plugin"] for r in reports] == [True, False, True, False]
+    assert Path(reports[0]["testing"]).is_relative_to(env_dir)  # the zlf just installed
+    for report, without in (reports[:2], reports[2:]):
+        assert ({k: v for k, v in report["env"].items() if not k.startswith("PYTEST_")}
+                == {k: v for k, v in without["env"].items() if not k.startswith("PYTEST_")})
+        assert report["site"] == without["site"] == site
+        assert sorted(report["processes"].values()) == sorted(without["processes"].values())
+    assert reports[0]["processes"] == {}  # without xdist none; with it, its other worker
+    assert not cache.exists()

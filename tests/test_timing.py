@@ -1,42 +1,55 @@
-"""Core's direct timer: how many calls the sample-count estimate costs (cpu backend, host clock)."""
+"""Core's direct timer: how many calls the sample-count estimate costs. The backend's events read
+a fake clock that only the timed call moves: what is timed is what the test says, however loaded
+the machine is."""
 from __future__ import annotations
 
-import time
+import pytest
 
-from zlf.backends.cpu import CpuBackend
+from zlf.testing import FakeClock, fake_backend_class
 from zlf.timing import sample_counts, time_direct
 
+# budgets a little over a whole number of calls: the clock counts float seconds, so an estimate
+# of 0.5 ms may read a hair over it
 
-def counted(seconds: float):
-    calls = []
 
-    def fn():
-        calls.append(1)
-        time.sleep(seconds)
-
-    return fn, calls
+def clocked():
+    """A fake backend whose events read a clock that only the test moves."""
+    clock = FakeClock()
+    return fake_backend_class("clocked", clock=clock)(), clock
 
 
 def test_a_call_slower_than_the_budget_allows_is_not_repeated_to_learn_that():
     """A 12 ms call with rep_ms 20: five samples whatever the estimate; one call estimates it
     (the cpu backend interprets kernels: each call there costs tens of ms)."""
-    fn, calls = counted(0.012)
-    n_warmup, n_rep = sample_counts(fn, CpuBackend(), lambda: None, warmup_ms=5, rep_ms=20)
-    assert len(calls) == 1 and (n_warmup, n_rep) == (1, 5)
+    backend, clock = clocked()
+    fn = clock.taking(12)
+    n_warmup, n_rep = sample_counts(fn, backend, lambda: None, warmup_ms=5, rep_ms=20)
+    assert fn.calls == 1 and (n_warmup, n_rep) == (1, 5)
 
 
 def test_a_fast_call_is_estimated_from_five_calls_as_before():
-    fn, calls = counted(0.0005)
-    n_warmup, n_rep = sample_counts(fn, CpuBackend(), lambda: None, warmup_ms=5, rep_ms=40)
-    assert len(calls) == 6  # the lone call, then the five the estimate is taken from
-    assert 5 <= n_rep <= 80 and n_warmup >= 1
+    backend, clock = clocked()
+    fn = clock.taking(0.5)
+    n_warmup, n_rep = sample_counts(fn, backend, lambda: None, warmup_ms=5.1, rep_ms=40.1)
+    assert fn.calls == 6  # the lone call, then the five the estimate is taken from
+    assert (n_warmup, n_rep) == (10, 80)
+
+
+def test_the_estimate_pays_each_calls_flush():
+    """Each call of the estimate is preceded by its flush, as in the timed loop: a 0.5 ms call
+    behind a 1.5 ms flush is estimated at 2 ms."""
+    backend, clock = clocked()
+    fn, flush = clock.taking(0.5), clock.taking(1.5)
+    n_warmup, n_rep = sample_counts(fn, backend, flush, warmup_ms=8.1, rep_ms=40.1)
+    assert (fn.calls, flush.calls) == (6, 6) and (n_warmup, n_rep) == (4, 20)
 
 
 def test_the_timer_still_takes_the_minimum_samples_of_a_slow_call():
-    fn, calls = counted(0.012)
-    timing = time_direct(fn, CpuBackend(), warmup_ms=5, rep_ms=20, flush_l2=False)
-    assert len(timing.samples_ms) == 5 and min(timing.samples_ms) >= 11.5
-    assert len(calls) == 1 + 1 + 1 + 5  # first call, the estimate, one warm-up, the samples
+    backend, clock = clocked()
+    fn = clock.taking(12)
+    timing = time_direct(fn, backend, warmup_ms=5, rep_ms=20, flush_l2=False)
+    assert list(timing.samples_ms) == pytest.approx([12.0] * 5)
+    assert fn.calls == 1 + 1 + 1 + 5  # first call, the estimate, one warm-up, the samples
 
 
 # ----------------------------------------------------------------------------- input copies
@@ -44,12 +57,12 @@ def test_the_timer_still_takes_the_minimum_samples_of_a_slow_call():
 # its inputs, 1.5 % with the calls cycling through eight (docs/measurements.md): where the inputs
 # land in device memory is one draw per process unless a point samples several.
 
-import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from zlf import defaults  # noqa: E402
 from zlf.config import TimingBudget  # noqa: E402
 from zlf.errors import UsageError  # noqa: E402
+from zlf.backends.cpu import CpuBackend  # noqa: E402
 from zlf.timing import Rotation, input_copies  # noqa: E402
 
 

@@ -21,18 +21,22 @@ from typing import Callable, ClassVar, NamedTuple, Optional
 class HostEvent:
     """An event stamped with the host clock; used where the device has no timing events.
 
-    ``synchronize`` is a callable run before stamping so that asynchronous work is included.
+    ``synchronize`` is a callable run before stamping so that asynchronous work is included;
+    ``clock`` reads the host clock in seconds (``time.perf_counter``; a test passes a fake one,
+    ``zlf.testing.FakeClock``, so that what is timed cannot depend on the machine's load).
     """
 
-    __slots__ = ("_t", "_sync")
+    __slots__ = ("_t", "_sync", "_clock")
 
-    def __init__(self, synchronize: Callable[[], None] = lambda: None):
+    def __init__(self, synchronize: Callable[[], None] = lambda: None,
+                 clock: Callable[[], float] = time.perf_counter):
         self._t: Optional[float] = None
         self._sync = synchronize
+        self._clock = clock
 
     def record(self, stream=None) -> None:
         self._sync()
-        self._t = time.perf_counter()
+        self._t = self._clock()
 
     def synchronize(self) -> None:
         pass

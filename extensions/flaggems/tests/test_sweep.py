@@ -186,13 +186,12 @@ def test_an_interrupted_sweep_kills_its_running_op_and_resume_runs_it_again(tmp_
     import sys
     import time
 
-    from zlf.testing import SPAWN_ENV
-
-    # the interrupted sweep and its ops start plainly: pgrep below finds an op by its command line
+    # the interrupted sweep and its ops start plainly (not forked from the spawn server of this
+    # repository's test sessions, ZLF_SPAWN_SERVER): pgrep below finds an op by its command line
     proc = subprocess.Popen([sys.executable, "-m", "zlf", "sweep", "--flaggems-dir", str(SWEEP), "--ops",
                              "softmax,hang_op", "--op-time-limit", "300", *CHILD],
                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "ZLF_NO_PROGRESS": "1", SPAWN_ENV: ""},
+                            env={**os.environ, "ZLF_NO_PROGRESS": "1", "ZLF_SPAWN_SERVER": ""},
                             # a pytest-xdist worker ignores SIGINT, and its children inherit that
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     phases = None

@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -114,11 +113,11 @@ def test_crash_is_runtime_error_and_judge_goes_on(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_hang_is_time_limit_exceeded(tmp_path, capsys):
-    t0 = time.monotonic()
+    """The verdict and its message say the limit stopped the candidate (no wall-clock bound here:
+    how long the judge takes on a loaded machine is not what is tested)."""
     rc, out, records, _ = judge(tmp_path, capsys, "hang.py", "--cases", "1", "--time-limit", "2")
     assert rc == 1 and verdicts(records) == ["Time Limit Exceeded"]
     assert "time limit of 2 s" in records[0]["extra"]["judge_output"]
-    assert time.monotonic() - t0 < 60
 
 
 @pytest.mark.slow
@@ -153,17 +152,18 @@ def test_forged_verdict_is_rejected(tmp_path, capsys):
 
 
 def test_cuda_compile_time_limit(tmp_path, capsys, monkeypatch):
-    """An nvcc that never finishes is killed at --compile-time-limit: Compile Error, no hang."""
+    """An nvcc that never finishes is killed at --compile-time-limit: Compile Error, no hang (it
+    says when it starts and, if it is left to end, when it ends: it must not have ended)."""
     fake = tmp_path / "bin" / "nvcc"
     fake.parent.mkdir()
-    fake.write_text('#!/bin/sh\ncase "$1" in --version) echo "fake nvcc 12.0"; exit 0;; esac\nsleep 600\n')
+    fake.write_text('#!/bin/sh\ncase "$1" in --version) echo "fake nvcc 12.0"; exit 0;; esac\n'
+                    f'echo started >> {tmp_path}/nvcc.log\nsleep 600\necho ended >> {tmp_path}/nvcc.log\n')
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
     monkeypatch.setenv("ZLF_TASK_CACHE", str(tmp_path / "cache"))
-    t0 = time.monotonic()
     rc, out, records, run_dir = judge(tmp_path, capsys, "correct.cu", "--cases", "1-2", "--backend", "cpu",
                                       "--compile-time-limit", "1")
-    assert time.monotonic() - t0 < 30
+    assert "started" in (tmp_path / "nvcc.log").read_text() and "ended" not in (tmp_path / "nvcc.log").read_text()
     assert rc == 1 and verdicts(records) == ["Compile Error", "Compile Error"]
     assert "did not finish within the compile time limit of 1 s" in records[0]["error"]
     assert json.loads((run_dir / "meta.json").read_text())["task"]["compile_time_limit_s"] == 1.0

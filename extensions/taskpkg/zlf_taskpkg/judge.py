@@ -86,18 +86,19 @@ class _Silent:
 
 
 class Phase:
-    """The status line of one case: ``[2/5] case 2: timing (41 s of 60 s left)``."""
+    """The status line of one case: ``[2/5] case 2: timing (41 s of 60 s left)``. Deadlines are
+    read on ``clock`` (``time.monotonic``; a test passes a fake one)."""
 
-    def __init__(self, status: StatusLine, head: str, limit: float):
-        self.status, self.head, self.limit = status, head, limit
-        self.name, self.deadline = "", time.monotonic() + limit
+    def __init__(self, status: StatusLine, head: str, limit: float, clock=time.monotonic):
+        self.status, self.head, self.limit, self.clock = status, head, limit, clock
+        self.name, self.deadline = "", clock() + limit
 
     def set(self, name: str, deadline: float) -> None:
         self.name, self.deadline = name, deadline
         self.tick()
 
     def tick(self) -> None:
-        left = max(0.0, self.deadline - time.monotonic())
+        left = max(0.0, self.deadline - self.clock())
         self.status.show(f"{clean(self.head)}: {self.name} ({left:.0f} s of {self.limit:g} s left)")
 
 

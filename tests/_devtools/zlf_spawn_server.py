@@ -1,4 +1,4 @@
-"""A spawn server for test sessions: ``python _spawn_server.py SOCKET [MODULE ...]``.
+"""A spawn server for this repository's test sessions: ``python zlf_spawn_server.py SOCKET [MODULE ...]``.
 
 A test session of zlf and its extensions starts hundreds of Python processes (``zlf run`` under
 ``zlf ab``, task workers, sweep children), and each spends about two seconds importing torch
@@ -6,7 +6,7 @@ before it does anything. This server imports the slow, import-time-stateless mod
 (torch and the libraries zlf needs; nothing of zlf or matplotlib, whose import reads the
 environment; Triton twice, once for interpreted and once for compiled kernels, see
 :class:`TritonFlavours`) and forks a child for each request of a stand-in process
-(``_spawn_client.py``, the session's ``sitecustomize``). The child takes over the stand-in's
+(``zlf_spawn_client.py``, the session's ``sitecustomize``). The child takes over the stand-in's
 file descriptors, working directory, environment, umask, resource limits and signal state, and
 runs ``-m MODULE ARGS`` the way the interpreter would, including its exit (threads joined,
 ``atexit`` run, streams flushed, an uncaught ``KeyboardInterrupt`` ending in SIGINT).

@@ -1,7 +1,7 @@
-"""The client half of the test sessions' spawn server (:mod:`zlf.spawn_server`), installed as the
-``sitecustomize`` of the Python processes a test session starts.
+"""The client half of this repository's test-session spawn server (``zlf_spawn_server.py`` in
+this folder), copied as the ``sitecustomize`` of the Python processes a test session starts.
 
-This file is copied, not imported as part of zlf: Python runs it at start-up, before ``-m MODULE``
+This file is copied, not imported: Python runs it at start-up, before ``-m MODULE``
 runs, and it must cost next to nothing. It imports nothing of zlf's and only standard modules.
 
 When ``ZLF_SPAWN_SERVER`` names a socket and this process was started exactly as
