@@ -19,7 +19,14 @@ from .options import add_config_argument, check_run_options  # noqa: F401  (zlf 
 
 class ArgumentParser(argparse.ArgumentParser):
     """argparse that says where an unknown option may have gone: another command, or a disabled
-    extension."""
+    extension, and that never expands a prefix of a flag (``--warmup`` is not ``--warmup-ms``).
+
+    ``allow_abbrev`` is off on every parser, sub-command parsers included: argparse builds those
+    from this class without passing the parent's setting on, so the default is set here.
+    """
+
+    def __init__(self, *args, allow_abbrev: bool = False, **kwargs):
+        super().__init__(*args, allow_abbrev=allow_abbrev, **kwargs)
 
     #: names of installed extensions that are not active in this invocation.
     not_active: tuple = ()
@@ -137,7 +144,7 @@ def _folded_options(parser, hooks, command: str) -> None:
 
 
 def _preparse(argv) -> argparse.Namespace:
-    pre = argparse.ArgumentParser(add_help=False)
+    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     pre.add_argument("--ext", action="append")
     pre.add_argument("--no-ext", action="append")
     pre.add_argument("--timer")
