@@ -22,6 +22,7 @@ from typing import Any, Mapping, Optional
 import attrs
 
 from .errors import UsageError
+from .records import COMMAND_WIRING
 
 FORMAT = 1
 MIN_SAMPLES = 5
@@ -122,11 +123,14 @@ class Declaring:
         setattr(self._target, name, value)
 
 
-def declare(pm, parser, command: str = "run") -> list:
-    """Call every ``add_options`` implementation on ``parser`` of ``command`` (in pluggy's call
-    order): ``[(extension, [(action, how), ...])]``, what each added."""
+def declare(pm, parser, command: str = "run", traits=None) -> list:
+    """Call every ``add_options`` implementation on ``parser`` of ``command``, a command that
+    does ``traits`` (:class:`zlf.options.CommandTraits`; None: what ``zlf run`` does), in
+    pluggy's call order: ``[(extension, [(action, how), ...])]``, what each added."""
+    from .options import RUN_TRAITS
+
     declared = []
-    given = {"parser": None, "command": command}
+    given = {"parser": None, "command": command, "traits": RUN_TRAITS if traits is None else traits}
     for impl in reversed(pm.hook.add_options.get_hookimpls()):
         view = Declaring(parser)
         impl.function(**{name: view if name == "parser" else given[name] for name in impl.argnames})
@@ -136,10 +140,10 @@ def declare(pm, parser, command: str = "run") -> list:
     return declared
 
 
-def declared_options(pm, parser, command: str = "run") -> tuple:
+def declared_options(pm, parser, command: str = "run", traits=None) -> tuple:
     """One :class:`OptionSet` per extension, made from the arguments its ``add_options`` added
     to ``parser`` of ``command`` (:func:`declare`)."""
-    return option_sets_of(declare(pm, parser, command))
+    return option_sets_of(declare(pm, parser, command, traits))
 
 
 def option_sets_of(declared) -> tuple:
@@ -301,8 +305,9 @@ ARGS = {
     "flush_l2": "timing.flush_l2", "warmup": "timing.warmup", "iters": "timing.iters",
     "input_copies": "timing.input_copies",
 }
-#: parsed-namespace entries that are the command line's own, never a run setting.
-NOT_SETTINGS = frozenset({"handler", "config", "run_options", "config_file"})
+#: parsed-namespace entries that are the command line's own, never a run setting: the command's
+#: wiring (:data:`zlf.records.COMMAND_WIRING`) and the file the settings come from.
+NOT_SETTINGS = frozenset({*COMMAND_WIRING, "config"})
 
 
 def _split_dtypes(values) -> tuple:
@@ -402,8 +407,11 @@ class RunConfig:
         return attrs.evolve(self, options=self.options.bound(option_sets))
 
     def check(self) -> None:
-        """One-line refusals of settings that no run can use (before anything is created)."""
+        """One-line refusals of settings that no run can use (before anything is created): the
+        one place each run setting is checked."""
         self.timing.check()
+        if self.time_limit_s is not None and not (math.isfinite(self.time_limit_s) and self.time_limit_s >= 0):
+            raise UsageError(f"--time-limit {self.time_limit_s:g}: expected seconds >= 0 (0: no limit)")
         if self.gpus is not None:
             parse_gpus(self.gpus)
 

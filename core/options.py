@@ -1,8 +1,11 @@
-"""The options core gives commands: extension selection on every command, and the options of
-a command that starts runs (``zlf run``; ``zlf ab`` and ``zlf task`` check theirs the same way)."""
+"""The options core gives commands: extension selection on every command, what a command does
+(:class:`CommandTraits`), and core's run options, each declared once (:func:`add_run_options`)
+on every command whose traits they apply to."""
 from __future__ import annotations
 
 import argparse
+
+import attrs
 
 
 def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
@@ -27,20 +30,52 @@ def add_config_argument(parser: argparse.ArgumentParser) -> None:
 CHECK_MODES = ("fail", "warn")
 
 
+@attrs.frozen
+class CommandTraits:
+    """What a command does: what the command line builder and every ``add_options``
+    implementation ask, never the command's name (a third party's command that times points
+    gets the timing options as ``zlf run`` does).
+
+    A command declares them where it is added: ``parser.set_defaults(handler=...,
+    traits=CommandTraits(times_points=True, ...))``.
+    """
+
+    #: its points are timed, by it or by the runs it starts: timers' options apply
+    times_points: bool = False
+    #: it makes the inputs of its points: seeding applies
+    makes_inputs: bool = False
+    #: it resolves OPs and plans their shapes and dtypes: shape files, op sources apply
+    plans_shapes: bool = False
+    #: it starts ``zlf run`` processes and hands them its run options (``zlf ab``): it runs no point itself
+    forwards_run_options: bool = False
+    #: it takes its run settings from a :class:`zlf.config.RunConfig` file (``--config FILE``)
+    config_file: bool = False
+    #: it runs campaigns: ``add_campaign_options`` applies
+    runs_campaigns: bool = False
+
+    @property
+    def run_options(self) -> bool:
+        """Whether run options (core's and every ``add_options``) apply at all."""
+        return self.times_points or self.makes_inputs or self.plans_shapes or self.forwards_run_options
+
+    @property
+    def runs_points_here(self) -> bool:
+        """Whether this process times points (not only the runs it starts)."""
+        return self.times_points and not self.forwards_run_options
+
+
+#: what ``zlf run`` does: the traits an option set is declared for when no command is named
+RUN_TRAITS = CommandTraits(times_points=True, makes_inputs=True, plans_shapes=True, config_file=True)
+
+
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options of ``zlf run`` that core owns (``zlf ab`` passes them through)."""
+    """Options of ``zlf run`` that are its own (what runs, where it goes, how a failed check counts);
+    the run options it shares with other commands come from :func:`add_run_options`."""
     parser.add_argument("ops", nargs="*", metavar="OP",
                         help="built-in op (add, softmax, matmul), FILE.py[::NAME], or a name an extension knows; default: the built-in suite")
-    add_dtype_argument(parser)
     parser.add_argument("--out", default="runs", metavar="PARENT", help="parent of the run directory (default: runs/)")
     parser.add_argument("--name", metavar="LABEL",
                         help="run directory label (default: the op, the op file's name, or 'suite')")
-    parser.add_argument("--backend", metavar="NAME", help="cpu, cuda, or an extension's backend (default: detected)")
-    parser.add_argument("--device", type=int, default=0, metavar="N", help="device index (default 0)")
-    add_timing_arguments(parser.add_argument_group("timing (core's direct timer)"))
-    parser.add_argument("--time-limit", type=float, metavar="SEC",
-                        help="per-point limit (inputs, check and timing); past it the point is FAILED (time limit) "
-                             "and the run goes on; 0: none (default: 600 on GPU backends, 1800 on cpu)")
     parser.add_argument("--check", choices=CHECK_MODES, default="fail",
                         help="a point whose result fails the reference check: fail (FAILED, not timed; default) or "
                              "warn (timed anyway, its record marked UNCHECKED with the check's error)")
@@ -53,37 +88,48 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
 TIMING_HELP = {
     "timer": "which timer to use: an extension's time_fn (cudagraph), a kernel-activity timer (cupti), "
              "or core (core's event timer)",
-    "warmup_ms": "warm-up budget per point (default: backend's, 25 on GPU)",
-    "rep_ms": "measurement budget per point (default: backend's, 100 on GPU)",
+    "warmup_ms": "warm-up budget per point, in ms (default: backend's, 25 on GPU)",
+    "rep_ms": "measurement budget per point, in ms (default: backend's, 100 on GPU)",
     "flush_l2": "flush L2 before every sample (direct timer's default on GPUs)",
     "no_flush_l2": "keep L2 warm between samples",
     "input_copies": "with L2 flushed, core's timers cycle each point's calls through N sets of its inputs (the "
                     "inputs and copies elsewhere in device memory, 1 GiB of copies at most): a short kernel's "
                     "time depends on where its inputs live, and one allocation is one draw per process; "
                     "1: the inputs alone (default 32)",
+    "time_limit": "per-point limit in s (inputs, check and timing); past it the point is FAILED (time limit) and "
+                  "the run goes on; 0: none (default: 600 on GPU backends, 1800 on cpu; zlf task: the package's "
+                  "time_limit_s, else 60)",
 }
 
 
-def add_timing_arguments(group, helps=None, copies: bool = True) -> None:
-    """``--timer``, ``--warmup-ms``, ``--rep-ms``, ``--flush-l2`` / ``--no-flush-l2`` and
-    ``--input-copies``: how every point is timed (:class:`zlf.config.TimingBudget`), on every
-    command that starts runs.
+def add_run_options(parser: argparse.ArgumentParser, traits: CommandTraits) -> None:
+    """Core's run options, each declared here once, on every command whose ``traits`` they apply
+    to (the builder calls this before the extensions' ``add_options``); their values are read
+    from :class:`zlf.config.RunConfig` and checked by :meth:`~zlf.config.RunConfig.check`.
 
-    :param group: the parser or argument group to add them to.
-    :param helps: ``{name: text}`` replacing a :data:`TIMING_HELP` text where a command says it
-        its own way (names as in :data:`TIMING_HELP`).
-    :param copies: offer ``--input-copies`` (False where no point's call can be made on other
-        inputs, as with a task's candidates).
+    ``--dtype`` where OPs are planned; ``--backend``/``--device`` wherever run options apply;
+    the timing options and ``--time-limit`` where points are timed (``--input-copies`` where
+    the points are ops' calls, which can be made on other inputs; a task's candidates cannot).
     """
-    text = {**TIMING_HELP, **(helps or {})}
-    group.add_argument("--timer", metavar="EXT", help=text["timer"])
-    group.add_argument("--warmup-ms", type=float, metavar="MS", help=text["warmup_ms"])
-    group.add_argument("--rep-ms", type=float, metavar="MS", help=text["rep_ms"])
-    l2 = group.add_mutually_exclusive_group()
-    l2.add_argument("--flush-l2", dest="flush_l2", action="store_true", default=None, help=text["flush_l2"])
-    l2.add_argument("--no-flush-l2", dest="flush_l2", action="store_false", help=text["no_flush_l2"])
-    if copies:
-        group.add_argument("--input-copies", type=int, metavar="N", help=text["input_copies"])
+    if not traits.run_options:
+        return
+    g = parser.add_argument_group("run options")
+    if traits.plans_shapes:
+        add_dtype_argument(g)
+    g.add_argument("--backend", metavar="NAME", help="cpu, cuda, or an extension's backend (default: detected)")
+    g.add_argument("--device", type=int, default=0, metavar="N", help="device index (default 0)")
+    if not traits.times_points:
+        return
+    t = parser.add_argument_group("timing (core's direct timer unless --timer names another)")
+    t.add_argument("--timer", metavar="EXT", help=TIMING_HELP["timer"])
+    t.add_argument("--warmup-ms", type=float, metavar="MS", help=TIMING_HELP["warmup_ms"])
+    t.add_argument("--rep-ms", type=float, metavar="MS", help=TIMING_HELP["rep_ms"])
+    l2 = t.add_mutually_exclusive_group()
+    l2.add_argument("--flush-l2", dest="flush_l2", action="store_true", default=None, help=TIMING_HELP["flush_l2"])
+    l2.add_argument("--no-flush-l2", dest="flush_l2", action="store_false", help=TIMING_HELP["no_flush_l2"])
+    if traits.plans_shapes:
+        t.add_argument("--input-copies", type=int, metavar="N", help=TIMING_HELP["input_copies"])
+    t.add_argument("--time-limit", type=float, metavar="SEC", help=TIMING_HELP["time_limit"])
 
 
 def add_dtype_argument(parser, help_text: str = "dtype(s) to run instead of each op's defaults "
@@ -96,11 +142,3 @@ def add_dtype_argument(parser, help_text: str = "dtype(s) to run instead of each
 def split_dtypes(values) -> list:
     """``--dtype`` values (repeatable, comma-separated) as one list of names."""
     return [d.strip() for v in values or () for d in v.split(",") if d.strip()]
-
-
-def check_run_options(args) -> None:
-    """One-line refusals of run options that argparse accepts but no run can use (``zlf run``,
-    ``zlf ab`` and ``zlf task`` call it before they create anything)."""
-    from .config import RunConfig
-
-    RunConfig.from_args(args).check()

@@ -27,7 +27,7 @@ from .extending import CampaignPlan
 from .guards import busy_backend, campaign_guards, switch_guard, switch_guard_messages
 from .layout import (CONFIGS, C_COMPLETE, C_INTERRUPTED, C_RUNNING, PENDING, PER_OP, RUNNING, SHARED, SHARED_PROCESS,
                      SUMMARY_LOG, now)
-from .sides import CAMPAIGN_OWN, build_sides, run_pass_through, side_configs
+from .sides import CAMPAIGN_OWN, build_sides, side_configs
 
 EPILOG = """\
 examples:
@@ -65,8 +65,6 @@ UNITS = ("pair", "op")
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.epilog = EPILOG
-    # extensions see that this command hands its run options on to zlf run processes
-    parser.set_defaults(forwards_run_options=True)
     parser.add_argument("ops", nargs="*", metavar="OP",
                         help="op, OP:OP_FILE, FILE.py[::NAME], or an extension's spelling such as OP:WORD::NAME (default: the built-in suite add softmax matmul)")
     s = parser.add_argument_group("sides (combinable; B is the change, A the baseline)")
@@ -121,10 +119,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                    help=argparse.SUPPRESS)  # the old spelling of --fail-if-slower
     output.add_format_argument(o)
     o.add_argument("--dry-run", action="store_true", help="print the sides, the runs and the guards; run nothing")
-    run_pass_through(parser)
-    parser.add_argument("--time-limit", type=float, metavar="SEC",
-                        help="every zlf run's per-point limit (an extension's ops may take it as their own limit)")
-    add_scale_arguments(parser)
+    add_scale_arguments(parser)  # core's run options, passed to every run, come from zlf.options.add_run_options
     parser.add_argument("--unit", choices=UNITS, default=None,
                         help="work unit with --gpus / --executor: a round pair (default) or a whole op")
 
@@ -281,10 +276,7 @@ def _print_dry_run(data, a, b, ops, guard, configs) -> None:
 def main(args, session) -> int:
     if args.resume:
         campaign = _resume(args, session)
-    else:
-        from ..cli import check_run_options
-
-        check_run_options(args)
+    else:  # its run settings were checked by the command line (RunConfig.check)
         campaign = _new_campaign(args, session)
         if campaign is None:
             return 0

@@ -33,8 +33,6 @@ from .twins import Twins
 ENV_FLAGTUNE = "USE_FLAGTUNE"
 LEVELS = ("core", "comprehensive")
 MODES = ("kernel", "operator", "wrapper", "cudagraph")
-#: the commands whose ops FlagGems can provide (zlf ab passes them on to its runs)
-COMMANDS = ("run", "ab", "ops")
 RESULTS_FILE = "flaggems_results.txt"
 #: a reference mismatch is named when this share of an op's points fail the check ...
 MISMATCH_SHARE = 0.9
@@ -109,8 +107,8 @@ class FlagGems:
                            "own zlf run, into one table (resumable)", epilog=sweep.EPILOG)
 
     @hookimpl
-    def add_options(self, parser, command):
-        if command not in COMMANDS:
+    def add_options(self, parser, traits):
+        if not traits.plans_shapes:  # FlagGems' ops and shapes apply where a command plans them
             return
         g = parser.add_argument_group("flaggems (extension)")
         g.add_argument("--flaggems-dir", metavar="DIR",

@@ -45,13 +45,9 @@ def fingerprint(tensors) -> str:
     return h.hexdigest()[:16]
 
 
-#: the commands that create inputs (zlf ops lists points and creates none)
-COMMANDS = ("run", "ab", "task")
-
-
 @hookimpl
-def add_options(parser, command):
-    if command not in COMMANDS:
+def add_options(parser, traits):
+    if not traits.makes_inputs:  # seeding applies where a command makes point inputs
         return
     g = parser.add_argument_group("seed (extension)")
     g.add_argument("--seed", type=int, default=DEFAULT_SEED, metavar="N",

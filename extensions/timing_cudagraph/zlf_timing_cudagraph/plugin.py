@@ -50,8 +50,8 @@ class CudaGraphTimer:
 
     # ------------------------------------------------------------------ command line
     @hookimpl
-    def add_options(self, parser, command):
-        if command not in ("run", "ab", "task"):  # the commands that time
+    def add_options(self, parser, traits):
+        if not traits.times_points:
             return
         g = parser.add_argument_group("cudagraph (extension)")
         g.add_argument("--cudagraph-probe", choices=PROBES, default="inline",
