@@ -24,16 +24,20 @@ CPU_DTYPES = ("float32",)
 
 def configure_parser(parser) -> None:
     parser.add_argument("--backend", metavar="NAME", help="cpu, cuda, or an extension's backend (default: detected)")
-    parser.add_argument("--device", type=int, default=0, metavar="N", help="device index (default 0)")
-    parser.add_argument("--copy-mib", type=int, metavar="MIB",
+    from .options import Number, number_type
+
+    parser.add_argument("--device", type=number_type("--device"), default=0, metavar="N", help="device index (default 0)")
+    parser.add_argument("--copy-mib", type=Number(int, 1, 1 << 20, unit="MiB"), metavar="MIB",
                         help="size of the copied buffer (default 1024 on a GPU, 64 on cpu)")
-    parser.add_argument("--matmul-n", type=int, metavar="N",
+    parser.add_argument("--matmul-n", type=Number(int, 1, 1 << 16), metavar="N",
                         help="square matmul size N×N×N (default 8192 on a GPU, 512 on cpu)")
     parser.add_argument("--dtype", action="append", metavar="D",
                         help="matmul dtype(s) (default bfloat16, float16, float32 on a GPU; float32 on cpu)")
-    parser.add_argument("--reps", type=int, metavar="N", help="timed repetitions of each measurement (default 30 on a GPU, 5 on cpu)")
+    parser.add_argument("--reps", type=Number(int, 1, 10**6), metavar="N", help="timed repetitions of each measurement (default 30 on a GPU, 5 on cpu)")
     parser.add_argument("--no-save", action="store_true", help="print only; do not write the cache file")
-    parser.add_argument("--json", action="store_true", help="print the stored JSON instead of the table")
+    from .output import add_format_argument
+
+    add_format_argument(parser)
     parser.epilog = (
         "stored in $ZLF_CACHE_DIR, else $XDG_CACHE_HOME/zlf, else ~/.cache/zlf, under ceilings/<device>.json;\n"
         "zlf compare and zlf report use it for runs whose meta.json names the same device."
@@ -160,12 +164,17 @@ def main(args, session) -> int:
     previous = ceilings.load(backend.device_name())
     result = calibrate(backend, args.copy_mib, args.matmul_n, args.dtype, args.reps)
     path = None if args.no_save else ceilings.save(result)
-    if args.json:
+    if args.format == "json":
         print(json.dumps({**result.to_json(), "path": str(path) if path else None}, indent=2, sort_keys=True))
         return 0
     rows = [["bandwidth", f"{result.bandwidth_GB_s:.4g} GB/s", result.method["copy"]]]
     for d, tf in result.tflops.items():
         rows.append([f"matmul {d}", f"{tf:.4g} TFLOP/s", result.method["matmul"][d]])
+    if args.format != "table":
+        from .output import render
+
+        print(render(("ceiling", "measured", "how"), rows, args.format))
+        return 0
     print(f"device: {result.device_name} (backend {result.backend})")
     print(tabulate(rows, headers=["ceiling", "measured", "how"]))
     if backend.host_timing:

@@ -36,13 +36,18 @@ class ArgumentParser(argparse.ArgumentParser):
     commands: dict = {}
 
     def error(self, message):
+        """One line, exit 2: ``zlf: error: ...`` (no usage block above it)."""
+        import re
+
+        # a flag's type refused its value (zlf.options.Number): "--rep-ms -1: expected ..."
+        message = re.sub(r"^argument (-[^:/ ]+)(?:/\S+)?: (.*: expected )", r"\1 \2", message)
         elsewhere = self._elsewhere(message)
         if elsewhere:  # an option this command does not take: one line that says where it belongs
             self.exit(2, f"zlf: error: {elsewhere}\n")
         if "unrecognized arguments" in message and self.not_active:
             message += (f" (options of extensions that are not active here are unavailable: "
                         f"{', '.join(self.not_active)})")
-        super().error(message)
+        self.exit(2, f"zlf: error: {message} (see {self.prog} --help)\n")
 
     def _elsewhere(self, message: str) -> str:
         if not message.startswith("unrecognized arguments: "):

@@ -38,16 +38,15 @@ examples:
 """
 
 #: commands implemented in a module of their own: name -> (module, one-line help, parser
-#: defaults). Each module has ``configure_parser(parser)`` and ``main(args, session) -> int``.
+#: defaults). Each module has ``configure_parser(parser)`` and ``main(args, session) -> int``,
+#: and ``TRAITS`` (:class:`zlf.options.CommandTraits`) when the command runs points.
 MODULE_COMMANDS = {
     "compare": ("zlf.compare", "pair two run directories point by point", {}),
     "report": ("zlf.report", "render a markdown report (with a plot) of one run or a pair", {}),
     "calibrate": ("zlf.calibrate", "measure this device's bandwidth and TFLOP/s ceilings", {}),
     # campaign runs accept every run option of the active extensions; the campaign's own
     # options (add_campaign_options) are never passed to its runs
-    "ab": ("zlf.ab", "multi-round A/B campaign in independent processes, with verdicts",
-           {"traits": CommandTraits(times_points=True, makes_inputs=True, plans_shapes=True,
-                                    forwards_run_options=True, runs_campaigns=True)}),
+    "ab": ("zlf.ab", "multi-round A/B campaign in independent processes, with verdicts", {}),
 }
 
 
@@ -57,6 +56,7 @@ def add_commands(subparsers):
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 description="Check every point against its reference, time it, and write a run directory.")
     add_run_arguments(run)
+    add_format_argument(run)
     from .executors import add_scale_arguments
 
     add_scale_arguments(run)
@@ -64,7 +64,7 @@ def add_commands(subparsers):
     run.set_defaults(handler=cmd_run, traits=RUN_TRAITS)
 
     plugins = subparsers.add_parser("plugins", help="list installed extensions (active, disabled, broken)")
-    plugins.add_argument("--json", action="store_true", help="machine-readable list")
+    add_format_argument(plugins)
     add_selection_arguments(plugins)
     plugins.set_defaults(handler=cmd_plugins)
 
@@ -97,6 +97,8 @@ def add_module_command(subparsers, name: str, module, help_text: str, epilog=Non
                               epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
     module.configure_parser(p)
     add_selection_arguments(p)
+    if getattr(module, "TRAITS", None) is not None:  # what the command does, where its module says it
+        defaults.setdefault("traits", module.TRAITS)
     p.set_defaults(handler=module.main, **defaults)
     return p
 
@@ -107,8 +109,10 @@ def cmd_plugins(args, session) -> int:
 
     from .console import paint
 
+    from .output import render
+
     infos = session.hooks.infos
-    if args.json:
+    if args.format == "json":
         print(json.dumps([i.to_json() for i in infos], indent=2))
         return 0
     if not infos:
@@ -116,11 +120,12 @@ def cmd_plugins(args, session) -> int:
         return 0
     rows = []
     for i in infos:
-        status = paint(i.status, {"active": "green", "broken": "red"}.get(i.status, "dim"))
+        status = paint(i.status, {"active": "green", "broken": "red"}.get(i.status, "dim")) if args.format == "table" \
+            else i.status
         detail = i.error if i.error else (", ".join(i.hooks) if i.hooks else "")
         rows.append([i.name, i.value, f"{i.distribution} {i.version}", status, detail])
-    print(tabulate(rows, headers=["extension (--ext NAME)", "entry point", "distribution (pip)", "status",
-                                  "hooks / error"]))
+    headers = ["extension (--ext NAME)", "entry point", "distribution (pip)", "status", "hooks / error"]
+    print(tabulate(rows, headers=headers) if args.format == "table" else render(headers, rows, args.format))
     return 0
 
 

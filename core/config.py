@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import re
 from pathlib import Path
 from typing import Any, Mapping, Optional
@@ -22,6 +21,7 @@ from typing import Any, Mapping, Optional
 import attrs
 
 from .errors import UsageError
+from .options import NUMBERS, Number
 from .records import COMMAND_WIRING
 
 FORMAT = 1
@@ -47,6 +47,8 @@ class Option:
     default: Any = None
     choices: Optional[tuple] = None
     help: str = ""
+    #: the range a numeric option takes (its ``type=`` was a :class:`zlf.options.Number`)
+    number: Optional[Number] = attrs.field(default=None, eq=False, repr=False)
 
     @classmethod
     def from_action(cls, action: argparse.Action, how=None) -> "Option":
@@ -60,11 +62,14 @@ class Option:
             kind = "int"
         elif action.nargs == 0:  # a flag: store_true / store_false / store_const
             kind = "bool" if isinstance(action.const, bool) else "any"
+        elif isinstance(action.type, Number):
+            kind = "int" if action.type.kind is int else "float"
         else:  # a converter of the extension's own: its values are whatever it returns
             kind = {int: "int", float: "float", str: "str", None: "str"}.get(action.type, "any")
         flag = max(action.option_strings, key=len) if action.option_strings else action.dest
         return cls(dest=action.dest, flag=flag, type=kind, default=_frozen(action.default),
-                   choices=tuple(action.choices) if action.choices else None, help=action.help or "")
+                   choices=tuple(action.choices) if action.choices else None, help=action.help or "",
+                   number=action.type if isinstance(action.type, Number) and kind != "list" else None)
 
     def check(self, value, owner: str):
         """``value`` as this option holds it (lists as tuples), or :class:`ConfigError`."""
@@ -79,6 +84,10 @@ class Option:
             raise ConfigError(f"option {self.flag} of extension {owner!r}: expected {self.type}, got {value!r}")
         if self.type == "float":
             value = float(value)
+        if self.number is not None:
+            why = self.number.why_not(value)
+            if why:
+                raise ConfigError(f"option {self.flag} of extension {owner!r}: {value!r}: expected {why}")
         if self.choices is not None and self.type != "list" and value not in self.choices:
             raise ConfigError(f"option {self.flag} of extension {owner!r}: {value!r} is not one of "
                               f"{', '.join(map(str, self.choices))}")
@@ -276,15 +285,11 @@ class TimingBudget:
         return {f.name: getattr(self, f.name) for f in attrs.fields(TimingBudget) if f.name != "extensions"}
 
     def check(self) -> None:
-        for flag, value, zero_ok in (("--warmup-ms", self.warmup_ms, True), ("--rep-ms", self.rep_ms, False)):
-            if value is not None and not (math.isfinite(value) and (value > 0 or (zero_ok and value == 0))):
-                raise UsageError(f"{flag} {value:g}: expected a {'non-negative' if zero_ok else 'positive'} "
-                                 "number of milliseconds")
-        for flag, value, low in (("--warmup", self.warmup, 0), ("--iters", self.iters, 1)):
-            if value is not None and value < low:
-                raise UsageError(f"{flag} {value}: expected {low} or more")
-        if self.input_copies is not None and self.input_copies < 1:
-            raise UsageError(f"--input-copies {self.input_copies}: expected 1 (no copies) or more")
+        """One-line refusals of a budget no timer can use (:data:`NUMBERS`)."""
+        for field, (flag, number) in NUMBERS.items():
+            section, _, name = field.rpartition(".")
+            if section == "timing":
+                number.check(getattr(self, name), flag)
 
 
 def as_budget(options) -> TimingBudget:
@@ -409,9 +414,9 @@ class RunConfig:
     def check(self) -> None:
         """One-line refusals of settings that no run can use (before anything is created): the
         one place each run setting is checked."""
-        self.timing.check()
-        if self.time_limit_s is not None and not (math.isfinite(self.time_limit_s) and self.time_limit_s >= 0):
-            raise UsageError(f"--time-limit {self.time_limit_s:g}: expected seconds >= 0 (0: no limit)")
+        for field, (flag, number) in NUMBERS.items():
+            section, _, name = field.rpartition(".")
+            number.check(getattr(self.timing if section else self, name), flag)
         if self.gpus is not None:
             parse_gpus(self.gpus)
 

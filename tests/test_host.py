@@ -56,8 +56,9 @@ def test_command_of_a_plugin_appears_in_help_and_takes_run_options(monkeypatch, 
         main(["wave", "--greeting", "zlf"], extra_plugins=[("greeter", Greeter())])
     assert exit_.value.code == 2 and "--greeting" in capsys.readouterr().err
     # and core's own run command declares it the same way
-    assert main(["run", "--greeting", "x", "--rep-ms", "-1"], extra_plugins=[("greeter", Greeter())]) == 2
-    assert "--rep-ms -1: expected a positive" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
+        main(["run", "--greeting", "x", "--rep-ms", "-1"], extra_plugins=[("greeter", Greeter())])
+    assert exit_.value.code == 2 and "--rep-ms -1: expected a positive" in capsys.readouterr().err
 
 
 class MyRuntime:

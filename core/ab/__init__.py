@@ -13,7 +13,7 @@ import importlib
 
 _EXPORTS = {
     "cli": ("EPILOG", "add_example", "configure_parser", "main", "scale_options", "DEFAULT_ROUNDS", "DEFAULT_FIRST_LOOK",
-            "DEFAULT_MAX_ROUNDS", "UNITS", "_new_campaign", "_print_dry_run", "_scaled", "_preflight", "upgrade"),
+            "DEFAULT_MAX_ROUNDS", "UNITS", "TRAITS", "upgrade"),
     "sides": ("build_sides", "side_configs", "selection", "CAMPAIGN_OWN"),
     "campaign": ("Campaign", "OpSpec", "Side", "SIGNED", "file_identity", "identity_change", "key_path",
                  "signing_key"),

@@ -3,11 +3,13 @@ arguments that tell A from B, and each side's run configuration (:class:`zlf.con
 the run options given to ``zlf ab``, the extensions every run selects, what extensions set)."""
 from __future__ import annotations
 
+import argparse
 import os
 
 from ..config import RunConfig, owned_options
 from ..console import warn
 from ..errors import UsageError
+from ..options import env_name
 from ..redact import credential_in
 from .campaign import Side
 
@@ -18,6 +20,10 @@ def _parse_env(items, flag) -> dict:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise UsageError(f"{flag} {item!r}: expected K=V")
+        try:
+            env_name(key)
+        except argparse.ArgumentTypeError as exc:
+            raise UsageError(f"{flag} {exc}") from None
         why = credential_in(key, value)
         if why:  # campaign.json and the report are for sharing; runs inherit the environment anyway
             raise UsageError(f"{flag} {key}=...: {why}, and campaign.json would keep it: "

@@ -21,6 +21,7 @@ import re
 from typing import Optional
 
 from zlf import UsageError, hookimpl
+from zlf.options import SECONDS, Number
 
 from . import checkout as _checkout
 from . import harness as _harness
@@ -81,6 +82,12 @@ def _tolerances(values) -> dict:
     return out
 
 
+#: --flaggems-max-shapes (and zlf sweep's): shapes per op
+MAX_SHAPES = Number(int, 1, 10**6, unit="shapes")
+#: --flaggems-compile-time-limit (and zlf sweep's)
+COMPILE_SECONDS = Number(float, 0, SECONDS, unit="seconds")
+
+
 class FlagGems:
     """The ``flaggems`` extension (entry point ``zlf_flaggems.plugin:FlagGems``)."""
 
@@ -123,9 +130,9 @@ class FlagGems:
                        help="relative L2 error allowed against the torch reference, e.g. float32=1e-3 for TF32 "
                             "kernels (repeatable; defaults: " +
                             ", ".join(f"{k} {v:g}" for k, v in TOLERANCE.items()) + ", others exact)")
-        g.add_argument("--flaggems-max-shapes", type=int, metavar="N",
+        g.add_argument("--flaggems-max-shapes", type=MAX_SHAPES, metavar="N",
                        help="run each op's N smallest built-in shapes only (a quick pass over many ops; default all)")
-        g.add_argument("--flaggems-compile-time-limit", type=float, default=0.0, metavar="SEC",
+        g.add_argument("--flaggems-compile-time-limit", type=COMPILE_SECONDS, default=0.0, metavar="SEC",
                        help="seconds a point's first FlagGems call (Triton compiling, FlagGems tuning) gets beyond "
                             "--time-limit: a slow compile is not a hang (default 0)")
         g.add_argument("--flaggems-flagtune", choices=("0", "1"),

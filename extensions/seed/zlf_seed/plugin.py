@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 
 from zlf import hookimpl
+from zlf.options import SEED
 from zlf.seeding import seed_everything
 
 DEFAULT_SEED = 0
@@ -50,7 +51,7 @@ def add_options(parser, traits):
     if not traits.makes_inputs:  # seeding applies where a command makes point inputs
         return
     g = parser.add_argument_group("seed (extension)")
-    g.add_argument("--seed", type=int, default=DEFAULT_SEED, metavar="N",
+    g.add_argument("--seed", type=SEED, default=DEFAULT_SEED, metavar="N",
                    help=f"base seed; each point's seed is derived from it and the point id (default {DEFAULT_SEED})")
 
 

@@ -10,12 +10,14 @@ from __future__ import annotations
 import argparse
 
 from zlf import hookimpl
-from zlf.options import CommandTraits, add_selection_arguments
+from zlf.options import SECONDS, CommandTraits, Number, add_selection_arguments, deprecated, number_type
 from zlf.output import add_format_argument
 
 #: what zlf task does: it times its cases (a run of points), makes their inputs, and takes its
 #: run settings from a config file too; it plans no op shapes (the package has its cases)
 TRAITS = CommandTraits(times_points=True, makes_inputs=True, config_file=True)
+#: --rtol / --atol (zlf task and zlf ab --task)
+TOLERANCE = Number(float, 0, 1e6)
 
 EPILOG = """\
 examples:
@@ -40,9 +42,9 @@ def add_commands(subparsers):
                    help="run_kernel candidate: .py (Triton, TileLang, torch) or .cu/.cpp (CUDA C++); "
                         "default: $ZLF_TASK_CANDIDATE")
     p.add_argument("--cases", metavar="LIST", help="1-based cases to judge, e.g. 1,3-5 (default: all)")
-    p.add_argument("--rtol", type=float, help="rtol given to the package's check (default: metadata, else check's own)")
-    p.add_argument("--atol", type=float, help="atol given to the package's check (default: metadata, else check's own)")
-    p.add_argument("--compile-time-limit", type=float, metavar="SEC",
+    p.add_argument("--rtol", type=TOLERANCE, help="rtol given to the package's check (default: metadata, else check's own)")
+    p.add_argument("--atol", type=TOLERANCE, help="atol given to the package's check (default: metadata, else check's own)")
+    p.add_argument("--compile-time-limit", type=Number(float, 0, SECONDS, low_open=True, unit="seconds"), metavar="SEC",
                    help="limit for compiling a CUDA C++ candidate (nvcc); past it: Compile Error; "
                         "default: metadata compile_time_limit_s, else 300")
     p.add_argument("--reuse-worker", action="store_true",
@@ -51,8 +53,10 @@ def add_commands(subparsers):
     p.add_argument("--name", metavar="LABEL", help="run directory label (default: the package name)")
     add_format_argument(p)
     t = p.add_argument_group("timing in calls (--warmup-ms and --rep-ms, in ms, override them)")
-    t.add_argument("--warmup", type=int, metavar="N", help="warm-up calls, overriding the package's")
-    t.add_argument("--iters", type=int, metavar="N", help="timed calls, overriding the package's")
+    t.add_argument("--warmup-calls", type=number_type("--warmup-calls"), dest="warmup", metavar="N",
+                   help="warm-up calls, overriding the package's")
+    deprecated(t, "--warmup", "--warmup-calls", type=number_type("--warmup-calls"), dest="warmup")
+    t.add_argument("--iters", type=number_type("--iters"), metavar="N", help="timed calls, overriding the package's")
     c = p.add_argument_group("CUDA C++ candidates")
     c.add_argument("--nvcc-arch", metavar="SM", help="nvcc -arch (default: the device's, e.g. sm_90a; sm_90a without a GPU)")
     c.add_argument("--nvcc-flag", action="append", metavar="FLAG", help="extra nvcc flag (repeatable)")
