@@ -152,8 +152,6 @@ def choose_ops(all_ops: list, ops, sample, seed) -> list:
             raise UsageError("no op given")
         return list(dict.fromkeys(chosen))
     if sample is not None:
-        if sample < 1:
-            raise UsageError(f"--sample {sample}: expected a count >= 1")
         return random.Random(seed).sample(all_ops, min(sample, len(all_ops)))
     return list(all_ops)
 
@@ -354,11 +352,6 @@ def _new_sweep(args) -> tuple:
     chosen = choose_ops(all_ops, named, args.sample, args.sample_seed)
     if args.op_time_limit is None:
         args.op_time_limit = DEFAULT_OP_LIMIT
-    if args.op_time_limit < 0 or args.time_limit < 0 or args.compile_time_limit < 0:
-        raise UsageError("zlf sweep: --op-time-limit, --time-limit and --compile-time-limit take seconds >= 0 "
-                         "(0: no limit, or no allowance)")
-    if args.max_shapes is not None and args.max_shapes < 1:
-        raise UsageError(f"--max-shapes {args.max_shapes}: expected a count >= 1")
     try:
         shlex.split(args.run_args or "")
     except ValueError as exc:
