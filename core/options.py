@@ -236,8 +236,8 @@ TIMING_HELP = {
                     "time depends on where its inputs live, and one allocation is one draw per process; "
                     "1: the inputs alone (default 32)",
     "time_limit": "per-point limit in s (inputs, check and timing); past it the point is FAILED (time limit) and "
-                  "the run goes on; 0: none (default: 600 on GPU backends, 1800 on cpu; zlf task: the package's "
-                  "time_limit_s, else 60)",
+                  "the run goes on; 0: none (default: 600 on GPU backends, 1800 on cpu; zlf task: a case's limit, "
+                  "above 0, default the package's time_limit_s, else 60)",
 }
 
 
