@@ -25,6 +25,8 @@ def _commands(parser) -> dict:
     (["run", "add", "--time-lim", "5"], "--time-limit"),
     (["compare", "a", "b", "--thresh", "5"], "--threshold"),
     (["ab", "--switch", "X", "--until", "add"], "--until-confident"),
+    (["run", "add", "--warmup=10"], "--warmup-ms"),  # the = form goes through another branch of argparse
+    (["run", "add", "--rep", "5", "--warmup-ms", "1"], "--rep-ms"),
 ])
 def test_a_prefix_of_a_flag_is_refused_not_expanded(argv, whole, capsys):
     with pytest.raises(SystemExit) as exc:
@@ -32,6 +34,12 @@ def test_a_prefix_of_a_flag_is_refused_not_expanded(argv, whole, capsys):
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert "unrecognized arguments" in err and whole not in err.split("unrecognized arguments")[1]
+
+
+def test_a_prefix_of_a_command_is_no_command(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["ru", "add"])
+    assert exc.value.code == 2 and "invalid choice: 'ru'" in capsys.readouterr().err
 
 
 def test_no_parser_of_any_command_expands_a_prefix():
