@@ -315,6 +315,7 @@ def _median_per_call(kernels: list, calls: int):
 
 def child_fgref(out: Path, run_dir: Path) -> int:
     """Rebuild the FlagGems points of a run (flaggems extension only) and profile each."""
+    from zlf.ops import point_inputs
     from zlf.records import Point
     from zlf.session import Session
 
@@ -343,7 +344,7 @@ def child_fgref(out: Path, run_dir: Path) -> int:
             continue
         op = ops[r["op"]]
         point = Point(r["op"], tuple(r["shape"]), r["dtype"], r.get("variant", ""))
-        inputs = session.hooks.make_inputs(op, point, backend)
+        inputs = point_inputs(op, point, backend)
         fn = lambda: op.fn(*inputs)  # noqa: E731 -- the callable zlf times
         rows[r["point"]] = profile_kernels_ms(fn, backend)
         if timer is not None:  # the timer on the same inputs in the same process, at the run's budgets

@@ -15,6 +15,7 @@ hookimpl = pluggy.HookimplMarker(NAME)
 from .ops import Op  # noqa: E402
 from .records import CompileEvent, LaunchEvent, Point, PointRecord, Timing  # noqa: E402
 from .backends import Backend  # noqa: E402
+from .options import CommandTraits  # noqa: E402
 
 __all__ = [
     "hookimpl",
@@ -25,6 +26,7 @@ __all__ = [
     "CompileEvent",
     "LaunchEvent",
     "Backend",
+    "CommandTraits",
     "UsageError",
     "ExtensionError",
     "__version__",

@@ -24,16 +24,22 @@ CPU_DTYPES = ("float32",)
 
 def configure_parser(parser) -> None:
     parser.add_argument("--backend", metavar="NAME", help="cpu, cuda, or an extension's backend (default: detected)")
-    parser.add_argument("--device", type=int, default=0, metavar="N", help="device index (default 0)")
-    parser.add_argument("--copy-mib", type=int, metavar="MIB",
+    from .options import Number, number_type
+
+    parser.add_argument("--device", type=number_type("--device"), default=0, metavar="N", help="device index (default 0)")
+    parser.add_argument("--copy-mib", type=Number(int, 1, 1 << 20, unit="MiB"), metavar="MIB",
                         help="size of the copied buffer (default 1024 on a GPU, 64 on cpu)")
-    parser.add_argument("--matmul-n", type=int, metavar="N",
+    parser.add_argument("--matmul-n", type=Number(int, 1, 1 << 16), metavar="N",
                         help="square matmul size N×N×N (default 8192 on a GPU, 512 on cpu)")
     parser.add_argument("--dtype", action="append", metavar="D",
                         help="matmul dtype(s) (default bfloat16, float16, float32 on a GPU; float32 on cpu)")
-    parser.add_argument("--reps", type=int, metavar="N", help="timed repetitions of each measurement (default 30 on a GPU, 5 on cpu)")
+    parser.add_argument("--reps", type=Number(int, 1, 10**6), metavar="N", help="timed repetitions of each measurement (default 30 on a GPU, 5 on cpu)")
     parser.add_argument("--no-save", action="store_true", help="print only; do not write the cache file")
-    parser.add_argument("--json", action="store_true", help="print the stored JSON instead of the table")
+    parser.add_argument("--show", action="store_true",
+                        help="print the stored ceilings of this device and measure nothing (with --format json: as JSON)")
+    from .output import add_format_argument
+
+    add_format_argument(parser)
     parser.epilog = (
         "stored in $ZLF_CACHE_DIR, else $XDG_CACHE_HOME/zlf, else ~/.cache/zlf, under ceilings/<device>.json;\n"
         "zlf compare and zlf report use it for runs whose meta.json names the same device."
@@ -155,21 +161,32 @@ def calibrate(backend, copy_mib=None, matmul_n=None, dtypes=None, reps=None) -> 
 
 def main(args, session) -> int:
     backend = session.choose_backend(args.backend, args.device)
-    if args.json:  # what its help says: the stored ceilings, never a new measurement over them
+    if args.show:  # the stored ceilings, never a new measurement over them
         stored = ceilings.load(backend.device_name())
         if stored is None:
             raise UsageError(f"no stored ceilings for {backend.device_name()!r} "
                              f"(looked in {ceilings.ceilings_path(backend.device_name())}): run `zlf calibrate` first")
-        print(json.dumps({**stored.to_json(), "path": stored.path}, indent=2, sort_keys=True))
+        if args.format == "json":
+            print(json.dumps({**stored.to_json(), "path": stored.path}, indent=2, sort_keys=True))
+        else:
+            print(f"{stored.describe()}\nstored: {stored.path}")
         return 0
     for line in backend.busy_warnings():
         warn(f"{line}; ceilings measured now will be low")
     previous = ceilings.load(backend.device_name())
     result = calibrate(backend, args.copy_mib, args.matmul_n, args.dtype, args.reps)
     path = None if args.no_save else ceilings.save(result)
+    if args.format == "json":
+        print(json.dumps({**result.to_json(), "path": str(path) if path else None}, indent=2, sort_keys=True))
+        return 0
     rows = [["bandwidth", f"{result.bandwidth_GB_s:.4g} GB/s", result.method["copy"]]]
     for d, tf in result.tflops.items():
         rows.append([f"matmul {d}", f"{tf:.4g} TFLOP/s", result.method["matmul"][d]])
+    if args.format != "table":
+        from .output import render
+
+        print(render(("ceiling", "measured", "how"), rows, args.format))
+        return 0
     print(f"device: {result.device_name} (backend {result.backend})")
     print(tabulate(rows, headers=["ceiling", "measured", "how"]))
     if backend.host_timing:

@@ -14,12 +14,19 @@ import sys
 
 from . import __version__
 from .errors import UsageError
-from .options import add_config_argument, check_run_options  # noqa: F401  (zlf ab imports check_run_options from here)
+from .options import CommandTraits, add_config_argument, add_run_options
 
 
 class ArgumentParser(argparse.ArgumentParser):
     """argparse that says where an unknown option may have gone: another command, or a disabled
-    extension."""
+    extension, and that never expands a prefix of a flag (``--warmup`` is not ``--warmup-ms``).
+
+    ``allow_abbrev`` is off on every parser, sub-command parsers included: argparse builds those
+    from this class without passing the parent's setting on, so the default is set here.
+    """
+
+    def __init__(self, *args, allow_abbrev: bool = False, **kwargs):
+        super().__init__(*args, allow_abbrev=allow_abbrev, **kwargs)
 
     #: names of installed extensions that are not active in this invocation.
     not_active: tuple = ()
@@ -29,13 +36,18 @@ class ArgumentParser(argparse.ArgumentParser):
     commands: dict = {}
 
     def error(self, message):
+        """One line, exit 2: ``zlf: error: ...`` (no usage block above it)."""
+        import re
+
+        # a flag's type refused its value (zlf.options.Number): "--rep-ms -1: expected ..."
+        message = re.sub(r"^argument (-[^:/ ]+)(?:/\S+)?: (.*: expected )", r"\1 \2", message)
         elsewhere = self._elsewhere(message)
         if elsewhere:  # an option this command does not take: one line that says where it belongs
             self.exit(2, f"zlf: error: {elsewhere}\n")
         if "unrecognized arguments" in message and self.not_active:
             message += (f" (options of extensions that are not active here are unavailable: "
                         f"{', '.join(self.not_active)})")
-        super().error(message)
+        self.exit(2, f"zlf: error: {message} (see {self.prog} --help)\n")
 
     def _elsewhere(self, message: str) -> str:
         if not message.startswith("unrecognized arguments: "):
@@ -109,24 +121,26 @@ def build_parser(hooks) -> argparse.ArgumentParser:
     hooks.add_commands(subparsers=sub)
     for p in dict.fromkeys(sub.choices.values()):  # an alias maps to the same parser
         name = p.prog.split()[-1]
-        if p.get_default("run_options") and p.get_default("campaign_options"):
-            _folded_options(p, hooks, name)  # a campaign passes every run option on to its runs
-        elif p.get_default("run_options"):
-            hooks.add_options(parser=p, command=name)  # a command that starts runs: the options that apply
-        if p.get_default("config_file"):
+        traits = p.get_default("traits") or CommandTraits()
+        add_run_options(p, traits)  # core's run options, each declared once
+        if traits.forwards_run_options:
+            _folded_options(p, hooks, name, traits)  # a campaign passes every run option on to its runs
+        elif traits.run_options:
+            hooks.add_options(parser=p, command=name, traits=traits)  # the extensions' options that apply
+        if traits.config_file:
             add_config_argument(p)  # ... or all of its run settings from a file
-        if p.get_default("campaign_options"):
+        if traits.runs_campaigns:
             hooks.add_campaign_options(parser=p)
     parser_class.commands = dict(sub.choices)
     return parser
 
 
-def _folded_options(parser, hooks, command: str) -> None:
+def _folded_options(parser, hooks, command: str, traits) -> None:
     """The extensions' run options on ``zlf ab``: accepted and passed on to every run, named in
     one paragraph of the help (``zlf run --help`` explains each) instead of a group apiece."""
     import textwrap
 
-    added = [a for a in hooks.add_options(parser=parser, command=command) if a.option_strings]
+    added = [a for a in hooks.add_options(parser=parser, command=command, traits=traits) if a.option_strings]
     for a in added:
         a.help = argparse.SUPPRESS
     if added:
@@ -136,25 +150,30 @@ def _folded_options(parser, hooks, command: str) -> None:
         parser.epilog = (parser.epilog or "").rstrip("\n") + "\n" + textwrap.fill(text, 100, break_on_hyphens=False) + "\n"
 
 
-def _preparse(argv) -> argparse.Namespace:
-    pre = argparse.ArgumentParser(add_help=False)
+def _preparse(argv):
+    """What selects the extensions, read before any is imported: ``--ext`` / ``--no-ext``, or
+    the :class:`~zlf.config.RunConfig` file of ``--config FILE`` (returned whole, read once)."""
+    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     pre.add_argument("--ext", action="append")
     pre.add_argument("--no-ext", action="append")
-    pre.add_argument("--timer")
     pre.add_argument("--config")
     known, _ = pre.parse_known_args(argv)
     if known.config and argv:  # the file of a command's run configuration selects the extensions
         from .config import RunConfig
 
         config = RunConfig.read(known.config)
-        return config if config.command == argv[0] else known
+        if config.command == argv[0]:
+            return config
     return known
 
 
-def run_config(args, parser, hooks):
+def run_config(args, parser, hooks, read=None):
     """The run's :class:`~zlf.config.RunConfig`: from ``--config FILE`` (then no other run option
     may differ from its default but OPs, ``--out``, ``--name`` and ``--format``) or from the
-    command line."""
+    command line.
+
+    :param read: the file's config when the pre-parse read it already (it is read once).
+    """
     from .config import ARGS, RunConfig
 
     if not getattr(args, "config", None):
@@ -166,7 +185,7 @@ def run_config(args, parser, hooks):
         flags = ", ".join(given)
         raise UsageError(f"--config {args.config}: also given on the command line: {flags}; "
                          "put run settings in the file, or drop --config")
-    config = RunConfig.read(args.config).bound(hooks.option_sets)
+    config = (read if isinstance(read, RunConfig) else RunConfig.read(args.config)).bound(hooks.option_sets)
     if config.command != args.command:
         raise UsageError(f"--config {args.config}: a configuration of zlf {config.command}, not of zlf {args.command}")
     given = {ARGS[k]: v for k, v in beside.items() if v != sub.get_default(k)}
@@ -231,11 +250,13 @@ def _main(argv, extra_plugins) -> int:
         if not getattr(args, "handler", None):
             parser.print_help()
             return 2
-        config = run_config(args, parser, session.hooks)
+        config = run_config(args, parser, session.hooks, read=pre)
         if getattr(args, "config", None):
             args = config.namespace(args)
         session.options = args
         session.config = config
+        if session.traits.run_options:
+            config.check()  # every run setting refused here, once, before any command creates anything
         session.hooks.configure(session)
         return int(args.handler(args, session) or 0)
     except UsageError as exc:

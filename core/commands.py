@@ -1,9 +1,9 @@
 """Core's built-in commands, registered as plugin ``core.commands`` through ``add_commands``:
 the same hook extensions add theirs with (as pytest and llm register their own plugins).
 
-A command's parser defaults declare what the command line builder adds to it: ``run_options``
-(the command starts runs: every active extension's ``add_options``) and ``campaign_options``
-(the command runs campaigns: every ``add_campaign_options``).
+A command says what it does in its parser defaults (``traits``, a :class:`zlf.options.CommandTraits`);
+the command line builder adds what applies to it: core's run options, every active extension's
+``add_options``, ``--config FILE``, every ``add_campaign_options``.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import json
 import sys
 
 from . import hookimpl
-from .options import add_dtype_argument, add_run_arguments, add_selection_arguments, split_dtypes
+from .options import RUN_TRAITS, CommandTraits, add_run_arguments, add_selection_arguments, split_dtypes
 from .output import add_format_argument
 
 EPILOG_RUN = """\
@@ -38,15 +38,15 @@ examples:
 """
 
 #: commands implemented in a module of their own: name -> (module, one-line help, parser
-#: defaults). Each module has ``configure_parser(parser)`` and ``main(args, session) -> int``.
+#: defaults). Each module has ``configure_parser(parser)`` and ``main(args, session) -> int``,
+#: and ``TRAITS`` (:class:`zlf.options.CommandTraits`) when the command runs points.
 MODULE_COMMANDS = {
     "compare": ("zlf.compare", "pair two run directories point by point", {}),
     "report": ("zlf.report", "render a markdown report (with a plot) of one run or a pair", {}),
     "calibrate": ("zlf.calibrate", "measure this device's bandwidth and TFLOP/s ceilings", {}),
     # campaign runs accept every run option of the active extensions; the campaign's own
     # options (add_campaign_options) are never passed to its runs
-    "ab": ("zlf.ab", "multi-round A/B campaign in independent processes, with verdicts",
-           {"run_options": True, "campaign_options": True}),
+    "ab": ("zlf.ab", "multi-round A/B campaign in independent processes, with verdicts", {}),
 }
 
 
@@ -56,14 +56,15 @@ def add_commands(subparsers):
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 description="Check every point against its reference, time it, and write a run directory.")
     add_run_arguments(run)
+    add_format_argument(run)
     from .executors import add_scale_arguments
 
     add_scale_arguments(run)
     add_selection_arguments(run)
-    run.set_defaults(handler=cmd_run, run_options=True, measures_points=True, config_file=True)
+    run.set_defaults(handler=cmd_run, traits=RUN_TRAITS)
 
     plugins = subparsers.add_parser("plugins", help="list installed extensions (active, disabled, broken)")
-    plugins.add_argument("--json", action="store_true", help="machine-readable list")
+    add_format_argument(plugins)
     add_selection_arguments(plugins)
     plugins.set_defaults(handler=cmd_plugins)
 
@@ -72,12 +73,10 @@ def add_commands(subparsers):
                                             "dtypes and where each op comes from. No kernel runs.",
                                 epilog=EPILOG_OPS, formatter_class=argparse.RawDescriptionHelpFormatter)
     ops.add_argument("ops", nargs="*", metavar="OP", help="as for zlf run (default: the built-in suite)")
-    add_dtype_argument(ops, "dtype(s) instead of each op's defaults, as for zlf run")
-    ops.add_argument("--backend", metavar="NAME", help="whose default shapes and dtypes (default: detected)")
-    ops.add_argument("--device", type=int, default=0, metavar="N", help="device index (default 0)")
     add_format_argument(ops)
     add_selection_arguments(ops)
-    ops.set_defaults(handler=cmd_ops, run_options=True)  # the extensions' options that choose ops and shapes
+    # it plans what a run would: the run options (and the extensions' options) that choose ops and shapes
+    ops.set_defaults(handler=cmd_ops, traits=CommandTraits(plans_shapes=True))
 
     for name, (module, help_text, defaults) in MODULE_COMMANDS.items():
         try:
@@ -93,11 +92,13 @@ def add_module_command(subparsers, name: str, module, help_text: str, epilog=Non
     """Add the command ``name`` whose code is ``module``: its description is the first line of the
     module's docstring, ``module.configure_parser(parser)`` declares its options, ``module.main(args,
     session)`` runs it; ``--ext`` / ``--no-ext`` are accepted; ``defaults`` go to ``set_defaults``
-    (``run_options=True`` and the like). For an extension's ``add_commands`` as for core's own."""
+    (``traits=CommandTraits(...)`` and the like). For an extension's ``add_commands`` as for core's own."""
     p = subparsers.add_parser(name, help=help_text, description=(module.__doc__ or help_text).strip().splitlines()[0],
                               epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
     module.configure_parser(p)
     add_selection_arguments(p)
+    if getattr(module, "TRAITS", None) is not None:  # what the command does, where its module says it
+        defaults.setdefault("traits", module.TRAITS)
     p.set_defaults(handler=module.main, **defaults)
     return p
 
@@ -108,8 +109,10 @@ def cmd_plugins(args, session) -> int:
 
     from .console import paint
 
+    from .output import render
+
     infos = session.hooks.infos
-    if args.json:
+    if args.format == "json":
         print(json.dumps([i.to_json() for i in infos], indent=2))
         return 0
     if not infos:
@@ -117,11 +120,12 @@ def cmd_plugins(args, session) -> int:
         return 0
     rows = []
     for i in infos:
-        status = paint(i.status, {"active": "green", "broken": "red"}.get(i.status, "dim"))
+        status = paint(i.status, {"active": "green", "broken": "red"}.get(i.status, "dim")) if args.format == "table" \
+            else i.status
         detail = i.error if i.error else (", ".join(i.hooks) if i.hooks else "")
         rows.append([i.name, i.value, f"{i.distribution} {i.version}", status, detail])
-    print(tabulate(rows, headers=["extension (--ext NAME)", "entry point", "distribution (pip)", "status",
-                                  "hooks / error"]))
+    headers = ["extension (--ext NAME)", "entry point", "distribution (pip)", "status", "hooks / error"]
+    print(tabulate(rows, headers=headers) if args.format == "table" else render(headers, rows, args.format))
     return 0
 
 
@@ -136,14 +140,11 @@ def cmd_run(args, session) -> int:
     from .rundir import RunDir, disk_full
     from .session import shapes_by_op
 
-    config = session.config
-    config.check()
+    config = session.config  # checked by the command line (RunConfig.check)
     if config.gpus or config.executor:
         from .sharded_run import main as run_sharded  # the driver never sets up a device
 
         return run_sharded(args, session)
-    if config.time_limit_s is not None and not config.time_limit_s >= 0:
-        raise UsageError(f"--time-limit {config.time_limit_s:g}: expected seconds >= 0 (0: no limit)")
     session.hooks.check_exclusive()
     backend = session.choose_backend(config.backend, config.device)
     ops = session.resolve_ops(config.ops)

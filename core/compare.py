@@ -20,6 +20,7 @@ from . import ceilings as ceilings_mod
 from . import metrics, output, stats
 from .console import change, clean, csv_text, md_cell, md_table, number, paint, percent, use_colour, warn
 from .errors import UsageError
+from .options import Number
 from .records import STATUS_OK, STATUS_OOM, PointRecord, duplicate_points, shape_str
 from .rundir import RESULTS, RunDir
 
@@ -619,17 +620,23 @@ def to_csv(cmp: Comparison) -> str:
 
 
 # ----------------------------------------------------------------------------- command
+#: ``--threshold PCT``: |delta| below it is SAME (``nan`` would make every change SAME)
+THRESHOLD = Number(float, 0, 1000, unit="percent")
+#: ``--fail-if-slower PCT`` (``zlf compare`` and ``zlf ab``): ``nan`` would never trip the gate
+GATE = Number(float, 0, 10**6, unit="percent")
+
+
 def configure_parser(parser) -> None:
     parser.add_argument("a_dir", metavar="A_DIR", help="baseline run directory")
     parser.add_argument("b_dir", metavar="B_DIR", help="candidate run directory; Δ = (B − A) / A")
     output.add_format_argument(parser)
-    parser.add_argument("--threshold", type=float, metavar="PCT",
+    parser.add_argument("--threshold", type=THRESHOLD, metavar="PCT",
                         help="|Δ| below this counts as SAME (default: the measured noise of the points, floor 1%%)")
     parser.add_argument("--metric", choices=metrics.NAMES, default=metrics.DEFAULT,
                         help="compare on time (default), cycles (time x measured SM clock) or wall (host wall-clock)")
     parser.add_argument("--allow-mixed-timers", action="store_true",
                         help="compare rows whose sides used different timers (refused by default)")
-    parser.add_argument("--fail-if-slower", type=float, nargs="?", const=0.0, metavar="PCT",
+    parser.add_argument("--fail-if-slower", type=GATE, nargs="?", const=0.0, metavar="PCT",
                         help="exit 1 when a point is SLOWER (beyond the noise threshold) and by more than PCT "
                              "percent (default 0), or B lost a time A had (CI gate)")
     parser.epilog = (

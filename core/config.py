@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import re
 from pathlib import Path
 from typing import Any, Mapping, Optional
@@ -22,6 +21,8 @@ from typing import Any, Mapping, Optional
 import attrs
 
 from .errors import UsageError
+from .options import NUMBERS, Number
+from .records import COMMAND_WIRING
 
 FORMAT = 1
 MIN_SAMPLES = 5
@@ -46,6 +47,8 @@ class Option:
     default: Any = None
     choices: Optional[tuple] = None
     help: str = ""
+    #: the range a numeric option takes (its ``type=`` was a :class:`zlf.options.Number`)
+    number: Optional[Number] = attrs.field(default=None, eq=False, repr=False)
 
     @classmethod
     def from_action(cls, action: argparse.Action, how=None) -> "Option":
@@ -59,11 +62,14 @@ class Option:
             kind = "int"
         elif action.nargs == 0:  # a flag: store_true / store_false / store_const
             kind = "bool" if isinstance(action.const, bool) else "any"
+        elif isinstance(action.type, Number):
+            kind = "int" if action.type.kind is int else "float"
         else:  # a converter of the extension's own: its values are whatever it returns
             kind = {int: "int", float: "float", str: "str", None: "str"}.get(action.type, "any")
         flag = max(action.option_strings, key=len) if action.option_strings else action.dest
         return cls(dest=action.dest, flag=flag, type=kind, default=_frozen(action.default),
-                   choices=tuple(action.choices) if action.choices else None, help=action.help or "")
+                   choices=tuple(action.choices) if action.choices else None, help=action.help or "",
+                   number=action.type if isinstance(action.type, Number) and kind != "list" else None)
 
     def check(self, value, owner: str):
         """``value`` as this option holds it (lists as tuples), or :class:`ConfigError`."""
@@ -78,6 +84,10 @@ class Option:
             raise ConfigError(f"option {self.flag} of extension {owner!r}: expected {self.type}, got {value!r}")
         if self.type == "float":
             value = float(value)
+        if self.number is not None:
+            why = self.number.why_not(value)
+            if why:
+                raise ConfigError(f"option {self.flag} of extension {owner!r}: {value!r}: expected {why}")
         if self.choices is not None and self.type != "list" and value not in self.choices:
             raise ConfigError(f"option {self.flag} of extension {owner!r}: {value!r} is not one of "
                               f"{', '.join(map(str, self.choices))}")
@@ -122,11 +132,14 @@ class Declaring:
         setattr(self._target, name, value)
 
 
-def declare(pm, parser, command: str = "run") -> list:
-    """Call every ``add_options`` implementation on ``parser`` of ``command`` (in pluggy's call
-    order): ``[(extension, [(action, how), ...])]``, what each added."""
+def declare(pm, parser, command: str = "run", traits=None) -> list:
+    """Call every ``add_options`` implementation on ``parser`` of ``command``, a command that
+    does ``traits`` (:class:`zlf.options.CommandTraits`; None: what ``zlf run`` does), in
+    pluggy's call order: ``[(extension, [(action, how), ...])]``, what each added."""
+    from .options import RUN_TRAITS
+
     declared = []
-    given = {"parser": None, "command": command}
+    given = {"parser": None, "command": command, "traits": RUN_TRAITS if traits is None else traits}
     for impl in reversed(pm.hook.add_options.get_hookimpls()):
         view = Declaring(parser)
         impl.function(**{name: view if name == "parser" else given[name] for name in impl.argnames})
@@ -136,10 +149,10 @@ def declare(pm, parser, command: str = "run") -> list:
     return declared
 
 
-def declared_options(pm, parser, command: str = "run") -> tuple:
+def declared_options(pm, parser, command: str = "run", traits=None) -> tuple:
     """One :class:`OptionSet` per extension, made from the arguments its ``add_options`` added
     to ``parser`` of ``command`` (:func:`declare`)."""
-    return option_sets_of(declare(pm, parser, command))
+    return option_sets_of(declare(pm, parser, command, traits))
 
 
 def option_sets_of(declared) -> tuple:
@@ -272,15 +285,11 @@ class TimingBudget:
         return {f.name: getattr(self, f.name) for f in attrs.fields(TimingBudget) if f.name != "extensions"}
 
     def check(self) -> None:
-        for flag, value, zero_ok in (("--warmup-ms", self.warmup_ms, True), ("--rep-ms", self.rep_ms, False)):
-            if value is not None and not (math.isfinite(value) and (value > 0 or (zero_ok and value == 0))):
-                raise UsageError(f"{flag} {value:g}: expected a {'non-negative' if zero_ok else 'positive'} "
-                                 "number of milliseconds")
-        for flag, value, low in (("--warmup", self.warmup, 0), ("--iters", self.iters, 1)):
-            if value is not None and value < low:
-                raise UsageError(f"{flag} {value}: expected {low} or more")
-        if self.input_copies is not None and self.input_copies < 1:
-            raise UsageError(f"--input-copies {self.input_copies}: expected 1 (no copies) or more")
+        """One-line refusals of a budget no timer can use (:data:`NUMBERS`)."""
+        for field, (flag, number) in NUMBERS.items():
+            section, _, name = field.rpartition(".")
+            if section == "timing":
+                number.check(getattr(self, name), flag)
 
 
 def as_budget(options) -> TimingBudget:
@@ -301,8 +310,9 @@ ARGS = {
     "flush_l2": "timing.flush_l2", "warmup": "timing.warmup", "iters": "timing.iters",
     "input_copies": "timing.input_copies",
 }
-#: parsed-namespace entries that are the command line's own, never a run setting.
-NOT_SETTINGS = frozenset({"handler", "config", "run_options", "config_file"})
+#: parsed-namespace entries that are the command line's own, never a run setting: the command's
+#: wiring (:data:`zlf.records.COMMAND_WIRING`) and the file the settings come from.
+NOT_SETTINGS = frozenset({*COMMAND_WIRING, "config"})
 
 
 def _split_dtypes(values) -> tuple:
@@ -402,8 +412,11 @@ class RunConfig:
         return attrs.evolve(self, options=self.options.bound(option_sets))
 
     def check(self) -> None:
-        """One-line refusals of settings that no run can use (before anything is created)."""
-        self.timing.check()
+        """One-line refusals of settings that no run can use (before anything is created): the
+        one place each run setting is checked."""
+        for field, (flag, number) in NUMBERS.items():
+            section, _, name = field.rpartition(".")
+            number.check(getattr(self.timing if section else self, name), flag)
         if self.gpus is not None:
             parse_gpus(self.gpus)
 

@@ -32,13 +32,6 @@ def resolve_ops(spec, session):
 
 
 @hookimpl(trylast=True)
-def make_inputs(op, point, backend):
-    if point.variant:
-        return tuple(op.make_inputs(point.shape, point.dtype, backend.device, variant=point.variant))
-    return tuple(op.make_inputs(point.shape, point.dtype, backend.device))
-
-
-@hookimpl(trylast=True)
 def kernel_timer(backend, options):
     offer = getattr(backend, "kernel_timer", None)  # a backend from before the contract had it
     return offer(options) if offer is not None else None

@@ -63,7 +63,9 @@ def add_scale_arguments(parser) -> None:
                    help="local worker processes (default with --gpus) or ray tasks of one GPU each")
     g.add_argument("--ray-address", metavar="ADDR",
                    help="Ray cluster to use (default: start a local one with the --gpus count as its GPUs)")
-    g.add_argument("--retries", type=int, default=None, metavar="N",
+    from .options import number_type
+
+    g.add_argument("--retries", type=number_type("--retries"), default=None, metavar="N",
                    help=f"times a unit whose worker or node died is run again elsewhere (default {DEFAULT_RETRIES})")
 
 
@@ -78,9 +80,7 @@ def pin_variable(session, backend_name: Optional[str]) -> Optional[str]:
 
 def make_executor(executor: Optional[str], gpus: list, pin_env: Optional[str], retries: Optional[int],
                   ray_address: Optional[str] = None):
-    retries = DEFAULT_RETRIES if retries is None else retries
-    if retries < 0:
-        raise UsageError("--retries must be 0 or more")
+    retries = DEFAULT_RETRIES if retries is None else retries  # in range: RunConfig.check
     if (executor or "local") == "ray":
         return RayPool(ray_address, gpus, pin_env, retries)
     if ray_address:

@@ -8,25 +8,40 @@ Extensions implement hooks with ``from zlf import hookimpl`` and are found throu
 ``zlf`` entry-point group. Core's own defaults are registered ``trylast``.
 
 A hook marked :func:`_exclusive` has at most one provider besides core's default: the plugin
-manager reads the mark (:data:`EXCLUSIVE`) and makes a second provider an error, unless the
-user picks one with the option the mark names.
+manager reads the mark (:data:`EXCLUSIVE`, an :class:`Exclusive`) and makes a second provider
+an error, unless the user picks one with the option the mark names.
 """
 from __future__ import annotations
 
+import attrs
 import pluggy
 
 NAME = "zlf"
-#: attribute an exclusive hookspec carries: the option that picks a provider, or "" for none.
+#: attribute an exclusive hookspec carries: its :class:`Exclusive`.
 EXCLUSIVE = "zlf_exclusive"
+#: the option that picks the timer: the provider of ``time_fn`` or of ``kernel_timer``
+#: (:attr:`zlf.config.TimingBudget.timer`).
+TIMER = "--timer"
 
 _spec = pluggy.HookspecMarker(NAME)
 
 
-def _exclusive(chosen_by: str = ""):
+@attrs.frozen
+class Exclusive:
+    """How one exclusive hook is provided."""
+
+    #: the option that picks a provider when several implement it (:data:`TIMER`), "" for none
+    chosen_by: str = ""
+    #: when that option names a provider of another hook it chooses, core's default provides this
+    #: one (``--timer cupti``: core's time_fn, timing with cupti's kernel timer); else as usual
+    core_when_other: bool = False
+
+
+def _exclusive(chosen_by: str = "", core_when_other: bool = False):
     """Mark a ``firstresult`` hook that one active extension at most may implement (core's
-    default aside); ``chosen_by`` is the option that picks one when several do (``--timer``)."""
+    default aside); ``chosen_by`` is the option that picks one when several do (:data:`TIMER`)."""
     def mark(fn):
-        setattr(fn, EXCLUSIVE, chosen_by)
+        setattr(fn, EXCLUSIVE, Exclusive(chosen_by, core_when_other))
         return fn
 
     return mark
@@ -34,19 +49,24 @@ def _exclusive(chosen_by: str = ""):
 
 # --------------------------------------------------------------------------- command line
 @_spec
-def add_options(parser, command):
-    """Add command-line options to ``zlf run`` (and to every command that starts runs).
+def add_options(parser, command, traits):
+    """Add run options to every command they apply to (``zlf run``, ``zlf ab``, ``zlf ops``,
+    an extension's command).
 
-    Called once per invocation and command, after extension selection and before the final
-    parse, so an option exists only while its extension is active.
+    Called once per invocation and command whose :class:`zlf.options.CommandTraits` say run
+    options apply (``traits.run_options``), after extension selection and before the final
+    parse, so an option exists only while its extension is active. Ask ``traits`` what the
+    command does, never its name: a third party's command that times points is timed as
+    ``zlf run`` is.
 
     :param parser: the :class:`argparse.ArgumentParser` of the command; add an argument group
         named after the extension.
-    :param command: the command's name: ``run``, ``ab`` (passes the options on to its runs),
-        ``ops`` (lists what a run would take), ``task`` or an extension's command that sets
-        ``run_options``. Return without adding anything on a command the options do not affect,
-        so that its ``--help`` lists only what applies (an implementation without this argument
-        is called for every command).
+    :param command: the command's name (for messages only).
+    :param traits: the :class:`zlf.options.CommandTraits` of the command: ``times_points``
+        (timers' options), ``makes_inputs`` (seeding), ``plans_shapes`` (shape files, op
+        sources), ``forwards_run_options`` (``zlf ab``: the options go to its runs). Return
+        without adding anything where the options do not apply, so that ``--help`` lists only
+        what does (an implementation without this argument is called for every such command).
     :return: nothing.
     """
 
@@ -58,14 +78,14 @@ def add_commands(subparsers):
     Called once per invocation while the parser is built, after extension selection.
 
     :param subparsers: the object returned by ``ArgumentParser.add_subparsers``. Add a parser
-        and give it ``set_defaults(handler=callable)``; the callable receives
-        ``(args, session)`` and returns the process exit code. A command that starts runs
-        also sets ``run_options=True``: every active extension's ``add_options`` is then
-        called on its parser too, and with ``config_file=True`` it takes ``--config FILE``
-        (its run settings from a :class:`zlf.config.RunConfig` file, as a campaign's runs get
-        them); a command that runs campaigns sets ``campaign_options=True``
-        (:func:`add_campaign_options`). Core's own commands (``run``, ``compare``, ``ab`` ...)
-        are added through this hook too, first.
+        and give it ``set_defaults(handler=callable, traits=CommandTraits(...))``; the callable
+        receives ``(args, session)`` and returns the process exit code. The
+        :class:`zlf.options.CommandTraits` say what the command does, and so what it takes:
+        core's run options and every active extension's :func:`add_options` where run options
+        apply, ``--config FILE`` with ``config_file`` (its run settings from a
+        :class:`zlf.config.RunConfig` file, as a campaign's runs get them), and
+        :func:`add_campaign_options` with ``runs_campaigns``. Core's own commands (``run``,
+        ``compare``, ``ab`` ...) are added through this hook too, first.
     :return: nothing.
     """
 
@@ -74,7 +94,7 @@ def add_commands(subparsers):
 def add_campaign_options(parser):
     """Add options to ``zlf ab`` that belong to the campaign itself, not to its runs.
 
-    Called once per invocation for every command that sets ``campaign_options=True``
+    Called once per invocation for every command whose traits say ``runs_campaigns``
     (``zlf ab``), while the parser is built, after extension selection.
     Unlike :func:`add_options`, these options are never passed on to the campaign's ``zlf run``
     processes; read them in :func:`after_campaign` (``options``).
@@ -173,7 +193,7 @@ def before_run(run):
 def before_point(run, point):
     """A point is about to get its inputs and first (checked) call.
 
-    Called once per point, in plan order, before ``make_inputs``.
+    Called once per point, in plan order, before its inputs are made (``op.make_inputs``).
 
     :param run: the :class:`zlf.run.Run`; ``run.mark(...)`` and ``run.annotate(...)`` attach
         marker lines and fields to this point's record.
@@ -182,23 +202,7 @@ def before_point(run, point):
     """
 
 
-@_exclusive()
-@_spec(firstresult=True)
-def make_inputs(op, point, backend):
-    """Create the inputs of one point.
-
-    Called once per point on the device the run uses. Exclusive: two active extensions
-    implementing it are an error; core's default (``trylast``) calls
-    ``op.make_inputs(shape, dtype, device)`` when the extension's returns None.
-
-    :param op: the :class:`zlf.ops.Op`.
-    :param point: the :class:`zlf.records.Point`.
-    :param backend: the active :class:`zlf.backends.Backend`.
-    :return: a tuple of positional arguments for ``op.fn``.
-    """
-
-
-@_exclusive(chosen_by="--timer")
+@_exclusive(chosen_by=TIMER, core_when_other=True)
 @_spec(firstresult=True)
 def time_fn(fn, point, backend, options, op, inputs, kernel_timer, call_on):
     """Time a callable that runs the point once per call.
@@ -234,7 +238,7 @@ def time_fn(fn, point, backend, options, op, inputs, kernel_timer, call_on):
     """
 
 
-@_exclusive(chosen_by="--timer")
+@_exclusive(chosen_by=TIMER)
 @_spec(firstresult=True)
 def kernel_timer(backend, options):
     """Offer a kernel-activity timer: the device time of every kernel a call launched, on any

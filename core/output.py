@@ -30,13 +30,13 @@ def verdict_word(word: str) -> str:
 
 
 def add_format_argument(parser, default: str = "table", json_alias: bool = True) -> None:
-    """``--format FMT`` (and ``--json``, a hidden alias of ``--format json`` kept for a release)."""
-    import argparse
-
+    """``--format FMT`` (and ``--json``, a deprecated alias of ``--format json`` kept for a release)."""
     parser.add_argument("--format", choices=FORMATS, default=default,
                         help=f"summary format: {', '.join(FORMATS)} (default: {default}); the same fields in each")
     if json_alias:
-        parser.add_argument("--json", dest="format", action="store_const", const="json", help=argparse.SUPPRESS)
+        from .options import deprecated
+
+        deprecated(parser, "--json", "--format json", dest="format", action="store_const", const="json")
 
 
 def render(fields, rows, fmt: str, doc=None) -> str:

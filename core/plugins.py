@@ -27,8 +27,8 @@ DEFAULT_PLUGINS = {CORE_PLUGIN: "zlf.defaults", "core.commands": "zlf.commands"}
 
 
 def exclusive_hooks(pm) -> dict:
-    """``{hook: option that picks a provider ("" for none)}`` of every hookspec marked
-    exclusive (:func:`zlf.hookspecs._exclusive`)."""
+    """``{hook: its hookspecs.Exclusive}`` of every hookspec marked exclusive
+    (:func:`zlf.hookspecs._exclusive`)."""
     found = {}
     for name, caller in vars(pm.hook).items():
         spec = getattr(caller, "spec", None)
@@ -167,9 +167,9 @@ def build_plugin_manager(selection: Selection, extra_plugins=(), tolerant: bool 
 
 
 class Hooks:
-    """The one place core calls hooks, keyword arguments only: :meth:`call` calls any hook,
-    choosing the one provider of an exclusive hook; ``hooks.NAME(...)`` is the same call
-    (positional arguments in the hookspec's order). Only hooks core adds to have methods."""
+    """The one place core calls hooks, keyword arguments only, one typed method per hook core
+    calls (``hooks.before_run(run=run)`` reads as ``pm.hook.before_run(run=run)`` does); the
+    one provider of an exclusive hook is chosen here (:meth:`caller`)."""
 
     def __init__(self, pm: pluggy.PluginManager, infos=(), preferred: Optional[dict] = None):
         self.pm = pm
@@ -181,22 +181,20 @@ class Hooks:
         #: the extensions' declared options (:class:`zlf.config.OptionSet`), known once ``add_options`` ran
         self.option_sets: tuple = ()
 
-    def call(self, hook: str, **kwargs):
-        """Call ``hook``: its only provider when the spec is exclusive, else every implementation."""
-        caller = self._caller(hook) if hook in self._exclusive else getattr(self.pm.hook, hook)
-        return caller(**kwargs)
+    def choose(self, option: str, name: Optional[str]) -> None:
+        """``option`` (:data:`zlf.hookspecs.TIMER`) picks provider ``name`` of every exclusive
+        hook it chooses; None: no choice (a second provider is an error)."""
+        for hook, mark in self._exclusive.items():
+            if mark.chosen_by == option:
+                if name:
+                    self._preferred[hook] = name
+                else:
+                    self._preferred.pop(hook, None)
+                self._callers.pop(hook, None)
 
-    def __getattr__(self, hook: str):
-        spec = getattr(getattr(self.__dict__.get("pm"), "hook", None), hook, None)
-        if hook.startswith("_") or getattr(spec, "spec", None) is None:
-            raise AttributeError(hook)
-        argnames = spec.spec.argnames
-
-        def call(*args, **kwargs):
-            return self.call(hook, **dict(zip(argnames, args)), **kwargs)
-
-        call.__name__ = hook
-        return call
+    def caller(self, name: str):
+        """The caller of hook ``name``: its only provider when the spec is exclusive."""
+        return self._caller(name) if name in self._exclusive else getattr(self.pm.hook, name)
 
     def check_exclusive(self) -> None:
         """Raise now if two extensions race for an exclusive hook. Commands that start runs call
@@ -221,18 +219,17 @@ class Hooks:
 
     def _exclusive_caller(self, hook: str, preferred: Optional[str]):
         providers = self._providers(hook)
-        option = self._exclusive.get(hook, "")
+        mark = self._exclusive[hook]
+        option = mark.chosen_by
         if preferred and preferred not in providers and preferred != CORE_PLUGIN and option:
             # the option picks between several hooks (--timer: a time_fn or a kernel timer)
-            others = {h: self._providers(h) for h, o in self._exclusive.items() if o == option}
+            others = {h: self._providers(h) for h, m in self._exclusive.items() if m.chosen_by == option}
             if not any(preferred in p for p in others.values()):
                 listing = "; ".join(f"{h}: {', '.join(p) or 'none'}" for h, p in others.items())
                 raise UsageError(f"no active extension named {preferred!r} implements a timer ({listing})")
-            if hook == "time_fn":
-                # --timer names a kernel-activity timer: core's time_fn times every point with it
-                preferred = CORE_PLUGIN
-            else:
-                preferred = None  # --timer names a time_fn; the kernel timer is chosen as usual
+            # --timer names another hook's provider: core's own (time_fn: core's timer times every
+            # point with the chosen kernel timer), or the usual choice (kernel_timer)
+            preferred = CORE_PLUGIN if mark.core_when_other else None
         if preferred:
             if preferred not in providers and preferred != CORE_PLUGIN:
                 raise UsageError(f"no active extension named {preferred!r} implements {hook}; providers: {', '.join(providers) or 'none'}")
@@ -250,46 +247,93 @@ class Hooks:
         """Whether any plugin other than core's own implements ``hook``."""
         return bool(self._providers(hook))
 
-    def add_options(self, parser, command: str = "run"):
-        """Every extension's options that apply to ``command`` on ``parser``; remembers them as
-        typed option sets (over every command built so far) and returns the arguments added."""
-        from .config import declare, merged_option_sets, option_sets_of
+    # ------------------------------------------------------------------ the command line
+    def add_commands(self, subparsers) -> None:
+        self.pm.hook.add_commands(subparsers=subparsers)
 
-        declared = declare(self.pm, parser, command)
+    def add_options(self, parser, command: str = "run", traits=None):
+        """Every extension's options that apply to a command that does ``traits`` (None: what
+        ``zlf run`` does) on ``parser``; remembers them as typed option sets (over every command
+        built so far) and returns the arguments added."""
+        from .config import declare, merged_option_sets, option_sets_of
+        from .options import RUN_TRAITS
+
+        declared = declare(self.pm, parser, command, RUN_TRAITS if traits is None else traits)
         self.option_sets = merged_option_sets(self.option_sets, option_sets_of(declared))
         return [action for _, added in declared for action, _ in added]
 
-    # hooks whose results core combines or completes
+    def add_campaign_options(self, parser) -> None:
+        self.pm.hook.add_campaign_options(parser=parser)
+
+    def configure(self, session) -> None:
+        self.pm.hook.configure(session=session)
+
+    # ------------------------------------------------------------------ backends and ops
     def register_backends(self) -> list:
-        return [b for group in self.call("register_backends") for b in (group or ())]
+        return [b for group in self.pm.hook.register_backends() for b in (group or ())]
+
+    def resolve_ops(self, spec, session):
+        return self.pm.hook.resolve_ops(spec=spec, session=session)
+
+    def op_shapes(self, op, shapes, session):
+        return self.caller("op_shapes")(op=op, shapes=shapes, session=session)
 
     def env_prefixes(self) -> tuple:
         """Every active plugin's environment prefixes, core's included, once each."""
-        return tuple(dict.fromkeys(p for group in self.call("env_prefixes") for p in (group or ())))
+        return tuple(dict.fromkeys(p for group in self.pm.hook.env_prefixes() for p in (group or ())))
+
+    # ------------------------------------------------------------------ run lifecycle
+    def before_run(self, run) -> None:
+        self.pm.hook.before_run(run=run)
+
+    def before_point(self, run, point) -> None:
+        self.pm.hook.before_point(run=run, point=point)
+
+    def after_point(self, run, point, record) -> None:
+        self.pm.hook.after_point(run=run, point=point, record=record)
+
+    def after_run(self, run, results) -> None:
+        self.pm.hook.after_run(run=run, results=results)
 
     def kernel_timer(self, backend, options):
         """The kernel-activity timer offered for ``backend`` (asked once per backend), or None."""
         if backend not in self._kernel_timers:
-            self._kernel_timers[backend] = self.call("kernel_timer", backend=backend, options=options)
+            self._kernel_timers[backend] = self.caller("kernel_timer")(backend=backend, options=options)
         return self._kernel_timers[backend]
 
     def time_fn(self, fn, point, backend, options, op=None, inputs=None, call_on=None):
         """Time ``fn`` with the chosen timer, offering it the backend's kernel timer."""
         # --timer core: core's event timer, whatever kernel timer is on offer
         kernel = None if self._preferred.get("time_fn") == CORE_PLUGIN else self.kernel_timer(backend, options)
-        return self.call("time_fn", fn=fn, point=point, backend=backend, options=options, op=op, inputs=inputs,
-                         kernel_timer=kernel, call_on=call_on)
+        return self.caller("time_fn")(fn=fn, point=point, backend=backend, options=options, op=op, inputs=inputs,
+                                     kernel_timer=kernel, call_on=call_on)
 
-    # campaigns: hooks whose answers core gathers into one list
+    # ------------------------------------------------------------------ campaigns
+    def campaign_setup(self, plan, options, session) -> None:
+        self.pm.hook.campaign_setup(plan=plan, options=options, session=session)
+
+    def after_campaign(self, campaign, results, options, session) -> None:
+        self.pm.hook.after_campaign(campaign=campaign, results=results, options=options, session=session)
+
     def campaign_run_needs(self, campaign, op, round, side) -> list:
-        return [n for group in self.call("campaign_run_needs", campaign=campaign, op=op, round=round, side=side)
+        return [n for group in self.pm.hook.campaign_run_needs(campaign=campaign, op=op, round=round, side=side)
                 for n in (group or ())]
 
     def campaign_context(self, data) -> list:
-        return [line for group in self.call("campaign_context", data=data) for line in (group or ())]
+        return [line for group in self.pm.hook.campaign_context(data=data) for line in (group or ())]
 
     def campaign_guards(self, campaign, ops) -> list:
-        return [line for group in self.call("campaign_guards", campaign=campaign, ops=ops) for line in (group or ())]
+        return [line for group in self.pm.hook.campaign_guards(campaign=campaign, ops=ops) for line in (group or ())]
 
     def campaign_split_item(self, item, dest, shapes, link) -> bool:
-        return bool(self.call("campaign_split_item", item=item, dest=dest, shapes=shapes, link=link))
+        return bool(self.pm.hook.campaign_split_item(item=item, dest=dest, shapes=shapes, link=link))
+
+    def ir_status(self, a_dir, b_dir):
+        return self.pm.hook.ir_status(a_dir=a_dir, b_dir=b_dir)
+
+    # ------------------------------------------------------------------ the compiler
+    def on_compile(self, event) -> None:
+        self.pm.hook.on_compile(event=event)
+
+    def on_launch(self, event) -> None:
+        self.pm.hook.on_launch(event=event)

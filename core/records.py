@@ -26,8 +26,9 @@ def is_jsonable(value) -> bool:
         return False
 
 
-#: parser defaults that wire a command (its handler, which options it takes), not options.
-COMMAND_WIRING = ("handler", "run_options", "campaign_options", "measures_points", "forwards_run_options", "config_file")
+#: parser defaults that wire a command, not options: its handler and what it does
+#: (:class:`zlf.options.CommandTraits`). The one list: ``zlf.config.NOT_SETTINGS`` adds ``config``.
+COMMAND_WIRING = ("handler", "traits")
 
 
 def jsonable_options(options) -> dict:

@@ -34,7 +34,9 @@ def configure_parser(parser) -> None:
     parser.add_argument("--out", metavar="PATH",
                         help="where the page goes: a folder (the page is named as by default) or FILE.md; "
                              "the PNG goes next to it (default: RUN_DIR/report.md, or B_DIR/report_vs_<A name>.md)")
-    parser.add_argument("--threshold", type=float, metavar="PCT", help="as in zlf compare")
+    from .compare import THRESHOLD
+
+    parser.add_argument("--threshold", type=THRESHOLD, metavar="PCT", help="as in zlf compare")
     parser.add_argument("--allow-mixed-timers", action="store_true", help="as in zlf compare")
     parser.epilog = (
         "examples:\n"

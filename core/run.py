@@ -15,7 +15,7 @@ import attrs
 from . import __version__
 from .console import Progress, clean_lines
 from .errors import one_line as _one_line
-from .ops import check_output, outside, poison
+from .ops import check_output, outside, point_inputs, poison
 from .procs import EXIT_HUNG, PointTimeLimit, PointWatch, stop_word
 from .redact import redact_text, safe_environment
 from .records import STATUS_FAILED, STATUS_OK, STATUS_OOM, PointRecord, jsonable_options
@@ -284,12 +284,12 @@ def _rate(amount_fn, point, median_ms, scale) -> Optional[float]:
 
 def run_point(run: Run, planned) -> PointRecord:
     op, point = planned.op, planned.point
-    backend, hooks = run.backend, run.hooks
+    backend = run.backend
     status, error, timing, max_err, clock, unchecked = STATUS_OK, None, None, None, None, None
     try:
         with run.watch(point):
             run.begin_point(point, op)
-            inputs = hooks.make_inputs(op, point, backend)
+            inputs = point_inputs(op, point, backend)
             run.current_inputs = inputs
             poison(inputs, op.outputs)
             with run.launch_window(point):

@@ -12,7 +12,9 @@ import attrs
 from .config import RunConfig
 from .errors import UsageError
 from .ops import Op
-from .plugins import Hooks, Selection, build_plugin_manager, exclusive_hooks
+from .hookspecs import TIMER
+from .options import CommandTraits
+from .plugins import Hooks, Selection, build_plugin_manager
 from .records import Point
 
 
@@ -92,24 +94,31 @@ class Session:
     def config(self) -> RunConfig:
         """The run's :class:`~zlf.config.RunConfig` (read from ``options`` unless one was set)."""
         if self._config is None:
-            self._config = RunConfig.from_args(self._options)
+            self.config = RunConfig.from_args(self._options)
         return self._config
 
     @config.setter
     def config(self, value: RunConfig) -> None:
         self._config = value
+        # --timer picks the provider of every exclusive hook it chooses (time_fn, kernel_timer)
+        self.hooks.choose(TIMER, value.timing.timer)
+
+    @property
+    def traits(self) -> CommandTraits:
+        """What the command of this invocation does (:class:`~zlf.options.CommandTraits`); a child
+        process opened from a config (:meth:`open`) runs no command of its own: no traits."""
+        return getattr(self._options, "traits", None) or CommandTraits()
 
     @classmethod
     def create(cls, options, extra_plugins=(), tolerant: bool = False) -> "Session":
-        """A session whose extensions are the ones ``options`` (a namespace or a RunConfig) select."""
-        config = options if isinstance(options, RunConfig) else RunConfig.from_args(options)
-        selection = Selection.from_args(config.ext, config.no_ext)
+        """A session whose extensions are the ones ``options`` select: a namespace's ``ext`` /
+        ``no_ext``, or a RunConfig (then it is the session's config)."""
+        selection = Selection.from_args(getattr(options, "ext", None), getattr(options, "no_ext", None))
         pm, infos = build_plugin_manager(selection, extra_plugins=extra_plugins, tolerant=tolerant)
-        timer = config.timing.timer
-        # --timer picks the provider of every exclusive hook chosen by it (time_fn, kernel_timer)
-        preferred = {hook: timer for hook, option in exclusive_hooks(pm).items() if option == "--timer"}
-        session = cls(config.namespace() if options is config else options, Hooks(pm, infos, preferred if timer else None))
-        session.config = config
+        config = options if isinstance(options, RunConfig) else None
+        session = cls(config.namespace() if config is not None else options, Hooks(pm, infos))
+        if config is not None:
+            session.config = config
         return session
 
     @classmethod
@@ -117,7 +126,7 @@ class Session:
         """A configured session for ``config`` (a child process's start: a probe, a task worker);
         the backend is chosen next with ``choose_backend(config.backend, config.device)``."""
         session = cls.create(config, extra_plugins=extra_plugins)
-        session.hooks.configure(session)
+        session.hooks.configure(session=session)
         return session
 
     # ------------------------------------------------------------------ backend

@@ -26,13 +26,24 @@ first, then each command.
 
 ## One spelling per concept
 
-| concept | spelling (every command that has it) | older spelling, still accepted for a release (hidden from `--help`) |
+A word means one thing on every command. An older spelling is accepted for a release, hidden
+from `--help`, and prints one line when used (`zlf: note: --json is deprecated: use --format
+json`); a prefix of a flag is never expanded (`--warmup` is not `--warmup-ms`).
+
+| concept | spelling (every command that has it) | older spelling (deprecated: a one-line note) |
 |---|---|---|
+| the ops to run | OP arguments: `run`, `ab`, `ops`, `sweep` | `--ops A,B` (`sweep`) |
 | dtypes of the points | `--dtype D` (repeatable or comma-separated): `run`, `ab`, `ops`; FlagGems ops follow it | `--dtypes D` (FlagGems' `--dtypes`) |
+| seed of the points' inputs | `--seed N` (seed extension): `run`, `ab`, `task` | |
+| seed of a random choice of ops | `--sample-seed S`: `sweep` | `--seed S` (`sweep`) |
+| time units | `--warmup-ms`, `--rep-ms` are milliseconds; `--warmup-calls`, `--iters` are calls (`task`); `--time-limit` and `--*-time-limit` are seconds | `--warmup N` (`task`, calls) |
+| FlagGems' run options | `--flaggems-max-shapes N`, `--flaggems-compile-time-limit SEC`: `run`, `ab`, `sweep` | `--max-shapes`, `--compile-time-limit` (`sweep`) |
 | CI gate on slower points | `--fail-if-slower [PCT]` (PCT default 0): `compare`, `ab` | `--fail-on-slower` (`ab`) |
-| label of the directory a command creates | `--name LABEL`: `run`, `task`, `ab`, `ir` | `--label LABEL` (`ab`) |
-| output format of a summary | `--format table\\|markdown\\|csv\\|json`: `run`, `task`, `compare`, `ab`, `ops` | `--json` (`run`, `task`) |
-| where output goes | `--out`: the folder that receives what the command creates (a run or campaign directory under it: `run`, `task`, `ab`, `ir`; `profile/` under it: `profile`); `report --out` takes a folder or `FILE.md`; `ir-diff --out DIR` is the diff folder itself | |
+| label of the directory a command creates | `--name LABEL`: `run`, `task`, `ab`, `ir`, `sweep` | `--label LABEL` (`ab`) |
+| output format | `--format table\\|markdown\\|csv\\|json`: `run`, `task`, `compare`, `ab`, `ops`, `plugins`, `calibrate`, `sweep` | `--json` |
+| where output goes | `--out`: the folder that receives what the command creates, default `runs/` (a run, campaign or sweep directory under it: `run`, `task`, `ab`, `ir`, `sweep`; `profile/` under it: `profile`; `triage/` under it, default the campaign: `triage`); `report --out` takes a folder or `FILE.md`; `ir-diff --out DIR` is the diff folder itself (default `runs/ir-diff_<timestamp>`) | |
+| a change of B against A | `delta_pct` = (B − A) / A, positive is slower: `compare`, `ab`, `report`, `triage`; `zlf task` reports `speedup` = baseline / candidate, above 1 is faster | |
+| numbers | every numeric flag takes a finite number in its range (`nan`, `inf`, `1e300` s are refused in one line, exit 2) | |
 
 Verdicts of B against A are the same words in `zlf compare` and `zlf ab`, in every format:
 `FASTER`, `SLOWER`, `SAME` (and `UNSURE`, `zlf ab` only: the interval is neither inside nor
@@ -44,8 +55,10 @@ Fields carry the names of results.jsonl in every format: `median_ms`, `gbps`, `t
 
 Extensions are named by their entry point (`--ext task`), installed by their distribution
 (`pip install zlf-taskpkg`); `zlf plugins` shows both. An extension's options appear only on the
-commands they affect (`add_options(parser, command)`); `zlf ab` accepts every run option of the
-active extensions and names them in one paragraph of its help.
+commands they apply to: each extension asks what a command does (`add_options(parser, command,
+traits)`, `zlf.CommandTraits`: times points, makes inputs, plans shapes, forwards run options),
+never its name; `zlf ab` accepts every run option of the active extensions and names them in one
+paragraph of its help.
 
 ## Shell completion
 

@@ -359,18 +359,18 @@ def test_cache_dir_precedence(monkeypatch, tmp_path):
 
 
 def test_calibrate_on_cpu_stores_ceilings_keyed_by_device(tmp_path):
-    none = zlf("calibrate", "--json", cwd=tmp_path)
+    none = zlf("calibrate", "--show", cwd=tmp_path)
     assert none.returncode == 2 and "no stored ceilings for" in none.stderr and "run `zlf calibrate` first" in none.stderr
     proc = zlf("calibrate", "--copy-mib", "8", "--matmul-n", "128", "--reps", "3", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     stored = Path(proc.stdout.split("saved: ")[1].strip())
     before = stored.read_bytes()
-    shown = zlf("calibrate", "--json", cwd=tmp_path)
+    shown = zlf("calibrate", "--show", "--format", "json", cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
     doc = json.loads(shown.stdout)
     assert doc["backend"] == "cpu" and doc["bandwidth_GB_s"] > 0 and doc["tflops"]["float32"] > 0
     assert Path(doc["path"]) == stored and stored.parent == tmp_path / "cache" / "ceilings" and doc["device_name"]
-    # --json prints what is stored, as its help says: no new measurement, nothing overwritten
+    # --show prints what is stored, as its help says: no new measurement, nothing overwritten
     assert json.loads(before)["bandwidth_GB_s"] == doc["bandwidth_GB_s"] and stored.read_bytes() == before
 
 

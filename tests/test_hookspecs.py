@@ -13,7 +13,7 @@ HOOKS = [
 
 def test_the_mandatory_hooks_exist():
     names = {name for name, _ in HOOKS}
-    assert {"before_run", "make_inputs", "time_fn", "on_compile", "on_launch", "after_run"} <= names
+    assert {"before_run", "time_fn", "on_compile", "on_launch", "after_run"} <= names
 
 
 @pytest.mark.parametrize("name,fn", HOOKS, ids=[n for n, _ in HOOKS])
@@ -37,7 +37,20 @@ def test_exclusivity_is_read_from_the_hookspecs():
     from zlf.plugins import Selection, build_plugin_manager, exclusive_hooks
 
     pm, _ = build_plugin_manager(Selection(only=()))
-    assert exclusive_hooks(pm) == {"time_fn": "--timer", "kernel_timer": "--timer", "make_inputs": "", "op_shapes": ""}
+    assert exclusive_hooks(pm) == {"time_fn": hookspecs.Exclusive(hookspecs.TIMER, core_when_other=True),
+                                   "kernel_timer": hookspecs.Exclusive(hookspecs.TIMER),
+                                   "op_shapes": hookspecs.Exclusive()}
+
+
+def test_every_hook_core_calls_has_a_typed_method_on_the_facade():
+    """A reader follows ``hooks.NAME(...)`` to the hookspec of the same name: no generic
+    ``call("name")`` or ``__getattr__`` in between."""
+    from zlf.plugins import Hooks
+
+    for name, _ in HOOKS:
+        method = getattr(Hooks, name, None)
+        assert callable(method), f"Hooks has no method for hook {name}"
+    assert not hasattr(Hooks, "__getattr__") and not hasattr(Hooks, "call")
 
 
 def test_a_hookspec_marked_exclusive_gets_one_provider():
@@ -57,9 +70,19 @@ def test_a_hookspec_marked_exclusive_gets_one_provider():
     pm = pluggy.PluginManager(hookspecs.NAME)
     pm.add_hookspecs(types.SimpleNamespace(pick_colour=pick_colour))
     pm.register(type("One", (), {"pick_colour": staticmethod(hookimpl(lambda point: "red"))})(), name="one")
-    assert Hooks(pm).call("pick_colour", point=1) == "red"
-    assert Hooks(pm).pick_colour(1) == "red"  # positional: the hookspec's argument order
+    assert Hooks(pm).caller("pick_colour")(point=1) == "red"
     pm.register(type("Two", (), {"pick_colour": staticmethod(hookimpl(lambda point: "blue"))})(), name="two")
     with pytest.raises(ExtensionError, match="two active extensions implement pick_colour"):
-        Hooks(pm).call("pick_colour", point=1)
-    assert Hooks(pm, preferred={"pick_colour": "two"}).call("pick_colour", point=1) == "blue"
+        Hooks(pm).caller("pick_colour")(point=1)
+    assert Hooks(pm, preferred={"pick_colour": "two"}).caller("pick_colour")(point=1) == "blue"
+
+
+def test_the_readme_names_every_hook_and_no_other():
+    """The README's list of hooks is the hookspecs' list (it once named 18 of 24)."""
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme.split("## Extensions", 1)[1].split("\n|", 1)[0]
+    named = set(re.findall(r"`([a-z_]+)`", section)) - {"zlf"}
+    assert named == {name for name, _ in HOOKS}

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from zlf import Backend, hookimpl
+from zlf import Backend, CommandTraits, hookimpl
 from zlf.cli import main
 from zlf.errors import UsageError
 from zlf.plugins import DEFAULT_PLUGINS, Selection, build_plugin_manager
@@ -22,7 +22,8 @@ class Greeter:
     def add_commands(self, subparsers):
         p = subparsers.add_parser("greet", help="say hello from an extension")
         p.add_argument("--ext", action="append")
-        p.set_defaults(handler=lambda args, session: print(f"hello {args.greeting}") or 0, run_options=True)
+        p.set_defaults(handler=lambda args, session: print(f"hello {args.greeting}") or 0,
+                       traits=CommandTraits(times_points=True))
         q = subparsers.add_parser("wave", help="a command that starts no run")
         q.add_argument("--ext", action="append")
         q.set_defaults(handler=lambda args, session: 0)
@@ -50,13 +51,14 @@ def test_command_of_a_plugin_appears_in_help_and_takes_run_options(monkeypatch, 
 
     assert main(["greet", "--greeting", "zlf"], extra_plugins=[("greeter", Greeter())]) == 0
     assert capsys.readouterr().out == "hello zlf\n"
-    # run_options=True is what gave greet the run options; wave starts no run and has none
+    # its traits (it times points) gave greet the run options; wave starts no run and has none
     with pytest.raises(SystemExit) as exit_:
         main(["wave", "--greeting", "zlf"], extra_plugins=[("greeter", Greeter())])
     assert exit_.value.code == 2 and "--greeting" in capsys.readouterr().err
     # and core's own run command declares it the same way
-    assert main(["run", "--greeting", "x", "--rep-ms", "-1"], extra_plugins=[("greeter", Greeter())]) == 2
-    assert "--rep-ms -1: expected a positive" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
+        main(["run", "--greeting", "x", "--rep-ms", "-1"], extra_plugins=[("greeter", Greeter())])
+    assert exit_.value.code == 2 and "--rep-ms -1: expected a positive" in capsys.readouterr().err
 
 
 class MyRuntime:

@@ -486,7 +486,7 @@ def test_ab_escapes_control_characters_from_its_runs(aa_campaign, tmp_path):
 
 # ----------------------------------------------------------------------------- 14 arguments
 BAD_ARGUMENTS = [
-    (["ab", "add", "--aa", "--rounds", "0", "--dry-run"], "--rounds must be at least 1"),
+    (["ab", "add", "--aa", "--rounds", "0", "--dry-run"], "--rounds 0: expected a whole number of rounds from 1"),
     (["ab", "add", "--aa", "--dtype", ",", "--dry-run"], "--dtype ','"),
     (["ab", "add", "--aa", "--rep-ms", "-1", "--dry-run"], "--rep-ms -1"),
     (["ab", "add", "--aa", "--warmup-ms", "-1", "--dry-run"], "--warmup-ms -1"),

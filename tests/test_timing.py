@@ -181,7 +181,7 @@ def test_no_copies_with_warm_l2_an_unknown_call_or_one_set(budget, call_on, flus
 
 
 def test_input_copies_below_one_is_a_usage_error():
-    with pytest.raises(UsageError, match="--input-copies 0: expected 1"):
+    with pytest.raises(UsageError, match="--input-copies 0: expected a whole number from 1"):
         TimingBudget(input_copies=0).check()
 
 

@@ -13,8 +13,8 @@ import importlib
 
 _EXPORTS = {
     "cli": ("EPILOG", "add_example", "configure_parser", "main", "scale_options", "DEFAULT_ROUNDS", "DEFAULT_FIRST_LOOK",
-            "DEFAULT_MAX_ROUNDS", "UNITS", "_new_campaign", "_print_dry_run", "_scaled", "_preflight", "upgrade"),
-    "sides": ("build_sides", "side_configs", "selection", "run_pass_through", "CAMPAIGN_OWN"),
+            "DEFAULT_MAX_ROUNDS", "UNITS", "TRAITS", "upgrade"),
+    "sides": ("build_sides", "side_configs", "selection", "CAMPAIGN_OWN"),
     "campaign": ("Campaign", "OpSpec", "Side", "SIGNED", "file_identity", "identity_change", "key_path",
                  "signing_key"),
     "layout": ("CAMPAIGN", "SUMMARY_LOG", "SUMMARY_JSON", "REPORT", "PLOT", "SHARED", "PER_OP", "SHARED_PROCESS",

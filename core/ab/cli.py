@@ -16,7 +16,9 @@ import sys
 from .. import metrics, output, stats
 from ..console import warn
 from ..errors import UsageError
+from ..compare import GATE
 from ..executors import add_scale_arguments, make_executor, parse_gpus, pin_variable
+from ..options import SECONDS, CommandTraits, Number, deprecated, env_name
 from ..procs import stop_code, stop_word
 from ..redact import REDACTED
 from ..rundir import safe_name
@@ -28,7 +30,7 @@ from .extending import CampaignPlan
 from .guards import busy_backend, campaign_guards, switch_guard, switch_guard_messages
 from .layout import (CONFIGS, C_COMPLETE, C_INTERRUPTED, C_RUNNING, PENDING, PER_OP, RUNNING, SHARED, SHARED_PROCESS,
                      SUMMARY_LOG, now)
-from .sides import CAMPAIGN_OWN, build_sides, run_pass_through, side_configs
+from .sides import CAMPAIGN_OWN, build_sides, side_configs
 
 EPILOG = """\
 examples:
@@ -64,34 +66,42 @@ _DEFAULTS = stats.Settings()
 UNITS = ("pair", "op")
 
 
+#: what zlf ab does: its runs time points, make inputs and plan shapes, in zlf run processes it
+#: hands its run options to; and it runs campaigns
+TRAITS = CommandTraits(times_points=True, makes_inputs=True, plans_shapes=True, forwards_run_options=True,
+                       runs_campaigns=True)
+#: --rounds and --max-rounds
+ROUNDS = Number(int, 1, 1000, unit="rounds")
+#: --min-effect: a percentage strictly between 0 and 100
+EFFECT = Number(float, 0, 100, low_open=True, high_open=True, unit="percent")
+
+
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.epilog = EPILOG
-    # extensions see that this command hands its run options on to zlf run processes
-    parser.set_defaults(forwards_run_options=True)
     parser.add_argument("ops", nargs="*", metavar="OP",
                         help="op, OP:OP_FILE, FILE.py[::NAME], or an extension's spelling such as OP:WORD::NAME (default: the built-in suite add softmax matmul)")
     s = parser.add_argument_group("sides (combinable; B is the change, A the baseline)")
-    s.add_argument("--switch", metavar="NAME", help="environment variable set to 0 on A and 1 on B")
+    s.add_argument("--switch", type=env_name, metavar="NAME", help="environment variable set to 0 on A and 1 on B")
     s.add_argument("--a-env", action="append", default=[], metavar="K=V", help="extra environment of side A (repeatable)")
     s.add_argument("--b-env", action="append", default=[], metavar="K=V", help="extra environment of side B (repeatable)")
     s.add_argument("--a-python", metavar="PATH", help="interpreter of side A (a compiler build with zlf installed)")
     s.add_argument("--b-python", metavar="PATH", help="interpreter of side B")
     s.add_argument("--aa", action="store_true", help="A/A calibration: B is a copy of A; measures the noise floor")
     r = parser.add_argument_group("rounds")
-    r.add_argument("--rounds", type=int, metavar="N",
+    r.add_argument("--rounds", type=ROUNDS, metavar="N",
                    help=f"rounds of A+B runs (default {DEFAULT_ROUNDS}; with --until-confident the first look, default {DEFAULT_FIRST_LOOK})")
     r.add_argument("--until-confident", action="store_true",
                    help="look after every round; a decided point keeps its verdict and only ops with an undecided "
                         "point get another round, up to --max-rounds (O'Brien-Fleming alpha spending keeps the error rate)")
-    r.add_argument("--max-rounds", type=int, default=DEFAULT_MAX_ROUNDS, metavar="M",
+    r.add_argument("--max-rounds", type=ROUNDS, default=DEFAULT_MAX_ROUNDS, metavar="M",
                    help=f"upper bound of --until-confident (default {DEFAULT_MAX_ROUNDS})")
     st = parser.add_argument_group("statistics (docs/ab.md)")
-    st.add_argument("--alpha", type=float, default=_DEFAULTS.alpha, metavar="A",
+    st.add_argument("--alpha", type=Number(float, 0, 1, low_open=True, high_open=True), default=_DEFAULTS.alpha, metavar="A",
                     help="chance of any wrong verdict in the whole campaign (default 0.05)")
-    st.add_argument("--min-effect", type=float, default=_DEFAULTS.min_effect_pct, metavar="PCT",
+    st.add_argument("--min-effect", type=EFFECT, default=_DEFAULTS.min_effect_pct, metavar="PCT",
                     help="the effect threshold delta, percent (default 1): SLOWER/FASTER need the whole interval "
                          "beyond +-delta, SAME inside it")
-    st.add_argument("--margin", type=float, default=None, dest="margin", help=argparse.SUPPRESS)  # deprecated alias of --min-effect
+    deprecated(st, "--margin", "--min-effect", type=EFFECT, default=None, dest="margin")
     st.add_argument("--pairing", choices=stats.PAIRINGS, default=stats.AUTO,
                     help="paired per-round deltas or unpaired sides (default auto: chosen from the data's variances)")
     st.add_argument("--noise-from", metavar="DIR",
@@ -103,29 +113,25 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--switch-source", action="append", metavar="PATH",
                    help="where the switch must be referenced (repeatable; default: each side's triton package and the op sources)")
     g.add_argument("--require-idle", action="store_true", help="refuse to start a run while the device is busy or throttled")
-    g.add_argument("--idle-wait", type=float, default=60.0, metavar="S",
+    g.add_argument("--idle-wait", type=Number(float, 0, SECONDS, unit="seconds"), default=60.0, metavar="S",
                    help="with --require-idle: how long to wait for an idle device before stopping (default 60)")
     o = parser.add_argument_group("output")
     o.add_argument("--out", default="runs", metavar="PARENT", help="parent of the campaign directory (default: runs/)")
     o.add_argument("--name", dest="label", metavar="LABEL",
                    help="campaign directory label (default: the switch, 'aa' or 'ab')")
-    o.add_argument("--label", dest="label", help=argparse.SUPPRESS)  # the old spelling of --name
+    deprecated(o, "--label", "--name", dest="label")
     o.add_argument("--resume", metavar="DIR", help="complete an interrupted campaign (its own options are used)")
     o.add_argument("--triton-cache", metavar="DIR",
                    help="parent of the per-side Triton caches, to reuse them across campaigns (default: inside the campaign)")
     o.add_argument("--process-per-op", action="store_true",
                    help="one zlf run process per op, round and side (default: one per round and side for all ops; "
                         "an op that fails there is re-run alone)")
-    o.add_argument("--fail-if-slower", type=float, nargs="?", const=0.0, metavar="PCT",
+    o.add_argument("--fail-if-slower", type=GATE, nargs="?", const=0.0, metavar="PCT",
                    help="exit 1 when a point is SLOWER and its delta is more than PCT percent (default 0)")
-    o.add_argument("--fail-on-slower", dest="fail_if_slower", action="store_const", const=0.0,
-                   help=argparse.SUPPRESS)  # the old spelling of --fail-if-slower
+    deprecated(o, "--fail-on-slower", "--fail-if-slower", dest="fail_if_slower", action="store_const", const=0.0)
     output.add_format_argument(o)
     o.add_argument("--dry-run", action="store_true", help="print the sides, the runs and the guards; run nothing")
-    run_pass_through(parser)
-    parser.add_argument("--time-limit", type=float, metavar="SEC",
-                        help="every zlf run's per-point limit (an extension's ops may take it as their own limit)")
-    add_scale_arguments(parser)
+    add_scale_arguments(parser)  # core's run options, passed to every run, come from zlf.options.add_run_options
     parser.add_argument("--unit", choices=UNITS, default=None,
                         help="work unit with --gpus / --executor: a round pair (default) or a whole op")
 
@@ -185,17 +191,10 @@ def _check_ops(ops) -> None:
 def _statistics(args) -> dict:
     """campaign.json's ``statistics``: the rule's knobs and the rounds, checked."""
     first = args.rounds if args.rounds is not None else (DEFAULT_FIRST_LOOK if args.until_confident else DEFAULT_ROUNDS)
-    if first < 1:
-        raise UsageError("--rounds must be at least 1")
     if args.until_confident and args.max_rounds < first:
         raise UsageError(f"--max-rounds {args.max_rounds} is below the first look ({first} rounds)")
-    if not 0 < args.alpha < 1:
-        raise UsageError("--alpha must be between 0 and 1")
-    if args.margin is not None:
-        warn("--margin is deprecated: one threshold now serves SAME and both directions; using it as --min-effect")
+    if args.margin is not None:  # the deprecated spelling (one threshold serves SAME and both directions)
         args.min_effect = args.margin
-    if not 0 < args.min_effect < 100:
-        raise UsageError("--min-effect must be a percentage between 0 and 100")
     if first < stats.MIN_ROUNDS:
         warn(f"!!! {first} round(s): fewer than {stats.MIN_ROUNDS} rounds give no verdict (every point UNSURE or "
              f"without an interval); use --rounds {stats.MIN_ROUNDS} or more")
@@ -290,10 +289,7 @@ def _print_dry_run(data, a, b, ops, guard, configs) -> None:
 def main(args, session) -> int:
     if args.resume:
         campaign = _resume(args, session)
-    else:
-        from ..cli import check_run_options
-
-        check_run_options(args)
+    else:  # its run settings were checked by the command line (RunConfig.check)
         campaign = _new_campaign(args, session)
         if campaign is None:
             return 0

@@ -9,20 +9,9 @@ import os
 from ..config import RunConfig, owned_options
 from ..console import warn
 from ..errors import UsageError
-from ..options import add_timing_arguments
+from ..options import env_name
 from ..redact import credential_in
 from .campaign import Side
-
-
-def run_pass_through(parser: argparse.ArgumentParser) -> None:
-    """Core run options every run of the campaign gets (the same names as ``zlf run``)."""
-    g = parser.add_argument_group("passed to every zlf run")
-    g.add_argument("--dtype", action="append", metavar="D", help="dtype(s) instead of each op's defaults")
-    g.add_argument("--dtypes", dest="dtype", action="append", help=argparse.SUPPRESS)  # FlagGems' spelling
-    g.add_argument("--backend", metavar="NAME", help="cpu, cuda, or an extension's backend")
-    g.add_argument("--device", type=int, default=0, metavar="N", help="device index (default 0)")
-    add_timing_arguments(g, helps={"timer": "which extension's time_fn to use", "warmup_ms": "warm-up budget per point",
-                                   "rep_ms": "measurement budget per point", "flush_l2": "flush L2 before every sample"})
 
 
 def _parse_env(items, flag) -> dict:
@@ -31,6 +20,10 @@ def _parse_env(items, flag) -> dict:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise UsageError(f"{flag} {item!r}: expected K=V")
+        try:
+            env_name(key)
+        except argparse.ArgumentTypeError as exc:
+            raise UsageError(f"{flag} {exc}") from None
         why = credential_in(key, value)
         if why:  # campaign.json and the report are for sharing; runs inherit the environment anyway
             raise UsageError(f"{flag} {key}=...: {why}, and campaign.json would keep it: "
@@ -94,9 +87,7 @@ def side_configs(args, hooks, plan, sides) -> dict:
     config = RunConfig.from_args(args, sets).with_changes(command=commands[0] if commands else "run", **CAMPAIGN_OWN,
                                                          **selection(hooks, plan.extensions))
     config = config.with_options(owned_options(plan.options, sets, "a campaign's option"))
-    config.check()
-    if config.time_limit_s is not None and not config.time_limit_s >= 0:
-        raise UsageError(f"--time-limit {config.time_limit_s:g}: expected seconds >= 0 (0: no limit)")
+    config.check()  # with the extensions' option values of the plan
     return {side.name: config for side in sides}
 
 

@@ -136,6 +136,14 @@ class Op:
         return self.tolerance.get(dtype, DEFAULT_TOLERANCE.get(dtype, 0.0))
 
 
+def point_inputs(op: Op, point, backend) -> tuple:
+    """The inputs of one point (a :class:`zlf.records.Point`) on ``backend``'s device: the op's
+    own ``make_inputs``, given the point's variant when it has one."""
+    if point.variant:
+        return tuple(op.make_inputs(point.shape, point.dtype, backend.device, variant=point.variant))
+    return tuple(op.make_inputs(point.shape, point.dtype, backend.device))
+
+
 def outside(op):
     """The context for zlf's own tensor work between calls of ``op`` (checks, verification):
     ``op.outside()`` when the op has one, else nothing. Timers that compare or poison tensors

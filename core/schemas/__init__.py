@@ -10,7 +10,8 @@ that reads zlf's files) can hold written files to the format::
     schemas.check_run_dir("runs/add_20261202-003618")
 
 Names: ``result`` (a results.jsonl line), ``meta`` (meta.json), ``campaign`` (campaign.json),
-``summary`` (summary.json), ``ir_index`` (a row of ir/index.tsv as ``{column: text}``).
+``summary`` (summary.json). An extension ships the format of what it writes (ir_dump: the rows of
+ir/index.tsv, ``zlf_ir_dump.schema``); :func:`read_tsv` reads such a table.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import json
 from importlib import resources
 from pathlib import Path
 
-NAMES = ("result", "meta", "campaign", "summary", "ir_index")
+NAMES = ("result", "meta", "campaign", "summary")
 
 
 @functools.lru_cache(maxsize=None)
@@ -74,8 +75,8 @@ def read_tsv(path) -> list:
 
 
 def check_run_dir(path) -> int:
-    """Validate meta.json, every results.jsonl line and ir/index.tsv (those present) of the
-    run directory ``path``; returns how many documents were checked."""
+    """Validate meta.json and every results.jsonl line (those present) of the run directory
+    ``path``; returns how many documents were checked."""
     path = Path(path)
     checked = 0
     if (path / "meta.json").is_file():
@@ -86,10 +87,6 @@ def check_run_dir(path) -> int:
             if line.strip():
                 validate("result", _strict_json(line))
                 checked += 1
-    if (path / "ir" / "index.tsv").is_file():
-        for row in read_tsv(path / "ir" / "index.tsv"):
-            validate("ir_index", row)
-            checked += 1
     return checked
 
 

@@ -35,6 +35,12 @@ def marker_line(op: str, point: str, kernel: str, reason: str) -> str:
     return f"{MARKER} op={op} point={point} kernel={kernel} reason={reason}"
 
 
+def _replays(traits) -> bool:
+    """Record/replay applies to commands that time points of the ops they plan (``zlf run``,
+    ``zlf ab``'s runs), not a task's candidates."""
+    return traits.times_points and traits.plans_shapes
+
+
 class AutotuneReplay:
     """The ``autotune_replay`` extension (entry point ``zlf_autotune_replay.plugin:AutotuneReplay``)."""
 
@@ -54,8 +60,8 @@ class AutotuneReplay:
 
     # ------------------------------------------------------------------ command line
     @hookimpl
-    def add_options(self, parser, command):
-        if command not in ("run", "ab"):  # record/replay works with zlf run (and zlf ab's runs)
+    def add_options(self, parser, traits):
+        if not _replays(traits):
             return
         g = parser.add_argument_group("autotune_replay (extension)")
         g.add_argument("--replay-from", metavar="RUN_DIR",
@@ -67,13 +73,13 @@ class AutotuneReplay:
 
     @hookimpl(tryfirst=True)
     def configure(self, session):
-        opts, config = session.options, session.config
-        if not getattr(opts, "measures_points", False):
+        traits, config = session.traits, session.config
+        if not (_replays(traits) and traits.runs_points_here):
             # a command that hands run options on to its zlf run processes (forwards_run_options:
             # zlf ab) leaves them to those; any other command would silently ignore them: say so.
             given = [flag for flag, dest in (("--replay-from", "replay_from"), ("--libtuner-cache", "libtuner_cache"))
                      if config.options.get(dest)]
-            if given and not getattr(opts, "forwards_run_options", False):
+            if given and not traits.forwards_run_options:
                 raise UsageError(f"{' and '.join(given)}: autotune record/replay works with zlf run (and zlf ab), "
                                  f"not with zlf {config.command}")
             return

@@ -44,7 +44,7 @@ def test_shape_injection_for_every_kind_of_benchmark_class(zlf_cli, tmp_path):
         "upsample_bicubic2d_aa_backward:\n  shapes: [[1, 1, 4, 4, 8, 8]]\n"  # special inputs: bespoke
         "unused: *red\n")
     proc = flaggems_run(zlf_cli, V5, "softmax:reduction_perf", "avg_pool2d", "softmax_topk:special_perf",
-                        "upsample_bicubic2d_aa_backward", "--shapes", shapes, "--dtypes", "float32", check_rc=0,
+                        "upsample_bicubic2d_aa_backward", "--shapes", shapes, "--dtype", "float32", check_rc=0,
                         exts=needs("shapes", "seed"))
     run = run_dir_from(proc.stdout, tmp_path)
     recs = by_point(read_records(run))
@@ -71,7 +71,7 @@ def test_shape_injection_for_every_kind_of_benchmark_class(zlf_cli, tmp_path):
 def test_nested_shape_entries_become_flat_points_and_are_rebuilt(zlf_cli, tmp_path):
     """((3, 8), (1, 2)) -- an input shape, then pads -- is point 3x8x1x2; the benchmark gets the
     nested entry back, also for a shape from a shape file with the same number of ints."""
-    proc = flaggems_run(zlf_cli, V5, "constant_pad", "--dtypes", "float32", check_rc=0)
+    proc = flaggems_run(zlf_cli, V5, "constant_pad", "--dtype", "float32", check_rc=0)
     run = run_dir_from(proc.stdout, tmp_path)
     recs = by_point(read_records(run))
     # ((2, 3, 4), (0, 2)): its 0 is no size, so it stays in the layout; two layouts of 4 ints: l0, l1
@@ -88,7 +88,7 @@ def test_nested_shape_entries_become_flat_points_and_are_rebuilt(zlf_cli, tmp_pa
 def test_a_shape_files_nested_shapes_take_the_builtin_layouts(zlf_cli, tmp_path):
     shapes = tmp_path / "pad.yaml"
     shapes.write_text("ConstantPadBenchmark:\n  shapes: [[4, 16, 2, 3], [2, 4, 6, 3, 3]]\n")
-    proc = flaggems_run(zlf_cli, V5, "constant_pad", "--shapes", shapes, "--dtypes", "float32", check_rc=0,
+    proc = flaggems_run(zlf_cli, V5, "constant_pad", "--shapes", shapes, "--dtype", "float32", check_rc=0,
                         exts=needs("shapes"))
     recs = by_point(read_records(run_dir_from(proc.stdout, tmp_path)))
     assert all(r["status"] == "ok" for r in recs.values())
@@ -99,7 +99,7 @@ def test_a_shape_files_nested_shapes_take_the_builtin_layouts(zlf_cli, tmp_path)
 
 
 def test_dict_entries_are_flattened_in_key_order(zlf_cli, tmp_path):
-    proc = flaggems_run(zlf_cli, V5, "chunk_dict", "--dtypes", "float32", check_rc=0)
+    proc = flaggems_run(zlf_cli, V5, "chunk_dict", "--dtype", "float32", check_rc=0)
     run = run_dir_from(proc.stdout, tmp_path)
     recs = by_point(read_records(run))
     assert sorted(recs) == ["chunk_dict/4x8x2/float32", "chunk_dict/8x12x3/float32"]
@@ -112,7 +112,7 @@ def test_dict_entries_are_flattened_in_key_order(zlf_cli, tmp_path):
 def test_nested_entries_with_differing_constants_become_labelled_variants(zlf_cli, tmp_path):
     """(shape, pads, "constant") and (shape, pads, "replicate") over the same sizes: two points
     of one shape, labelled by the constant; a user's shape of that many ints gets both."""
-    proc = flaggems_run(zlf_cli, V5, "pad_mode", "--dtypes", "float32", check_rc=0)
+    proc = flaggems_run(zlf_cli, V5, "pad_mode", "--dtype", "float32", check_rc=0)
     run = run_dir_from(proc.stdout, tmp_path)
     recs = by_point(read_records(run))
     assert sorted(recs) == ["pad_mode/2x4x6x1x1/float32/constant", "pad_mode/3x8x1x2/float32/constant",
@@ -130,7 +130,7 @@ def test_nested_entries_with_differing_constants_become_labelled_variants(zlf_cl
 def test_a_shape_files_shape_runs_every_labelled_layout(zlf_cli, tmp_path):
     shapes = tmp_path / "pad.yaml"
     shapes.write_text("pad_mode:\n  shapes: [[4, 16, 2, 3]]\n")
-    proc = flaggems_run(zlf_cli, V5, "pad_mode", "--shapes", shapes, "--dtypes", "float32", check_rc=0,
+    proc = flaggems_run(zlf_cli, V5, "pad_mode", "--shapes", shapes, "--dtype", "float32", check_rc=0,
                         exts=needs("shapes"))
     recs = by_point(read_records(run_dir_from(proc.stdout, tmp_path)))
     assert sorted(recs) == ["pad_mode/4x16x2x3/float32/constant", "pad_mode/4x16x2x3/float32/replicate"]
@@ -139,7 +139,7 @@ def test_a_shape_files_shape_runs_every_labelled_layout(zlf_cli, tmp_path):
 def test_a_class_wrapping_its_parents_iterator_takes_its_parents_shapes(zlf_cli, tmp_path):
     """NegOutBenchmark.get_input_iter wraps super()'s (which walks self.shapes) and has no
     input_fn: it is a yaml class, not one without shapes; its out= buffer is poisoned."""
-    proc = flaggems_run(zlf_cli, V5, "neg_out", "--dtypes", "float32", check_rc=0)
+    proc = flaggems_run(zlf_cli, V5, "neg_out", "--dtype", "float32", check_rc=0)
     run = run_dir_from(proc.stdout, tmp_path)
     (rec,) = read_records(run)
     assert rec["point"] == "neg_out/16x32/float32" and rec["status"] == "ok"
@@ -150,7 +150,7 @@ def test_a_class_wrapping_its_parents_iterator_takes_its_parents_shapes(zlf_cli,
 def test_a_class_fixing_its_own_inputs_gives_one_point_per_input(zlf_cli, tmp_path):
     """No self.shapes, no input_fn: each yielded input is a point under its first tensor's shape
     (variants when several share one); a shape file cannot move them: one line, exit 2."""
-    proc = flaggems_run(zlf_cli, V5, "triu_fixed", "--dtypes", "float32", check_rc=0)
+    proc = flaggems_run(zlf_cli, V5, "triu_fixed", "--dtype", "float32", check_rc=0)
     run = run_dir_from(proc.stdout, tmp_path)
     recs = by_point(read_records(run))
     assert sorted(recs) == ["triu_fixed/4x4/float32/v0", "triu_fixed/4x4/float32/v1",
@@ -163,14 +163,14 @@ def test_a_class_fixing_its_own_inputs_gives_one_point_per_input(zlf_cli, tmp_pa
 def test_a_class_fixing_its_own_inputs_refuses_a_shape_file(zlf_cli, tmp_path):
     shapes = tmp_path / "triu.yaml"
     shapes.write_text("triu_fixed:\n  shapes: [[16, 16]]\n")
-    proc = flaggems_run(zlf_cli, V5, "triu_fixed", "--shapes", shapes, "--dtypes", "float32", check_rc=2,
+    proc = flaggems_run(zlf_cli, V5, "triu_fixed", "--shapes", shapes, "--dtype", "float32", check_rc=2,
                         exts=needs("shapes"))
     assert "fixes its own inputs; shape 16x16 is not one of them (4x4, 8x6)" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
 def test_builtin_shapes_of_each_kind_and_failed_rows_v5(zlf_cli, tmp_path):
-    proc = flaggems_run(zlf_cli, V5, "flaky_exp", "avg_pool2d", "mm", "--dtypes", "float32", check_rc=1)
+    proc = flaggems_run(zlf_cli, V5, "flaky_exp", "avg_pool2d", "mm", "--dtype", "float32", check_rc=1)
     recs = by_point(read_records(run_dir_from(proc.stdout, tmp_path)))
     # flaky_exp: core_shapes.yaml by op name; the FlagGems kernel fails on the large shape only
     failed = recs["flaky_exp/512x512/float32"]
@@ -184,7 +184,7 @@ def test_builtin_shapes_of_each_kind_and_failed_rows_v5(zlf_cli, tmp_path):
 
 
 def test_base_layout_comprehensive_variants_backward_and_failed_rows(zlf_cli, tmp_path):
-    proc = flaggems_run(zlf_cli, BASE, "mm", "softmax_backward", "flaky_exp", "--dtypes", "float32",
+    proc = flaggems_run(zlf_cli, BASE, "mm", "softmax_backward", "flaky_exp", "--dtype", "float32",
                         "--flaggems-level", "comprehensive", check_rc=1)
     run = run_dir_from(proc.stdout, tmp_path)
     recs = by_point(read_records(run))
@@ -197,7 +197,7 @@ def test_base_layout_comprehensive_variants_backward_and_failed_rows(zlf_cli, tm
 
 def test_every_point_is_checked_against_the_torch_op(zlf_cli, tmp_path):
     ops = ("wrong_exp", "lazy_abs", "log", "max_dim", "add_", "rand_like")
-    proc = flaggems_run(zlf_cli, V5, *ops, "--dtypes", "float32", check_rc=1)
+    proc = flaggems_run(zlf_cli, V5, *ops, "--dtype", "float32", check_rc=1)
     recs = by_point(read_records(run_dir_from(proc.stdout, tmp_path)))
     first = {r["op"]: r for r in reversed(list(recs.values()))}
     # a FlagGems kernel 1% off, and one that leaves half of its out= buffer unwritten
@@ -217,7 +217,7 @@ def test_every_point_is_checked_against_the_torch_op(zlf_cli, tmp_path):
     assert log.count("Skipped registering operator: fixture ne_.Scalar listed twice") == 1
     assert re.search(r"registering its kernels \((\d+)x\)", log)
     # a looser tolerance passes the 1% error; the reference itself stays on
-    proc = flaggems_run(zlf_cli, V5, "wrong_exp", "--dtypes", "float32", "--flaggems-tolerance", "float32=0.02",
+    proc = flaggems_run(zlf_cli, V5, "wrong_exp", "--dtype", "float32", "--flaggems-tolerance", "float32=0.02",
                         check_rc=0)
     assert all(r["max_rel_err"] > 0.009 for r in read_records(run_dir_from(proc.stdout, tmp_path)))
 
@@ -225,7 +225,7 @@ def test_every_point_is_checked_against_the_torch_op(zlf_cli, tmp_path):
 def test_seeds_apply_and_flagtune_passes_through(zlf_cli, tmp_path):
     fps = []
     for name in ("a", "b"):
-        proc = flaggems_run(zlf_cli, BASE, "softmax", "--dtypes", "float32", "--name", name,
+        proc = flaggems_run(zlf_cli, BASE, "softmax", "--dtype", "float32", "--name", name,
                             "--flaggems-flagtune", "1", check_rc=0, exts=needs("seed"))
         run = run_dir_from(proc.stdout, tmp_path)
         fps.append([r["extra"]["inputs_fingerprint"] for r in read_records(run)])
@@ -241,7 +241,7 @@ def test_seeds_apply_and_flagtune_passes_through(zlf_cli, tmp_path):
     (["--flaggems-dir", str(V5), "softmax:no_such_file"], "FlagGems op file 'no_such_file' not found: looked for"),
     (["--flaggems-dir", str(BASE), "mm:softmax"], "unknown FlagGems op 'mm': looked for"),
     (["--flaggems-dir", str(V5), "never_here"], "FlagGems skips every test of op 'never_here' here"),
-    (["--flaggems-dir", str(V5), "softmax_topk", "--dtypes", "float16"], "can't be supported"),
+    (["--flaggems-dir", str(V5), "softmax_topk", "--dtype", "float16"], "can't be supported"),
     (["--flaggems-dir", str(V5), "softmax", "--flaggems-mode", "cudagraph"], "add --ext cudagraph"),
     (["softmax:reduction_perf"], "no FlagGems checkout given"),
     (["--flaggems-dir", str(V5), "softmax", "--flaggems-tolerance", "float32"], "expected DTYPE=REL"),
@@ -277,17 +277,17 @@ def test_counting_inputs_on_meta_makes_no_cpu_tensor(zlf_cli):
 def test_fractional_max_pooling_is_random_output_not_compared(zlf_cli, tmp_path):
     """Its pooling regions are drawn per call, torch's and FlagGems' each their own: the check
     would fail every point (as fractional_max_pool2d's first point did on the H200)."""
-    proc = flaggems_run(zlf_cli, BASE, "fractional_max_pool2d", "--dtypes", "float32", check_rc=0)
+    proc = flaggems_run(zlf_cli, BASE, "fractional_max_pool2d", "--dtype", "float32", check_rc=0)
     recs = read_records(run_dir_from(proc.stdout, tmp_path))
     assert recs and all(r["status"] == "ok" and r["max_rel_err"] is None for r in recs)
     assert all(r["extra"]["check"].startswith("not checked: fractional_max_pool2d has random") for r in recs)
 
 
 def test_max_shapes_keeps_the_smallest_builtin_shapes(zlf_cli, tmp_path):
-    proc = flaggems_run(zlf_cli, BASE, "flaky_exp", "--dtypes", "float32", "--flaggems-max-shapes", "1", check_rc=0)
+    proc = flaggems_run(zlf_cli, BASE, "flaky_exp", "--dtype", "float32", "--flaggems-max-shapes", "1", check_rc=0)
     assert [r["point"] for r in read_records(run_dir_from(proc.stdout, tmp_path))] == ["flaky_exp/64x64/float32"]
     proc = flaggems_run(zlf_cli, BASE, "flaky_exp", "--flaggems-max-shapes", "0", check_rc=2)
-    assert proc.stderr.strip().endswith("--flaggems-max-shapes 0: expected a count >= 1")
+    assert proc.stderr.strip().endswith("--flaggems-max-shapes 0: expected a whole number of shapes from 1 up to 1000000 (see zlf run --help)")
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
@@ -452,7 +452,7 @@ def test_a_dtype_picks_the_test_of_a_dtype_parameter(zlf_cli, tmp_path):
 def test_flushed_flaggems_points_are_never_cycled_through_input_copies(zlf_cli, tmp_path):
     """A FlagGems call object holds FlagGems' own arguments: copies of the tensors beside it would
     be made (up to 1 GiB a point) and said, yet every call would still run on the originals."""
-    proc = flaggems_run(zlf_cli, V5, "log", "--dtypes", "float32", "--flush-l2", "--input-copies", "4", check_rc=0)
+    proc = flaggems_run(zlf_cli, V5, "log", "--dtype", "float32", "--flush-l2", "--input-copies", "4", check_rc=0)
     recs = read_records(run_dir_from(proc.stdout, tmp_path))
     assert recs and all(r["status"] == "ok" and "input_copies" not in r["extra"] for r in recs)
     proc = zlf_cli("run", "softmax", *FAST, "--flush-l2", "--input-copies", "4", check_rc=0)  # a plain op: cycled

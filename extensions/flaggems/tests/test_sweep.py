@@ -91,7 +91,7 @@ def test_sweep_survives_every_kind_of_op_and_names_what_each_did(zlf_cli, tmp_pa
 
 
 def test_check_warn_times_a_mismatching_op_marked_unchecked(zlf_cli, tmp_path):
-    proc = zlf_cli("sweep", "--flaggems-dir", SWEEP, "--ops", "rope_mismatch,softmax", "--check", "warn",
+    proc = zlf_cli("sweep", "--flaggems-dir", SWEEP, "rope_mismatch", "softmax", "--check", "warn",
                    *CHILD, "--format", "json", check_rc=0)
     doc = json.loads(proc.stdout)
     rows = {r["op"]: r for r in doc["ops"]}
@@ -110,7 +110,7 @@ def test_check_warn_times_a_mismatching_op_marked_unchecked(zlf_cli, tmp_path):
 @pytest.mark.slow
 def test_resume_runs_only_the_ops_not_finished(zlf_cli, tmp_path):
     # seed 28 draws three quick ops (slow_first_call, drawn by others, waits 4 s each time it runs)
-    proc = zlf_cli("sweep", "--flaggems-dir", BASE, "--sample", "3", "--seed", "28", *CHILD, check_rc=0)
+    proc = zlf_cli("sweep", "--flaggems-dir", BASE, "--sample", "3", "--sample-seed", "28", *CHILD, check_rc=0)
     root = sweep_dir(proc.stdout, tmp_path)
     chosen = json.loads((root / "sweep.json").read_text())["ops"]
     assert len(chosen) == 3 and len(set(chosen)) == 3
@@ -139,14 +139,14 @@ def test_list_ops_of_both_layouts():
     assert {"mm:blas_perf", "flaky_exp:reduction_perf", "avg_pool2d:special_perf"} <= set(v5)
     assert not any(s.startswith(("parametrize:", "skipif:", "attri_util:")) for s in v5)
     # marks made at run time (getattr(pytest.mark, name), the v5 layout's grouped files) are not
-    # in the text: such ops are swept with --ops softmax:reduction_perf
+    # in the text: such ops are swept as OP arguments (softmax:reduction_perf)
     assert "softmax:reduction_perf" not in v5
 
 
 @pytest.mark.parametrize("args, expected", [
     (["--flaggems-dir", "nowhere"], "not found: looked for a directory holding"),
-    (["--flaggems-dir", str(SWEEP), "--ops", "no_such_op"], "--ops 'no_such_op': no benchmark file of the checkout marks it"),
-    (["--flaggems-dir", str(SWEEP), "--sample", "0"], "--sample 0: expected a count >= 1"),
+    (["--flaggems-dir", str(SWEEP), "no_such_op"], "op 'no_such_op': no benchmark file of the checkout marks it"),
+    (["--flaggems-dir", str(SWEEP), "--sample", "0"], "--sample 0: expected a whole number of ops from 1"),
     (["--flaggems-dir", str(SWEEP), "--gpus", "0,x"], "--gpus '0,x': expected GPU indices"),
     (["--flaggems-dir", str(SWEEP), "--run-args", "'unclosed"], "--run-args"),
     (["--resume", "nowhere"], "--resume 'nowhere': not a sweep directory"),
@@ -163,7 +163,7 @@ def test_bad_input_is_one_line_exit_2(zlf_cli, tmp_path, args, expected):
     assert proc.returncode == 2, proc.stderr
     assert expected in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
-    assert not (tmp_path / "sweeps").exists()
+    assert not (tmp_path / "runs").exists()
 
 
 def test_cost_breakdown_adds_up_the_phase_lines(tmp_path):
@@ -186,17 +186,16 @@ def test_an_interrupted_sweep_kills_its_running_op_and_resume_runs_it_again(tmp_
     import sys
     import time
 
-    # the interrupted sweep and its ops start plainly (not forked from the spawn server of this
-    # repository's test sessions, ZLF_SPAWN_SERVER): pgrep below finds an op by its command line
-    proc = subprocess.Popen([sys.executable, "-m", "zlf", "sweep", "--flaggems-dir", str(SWEEP), "--ops",
-                             "softmax,hang_op", "--op-time-limit", "300", *CHILD],
+    # the interrupted sweep and its ops start plainly: pgrep below finds an op by its command line
+    proc = subprocess.Popen([sys.executable, "-m", "zlf", "sweep", "--flaggems-dir", str(SWEEP),
+                             "softmax", "hang_op", "--op-time-limit", "300", *CHILD],
                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "ZLF_NO_PROGRESS": "1", "ZLF_SPAWN_SERVER": ""},
                             # a pytest-xdist worker ignores SIGINT, and its children inherit that
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     phases = None
     for _ in range(600):  # until the hanging op is in its first FlagGems call
-        found = list(tmp_path.glob("sweeps/*/logs/hang_op_hang_op.phases"))
+        found = list(tmp_path.glob("runs/*/logs/hang_op_hang_op.phases"))
         if found and "first FlagGems call" in found[0].read_text():
             phases = found[0]
             break
@@ -220,7 +219,7 @@ def test_an_interrupted_sweep_kills_its_running_op_and_resume_runs_it_again(tmp_
 def test_a_point_limit_struck_while_compiling_is_named_compile_limit_not_hung(zlf_cli, tmp_path):
     """upsample_bicubic2d_aa_backward on the H200: one point spent the 60 s point limit in its first
     FlagGems call (67.8 s compiling, eight ops at once) and the sweep called the op hung."""
-    proc = zlf_cli("sweep", "--flaggems-dir", SWEEP, "--ops", "hang_op", "--time-limit", "1",
+    proc = zlf_cli("sweep", "--flaggems-dir", SWEEP, "hang_op", "--time-limit", "1",
                    "--op-time-limit", "120", *CHILD, check_rc=0)
     row = rows_of(sweep_dir(proc.stdout, tmp_path))["hang_op"]
     assert row["status"] == "compile_limit" and row["failed"] == 2, row
@@ -279,8 +278,8 @@ def test_a_full_disk_under_the_sweeps_table_is_one_line_not_a_thread_traceback(t
     import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, "-m", "zlf", "sweep", "--flaggems-dir", str(SWEEP), "--ops",
-                           "needs_vllm,crash_op", *CHILD], cwd=tmp_path, capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "zlf", "sweep", "--flaggems-dir", str(SWEEP),
+                           "needs_vllm", "crash_op", *CHILD], cwd=tmp_path, capture_output=True, text=True,
                           # no bytecode: under the limit Python would leave truncated cache files for
                           # the session's later processes (zlf.procs.python_child_env)
                           env={**os.environ, "ZLF_NO_PROGRESS": "1", "PYTHONDONTWRITEBYTECODE": "1"},

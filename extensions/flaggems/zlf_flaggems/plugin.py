@@ -21,6 +21,7 @@ import re
 from typing import Optional
 
 from zlf import UsageError, hookimpl
+from zlf.options import SECONDS, Number
 
 from . import checkout as _checkout
 from . import harness as _harness
@@ -33,8 +34,6 @@ from .twins import Twins
 ENV_FLAGTUNE = "USE_FLAGTUNE"
 LEVELS = ("core", "comprehensive")
 MODES = ("kernel", "operator", "wrapper", "cudagraph")
-#: the commands whose ops FlagGems can provide (zlf ab passes them on to its runs)
-COMMANDS = ("run", "ab", "ops")
 RESULTS_FILE = "flaggems_results.txt"
 #: a reference mismatch is named when this share of an op's points fail the check ...
 MISMATCH_SHARE = 0.9
@@ -83,6 +82,12 @@ def _tolerances(values) -> dict:
     return out
 
 
+#: --flaggems-max-shapes (and zlf sweep's): shapes per op
+MAX_SHAPES = Number(int, 1, 10**6, unit="shapes")
+#: --flaggems-compile-time-limit (and zlf sweep's)
+COMPILE_SECONDS = Number(float, 0, SECONDS, unit="seconds")
+
+
 class FlagGems:
     """The ``flaggems`` extension (entry point ``zlf_flaggems.plugin:FlagGems``)."""
 
@@ -109,8 +114,8 @@ class FlagGems:
                            "own zlf run, into one table (resumable)", epilog=sweep.EPILOG)
 
     @hookimpl
-    def add_options(self, parser, command):
-        if command not in COMMANDS:
+    def add_options(self, parser, traits):
+        if not traits.plans_shapes:  # FlagGems' ops and shapes apply where a command plans them
             return
         g = parser.add_argument_group("flaggems (extension)")
         g.add_argument("--flaggems-dir", metavar="DIR",
@@ -125,9 +130,9 @@ class FlagGems:
                        help="relative L2 error allowed against the torch reference, e.g. float32=1e-3 for TF32 "
                             "kernels (repeatable; defaults: " +
                             ", ".join(f"{k} {v:g}" for k, v in TOLERANCE.items()) + ", others exact)")
-        g.add_argument("--flaggems-max-shapes", type=int, metavar="N",
+        g.add_argument("--flaggems-max-shapes", type=MAX_SHAPES, metavar="N",
                        help="run each op's N smallest built-in shapes only (a quick pass over many ops; default all)")
-        g.add_argument("--flaggems-compile-time-limit", type=float, default=0.0, metavar="SEC",
+        g.add_argument("--flaggems-compile-time-limit", type=COMPILE_SECONDS, default=0.0, metavar="SEC",
                        help="seconds a point's first FlagGems call (Triton compiling, FlagGems tuning) gets beyond "
                             "--time-limit: a slow compile is not a hang (default 0)")
         g.add_argument("--flaggems-flagtune", choices=("0", "1"),
@@ -160,11 +165,7 @@ class FlagGems:
         self.settings = _harness.Settings(level=opts.flaggems_level, mode=mode, dtypes=dtypes)
         self.tolerance = _tolerances(opts.flaggems_tolerance or ())
         self.max_shapes = opts.get("flaggems_max_shapes")
-        self.compile_allowance = opts.get("flaggems_compile_time_limit") or 0.0
-        if self.compile_allowance < 0:
-            raise UsageError(f"--flaggems-compile-time-limit {self.compile_allowance:g}: expected seconds >= 0")
-        if self.max_shapes is not None and self.max_shapes < 1:
-            raise UsageError(f"--flaggems-max-shapes {self.max_shapes}: expected a count >= 1")
+        self.compile_allowance = opts.get("flaggems_compile_time_limit") or 0.0  # in range: its Number
 
     # ------------------------------------------------------------------ ops
     @hookimpl

@@ -2,7 +2,7 @@
 
     zlf sweep --flaggems-dir ~/FlagGems                          every op of benchmark/test_*.py
     zlf sweep --flaggems-dir ~/FlagGems --sample 100 --seed 22 --gpus 0,1,2,3
-    zlf sweep --resume sweeps/flaggems_20261202-0412             finish what a stopped sweep left
+    zlf sweep --resume runs/flaggems_20261202-0412             finish what a stopped sweep left
 
 Each op runs as ``zlf run --ext flaggems --ext cudagraph --ext cupti --ext seed OP:FILE`` in a
 process group of its own: a crash, a refusal or a hang of one op never stops the sweep. An op
@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Optional
 
 from zlf import UsageError
+from zlf.options import SECONDS, SEED, Number
 from zlf.procs import python_child_env
 from zlf.rundir import ensure_dir, open_nofollow, write_atomic
 from zlf.trust import seal, sealed_by_me
@@ -38,9 +39,9 @@ from . import phases as _phases
 EPILOG = """\
 examples:
   zlf sweep --flaggems-dir ~/FlagGems                        every op, one GPU
-  zlf sweep --flaggems-dir ~/FlagGems --ops softmax,mm       a list
-  zlf sweep --flaggems-dir ~/FlagGems --sample 100 --seed 22 --gpus 0,1,2,3
-  zlf sweep --resume sweeps/flaggems_20261202-041233         skip the ops already finished
+  zlf sweep --flaggems-dir ~/FlagGems softmax mm             these ops
+  zlf sweep --flaggems-dir ~/FlagGems --sample 100 --sample-seed 22 --gpus 0,1,2,3
+  zlf sweep --resume runs/flaggems_20261202-041233         skip the ops already finished
 status: ok (every point ok), failed (a point FAILED), refused (FlagGems skips it here, or zlf
         refused it: exit 2), hung (killed past --op-time-limit, or a point hung past --time-limit),
         compile_limit (a point ran past --time-limit in its first FlagGems call: Triton compiling,
@@ -74,26 +75,37 @@ TABLE_FIELDS = ("op", "status", "ok", "failed", "unchecked", "timers", "wall_s",
 
 
 def configure_parser(p) -> None:
+    from zlf.options import number_type
     from zlf.output import add_format_argument
 
+    from zlf.options import deprecated
+
+    from .plugin import COMPILE_SECONDS, MAX_SHAPES
+
     p.add_argument("--flaggems-dir", metavar="DIR", help=f"FlagGems source checkout (also {_checkout.ENV_DIR})")
-    which = p.add_mutually_exclusive_group()
-    which.add_argument("--ops", metavar="A,B", help="these ops (marks, or MARK:FILE) instead of every op")
-    which.add_argument("--sample", type=int, metavar="N", help="a random sample of N ops (with --seed)")
-    p.add_argument("--seed", type=int, default=0, metavar="S", help="seed of --sample (default 0)")
+    p.add_argument("ops", nargs="*", metavar="OP", help="these ops (marks, or MARK:FILE) instead of every op")
+    deprecated(p, "--ops", "OP arguments", dest="ops_option", metavar="A,B")
+    p.add_argument("--sample", type=Number(int, 1, 10**6, unit="ops"), metavar="N",
+                   help="a random sample of N ops instead of every op (with --sample-seed)")
+    p.add_argument("--sample-seed", type=SEED, default=0, metavar="S", help="seed of --sample (default 0)")
+    deprecated(p, "--seed", "--sample-seed", type=SEED, dest="sample_seed")
     p.add_argument("--gpus", metavar="LIST", help="one op at a time per listed GPU (CUDA_VISIBLE_DEVICES of "
                    "each op's process; repeat an index for two ops on one GPU), e.g. 0,1,2,3")
-    p.add_argument("--op-time-limit", type=float, metavar="SEC",
+    p.add_argument("--op-time-limit", type=Number(float, 0, SECONDS, low_open=True, unit="seconds"), metavar="SEC",
                    help="wall seconds per op process, past which its process group is killed and the op "
                         "recorded as hung with its last phase (default 600; with --resume: the sweep's own "
                         "unless given)")
-    p.add_argument("--time-limit", type=float, default=60.0, metavar="SEC",
+    p.add_argument("--time-limit", type=number_type("--time-limit"), default=60.0, metavar="SEC",
                    help="zlf run --time-limit of every point (default 60)")
-    p.add_argument("--compile-time-limit", type=float, default=0.0, metavar="SEC",
-                   help="seconds a point's first FlagGems call (compiling, tuning) gets beyond --time-limit "
-                        "(--flaggems-compile-time-limit; default 0)")
-    p.add_argument("--max-shapes", type=int, metavar="N",
+    p.add_argument("--flaggems-compile-time-limit", type=COMPILE_SECONDS, default=0.0, metavar="SEC",
+                   dest="compile_time_limit",
+                   help="zlf run --flaggems-compile-time-limit: seconds a point's first FlagGems call (compiling, "
+                        "tuning) gets beyond --time-limit (default 0)")
+    deprecated(p, "--compile-time-limit", "--flaggems-compile-time-limit", type=COMPILE_SECONDS,
+               dest="compile_time_limit")
+    p.add_argument("--flaggems-max-shapes", type=MAX_SHAPES, metavar="N", dest="max_shapes",
                    help="zlf run --flaggems-max-shapes: each op's N smallest built-in shapes")
+    deprecated(p, "--max-shapes", "--flaggems-max-shapes", type=MAX_SHAPES, dest="max_shapes")
     p.add_argument("--check", choices=("fail", "warn"), default="fail",
                    help="zlf run --check: warn times points whose reference check fails, marked UNCHECKED (default fail)")
     p.add_argument("--run-ext", action="append", metavar="NAME",
@@ -101,7 +113,7 @@ def configure_parser(p) -> None:
                         f"{' '.join(DEFAULT_RUN_EXTS)})")
     p.add_argument("--run-args", metavar="ARGS", default="",
                    help="more zlf run options for every op, one shell-quoted string (e.g. '--dtype float16')")
-    p.add_argument("--out", default="sweeps", metavar="PARENT", help="parent of the sweep directory (default: sweeps/)")
+    p.add_argument("--out", default="runs", metavar="PARENT", help="parent of the sweep directory (default: runs/)")
     p.add_argument("--name", metavar="LABEL", help="label of the sweep directory (default: flaggems)")
     p.add_argument("--resume", metavar="DIR", help="a sweep directory: run the ops it has not finished, "
                    "with its settings (--flaggems-dir and --op-time-limit, when given, replace the sweep's)")
@@ -116,7 +128,7 @@ def list_ops(checkout) -> list:
     """Every benchmark op of ``checkout`` as ``MARK:FILE`` specs, in file order: the pytest marks
     of each ``benchmark/test_*.py`` (FlagTune's ``test_*_parallel.py`` drivers aside); a mark
     found in several files runs from the first. Marks made at run time (``getattr(pytest.mark,
-    name)`` in v5.0.2's grouped files) are not in the text: name those ops with ``--ops``."""
+    name)`` in v5.0.2's grouped files) are not in the text: name those ops as OP arguments."""
     out, seen = [], set()
     for path, text in _checkout.benchmark_texts(checkout.bench_dir):
         for mark in _MARK.findall(text):
@@ -137,13 +149,11 @@ def choose_ops(all_ops: list, ops, sample, seed) -> list:
             elif name in by_mark:
                 chosen.append(by_mark[name])
             else:
-                raise UsageError(f"--ops {name!r}: no benchmark file of the checkout marks it")
+                raise UsageError(f"op {name!r}: no benchmark file of the checkout marks it")
         if not chosen:
-            raise UsageError("--ops: no op given")
+            raise UsageError("no op given")
         return list(dict.fromkeys(chosen))
     if sample is not None:
-        if sample < 1:
-            raise UsageError(f"--sample {sample}: expected a count >= 1")
         return random.Random(seed).sample(all_ops, min(sample, len(all_ops)))
     return list(all_ops)
 
@@ -338,21 +348,19 @@ def _new_sweep(args) -> tuple:
     all_ops = list_ops(co)
     if not all_ops:
         raise UsageError(f"zlf sweep: no benchmark op (pytest mark) in {co.bench_dir}/test_*.py")
-    chosen = choose_ops(all_ops, args.ops, args.sample, args.seed)
+    named = ",".join([*(args.ops or ()), *([args.ops_option] if args.ops_option else [])])
+    if named and args.sample is not None:
+        raise UsageError("zlf sweep: name the ops or --sample N of them, not both")
+    chosen = choose_ops(all_ops, named, args.sample, args.sample_seed)
     if args.op_time_limit is None:
         args.op_time_limit = DEFAULT_OP_LIMIT
-    if args.op_time_limit < 0 or args.time_limit < 0 or args.compile_time_limit < 0:
-        raise UsageError("zlf sweep: --op-time-limit, --time-limit and --compile-time-limit take seconds >= 0 "
-                         "(0: no limit, or no allowance)")
-    if args.max_shapes is not None and args.max_shapes < 1:
-        raise UsageError(f"--max-shapes {args.max_shapes}: expected a count >= 1")
     try:
         shlex.split(args.run_args or "")
     except ValueError as exc:
         raise UsageError(f"--run-args {args.run_args!r}: {exc}") from exc
     settings = {
         "flaggems_dir": str(co.root), "layout": co.layout, "ops": chosen, "all_ops": len(all_ops),
-        "sample": args.sample, "seed": args.seed, "op_time_limit": args.op_time_limit,
+        "sample": args.sample, "seed": args.sample_seed, "op_time_limit": args.op_time_limit,
         "time_limit": args.time_limit, "compile_time_limit": args.compile_time_limit,
         "max_shapes": args.max_shapes, "check": args.check,
         "run_exts": list(args.run_ext or DEFAULT_RUN_EXTS), "run_args": args.run_args or "",

@@ -273,3 +273,36 @@ def test_ir_guard_counts_like_ir_diff():
     line = ir_guard_line("mm", {"a": "changed", "b": "only B"})
     assert "0 identical, 1 changed, 0 only A, 1 only B" in line
     assert ir_guard_line("add", {"a": "identical"}).startswith("!!! add: the switch changed NO compiled code")
+
+
+# ----------------------------------------------------------------------------- the format of index.tsv
+def test_the_index_schema_ships_with_the_extension_and_refuses_what_readers_could_not_use():
+    import jsonschema
+
+    from zlf import schemas
+    from zlf_ir_dump import schema
+
+    assert schema.NAME not in schemas.NAMES  # core knows no extension's file
+    jsonschema.validators.validator_for(schema.load()).check_schema(schema.load())
+    row = {"shape": "1024", "kernel": "k", "name": "w4s3", "file": "", "status": "launched", "launches": "1",
+           "hash": "abc"}
+    with pytest.raises(jsonschema.ValidationError):  # a launched variant always has its file
+        schema.validate_row(row)
+    schema.validate_row({**row, "file": "1024/k/w4s3"})
+
+
+def test_a_written_run_directory_with_an_ir_index_is_checked_row_by_row(zlf_run_dir):
+    import jsonschema
+
+    from zlf import schemas
+    from zlf_ir_dump import schema
+
+    run = zlf_run_dir({"add/1024/float32": 1.0})
+    assert schema.check_index(run) == 0  # no ir/ tree: nothing to check
+    (run / "ir").mkdir()
+    header = "shape\tkernel\tname\tfile\tstatus\tlaunches\thash"
+    (run / "ir" / "index.tsv").write_text(f"{header}\n1024\tadd_kernel\tw4\t1024/add_kernel/w4\tlaunched\t1\tab12\n")
+    assert schemas.check_run_dir(run) == 2 and schema.check_index(run) == 1
+    (run / "ir" / "index.tsv").write_text(f"{header}\n1024\tadd_kernel\tw4\t\tlaunched\t1\tab12\n")
+    with pytest.raises(jsonschema.ValidationError):
+        schema.check_index(run)

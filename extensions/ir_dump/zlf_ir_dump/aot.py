@@ -18,6 +18,7 @@ import traceback
 from tabulate import tabulate
 from zlf import Backend, UsageError
 from zlf_ir_dump.irtree import IR_DIR, read_index
+from zlf.ops import point_inputs
 from zlf.redact import redact_text
 from zlf.rundir import RunDir, write_atomic
 from zlf.run import relevant_environment
@@ -108,7 +109,7 @@ def main(args, session) -> int:
             op, point = planned.op, planned.point
             dump.collector.begin_point(point)
             try:
-                inputs = session.hooks.make_inputs(op, point, backend)
+                inputs = point_inputs(op, point, backend)
                 with hooks.launch_window(point.id):
                     op.fn(*inputs)
             except Exception as exc:  # one point's compile error is reported; the others go on

@@ -20,7 +20,7 @@ from zlf.rundir import timestamp
 def configure_parser(p) -> None:
     p.add_argument("a_dir", metavar="A_DIR", help="run directory of side A (or its ir/ folder)")
     p.add_argument("b_dir", metavar="B_DIR", help="run directory of side B (or its ir/ folder)")
-    p.add_argument("--out", metavar="DIR", help="where the unified diffs go (default: ./ir-diff_<timestamp>)")
+    p.add_argument("--out", metavar="DIR", help="where the unified diffs go (default: runs/ir-diff_<timestamp>)")
     p.add_argument("--all", action="store_true", help="list identical kernels too (default: only a count)")
     p.add_argument("--raw", action="store_true",
                    help="compare files byte for byte (default: source locations -- paths, line numbers -- are ignored)")
@@ -43,7 +43,7 @@ def _read(path: Path) -> str:
 def main(args, session) -> int:
     a_root, b_root = _root(args.a_dir), _root(args.b_dir)
     diffs = diff_kernels(a_root, b_root, raw=args.raw)
-    out_dir = Path(args.out) if args.out else Path(f"ir-diff_{timestamp()}")
+    out_dir = Path(args.out) if args.out else Path("runs") / f"ir-diff_{timestamp()}"
     rows, counts = [], {IDENTICAL: 0, CHANGED: 0, ONLY_A: 0, ONLY_B: 0}
     for d in diffs:
         counts[d.status] += 1

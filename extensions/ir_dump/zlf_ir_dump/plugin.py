@@ -19,8 +19,8 @@ class IrDumpPlugin:
         self.dump = None
 
     @hookimpl
-    def add_options(self, parser, command):
-        if command not in ("run", "ab", "task"):  # the commands that compile and launch kernels
+    def add_options(self, parser, traits):
+        if not traits.times_points:  # a command that times points compiles and launches kernels
             return
         g = parser.add_argument_group("ir_dump (extension)")
         g.add_argument("--ir", metavar="KINDS", default=None,

@@ -447,3 +447,12 @@ def test_triage_without_a_profiler_still_writes_the_bundle_and_says_why(campaign
     assert "Without counters: no profiler" in (path / "triage" / "triage.md").read_text()
     bad = _zlf(["triage", path, "matmul/1x1x1/float32", *EXTS], tmp, _env(tmp))
     assert bad.returncode == 2 and "not in the campaign" in bad.stderr
+
+
+def test_triage_out_puts_the_bundles_under_the_folder_given(campaign):
+    tmp, path, _, _ = campaign
+    out = tmp / "elsewhere"
+    proc = _zlf(["triage", path, "matmul/96x80x48/float32", "--no-profile", "--out", out, *EXTS], tmp, _env(tmp))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (out / "triage" / "matmul_96x80x48_float32" / "triage.md").is_file() and (out / "triage" / "triage.md").is_file()
+    assert f"triage dir: {out / 'triage'}" in proc.stdout

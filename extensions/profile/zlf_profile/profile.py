@@ -32,6 +32,7 @@ import yaml
 from tabulate import tabulate
 from zlf import UsageError
 from zlf.console import clean, md_table
+from zlf.options import Number
 from zlf.redact import redact, redact_text
 from zlf.records import Point
 from zlf.rundir import RunDir, ensure_dir, replace_dir, write_atomic
@@ -91,9 +92,13 @@ def configure_parser(p) -> None:
                         "zlf imports no code a record names, so an op file must be named here)")
 
 
+#: --calls and --triage-calls: profiled calls of a point
+CALLS = Number(int, 1, 1000, unit="calls")
+
+
 def add_profiler_options(p) -> None:
     g = p.add_argument_group("profiler")
-    g.add_argument("--calls", type=int, default=3, metavar="N",
+    g.add_argument("--calls", type=CALLS, default=3, metavar="N",
                    help="calls of the point profiled in the one process; their spread is the noise (default 3)")
     g.add_argument("--ncu", metavar="PATH", help=f"the ncu executable (default: ${ncu.ENV_NCU}, ncu on PATH, /usr/local/cuda/bin/ncu)")
     g.add_argument("--ncu-rep", action="store_true", help="also keep ncu's binary report (report.ncu-rep) for Nsight Compute's UI")

@@ -29,7 +29,7 @@ from zlf.rundir import RunDir, ensure_dir, write_atomic
 
 from . import ncu
 from .launches import TRITON_TYPES
-from .profile import NO_PROFILER, Profile, Target, replace_dir, add_profiler_options, folder_name, profile_point
+from .profile import CALLS, NO_PROFILER, Profile, Target, replace_dir, add_profiler_options, folder_name, profile_point
 
 EPILOG = """\
 examples:
@@ -50,6 +50,8 @@ DECIDED = ("SLOWER", "FASTER")
 def configure_parser(p) -> None:
     p.add_argument("campaign", metavar="CAMPAIGN", help="a finished zlf ab campaign directory")
     p.add_argument("points", nargs="*", metavar="POINT", help="points to triage (default: every FASTER or SLOWER point)")
+    p.add_argument("--out", metavar="PARENT",
+                   help=f"parent of the {TRIAGE_DIR}/ folder the bundles go to (default: the campaign directory)")
     add_profiler_options(p)
     p.add_argument("--no-profile", action="store_true", help="write the bundles without counters (no profiler process)")
 
@@ -58,7 +60,7 @@ def add_campaign_options(parser) -> None:
     g = parser.add_argument_group("profile (extension)")
     g.add_argument("--triage", action="store_true",
                    help="after the campaign, write a triage bundle per FASTER/SLOWER point (zlf triage; docs/triage.md)")
-    g.add_argument("--triage-calls", type=int, default=3, metavar="N", help="profiled calls per side and point (default 3)")
+    g.add_argument("--triage-calls", type=CALLS, default=3, metavar="N", help="profiled calls per side and point (default 3)")
 
 
 # ----------------------------------------------------------------------------- the campaign's points
@@ -508,7 +510,9 @@ def write_index(parent: Path, seconds_per_point: Optional[float] = None) -> str:
 
 # ----------------------------------------------------------------------------- entry points
 def run_triage(campaign, stats: list, session, points=None, calls: int = 3, ncu_path: Optional[str] = None,
-               profile: bool = True) -> str:
+               profile: bool = True, out: Optional[str] = None) -> str:
+    """Write a triage bundle per chosen point under ``out/triage`` (``out``: the campaign
+    directory when None); return the index text."""
     by_point = {s["point"]: s for s in stats}
     if points:
         unknown = [p for p in points if p not in by_point]
@@ -518,7 +522,8 @@ def run_triage(campaign, stats: list, session, points=None, calls: int = 3, ncu_
         chosen = [by_point[p] for p in points]
     else:
         chosen = [s for s in stats if s.get("verdict") in DECIDED]
-    parent = ensure_dir(campaign.path / TRIAGE_DIR, campaign.path)  # a ``triage`` link is refused
+    where = Path(out) if out else campaign.path
+    parent = ensure_dir(where / TRIAGE_DIR, where)  # a ``triage`` link is refused
     t0 = time.monotonic()
     for i, stat in enumerate(chosen, 1):
         print(f"[triage {i}/{len(chosen)}] {stat['point']} ({stat.get('verdict')})", file=sys.stderr, flush=True)
@@ -545,11 +550,9 @@ def main(args, session) -> int:
     summary = campaign.path / SUMMARY_JSON
     if not summary.is_file():
         raise UsageError(f"{args.campaign!r} has no {SUMMARY_JSON}: finish the campaign first (zlf ab --resume {args.campaign})")
-    if args.calls < 1:
-        raise UsageError("--calls must be at least 1")
     stats = json.loads(summary.read_text()).get("points") or []
     text = run_triage(campaign, stats, session, args.points, calls=args.calls, ncu_path=args.ncu,
-                      profile=not args.no_profile)
+                      profile=not args.no_profile, out=args.out)
     print(text)
-    print(f"triage dir: {campaign.path / TRIAGE_DIR}")
+    print(f"triage dir: {Path(args.out or campaign.path) / TRIAGE_DIR}")
     return 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 
 from zlf import hookimpl
+from zlf.options import SEED
 from zlf.seeding import seed_everything
 
 DEFAULT_SEED = 0
@@ -45,16 +46,12 @@ def fingerprint(tensors) -> str:
     return h.hexdigest()[:16]
 
 
-#: the commands that create inputs (zlf ops lists points and creates none)
-COMMANDS = ("run", "ab", "task")
-
-
 @hookimpl
-def add_options(parser, command):
-    if command not in COMMANDS:
+def add_options(parser, traits):
+    if not traits.makes_inputs:  # seeding applies where a command makes point inputs
         return
     g = parser.add_argument_group("seed (extension)")
-    g.add_argument("--seed", type=int, default=DEFAULT_SEED, metavar="N",
+    g.add_argument("--seed", type=SEED, default=DEFAULT_SEED, metavar="N",
                    help=f"base seed; each point's seed is derived from it and the point id (default {DEFAULT_SEED})")
 
 

@@ -51,13 +51,9 @@ def parse_shapes(entry, path: str, key: str) -> list:
     return shapes
 
 
-#: the commands that plan points from ops' shapes (zlf task takes its shapes from the package)
-COMMANDS = ("run", "ab", "ops")
-
-
 @hookimpl
-def add_options(parser, command):
-    if command not in COMMANDS:
+def add_options(parser, traits):
+    if not traits.plans_shapes:  # a shape file applies where a command plans ops' shapes
         return
     g = parser.add_argument_group("shapes (extension)")
     g.add_argument("--shapes", metavar="FILE",

@@ -10,6 +10,7 @@ import pytest
 from zlf import ab
 from zlf.ab import OK, Campaign, CampaignPlan, Side
 from zlf.errors import UsageError
+from zlf.options import add_run_options
 from zlf.testing import ExtensionInfo as Info
 from zlf.testing import FakeHooks, campaign_data
 from zlf.testing import extension_hooks as real_hooks
@@ -25,6 +26,7 @@ def parse(*argv):
     """``zlf ab``'s parser with the task extension's campaign options."""
     parser = argparse.ArgumentParser()
     ab.configure_parser(parser)
+    add_run_options(parser, ab.TRAITS)
     task_campaign.add_options(parser)
     return parser.parse_args(list(argv))
 

@@ -200,7 +200,7 @@ def test_python_compile_error_once_for_all_cases(tmp_path, capsys):
 @pytest.mark.slow
 def test_triton_candidate_reused_worker(tmp_path, capsys):
     rc, out, records, run_dir = judge(tmp_path, capsys, "correct_triton.py", "--cases", "1-2", "--reuse-worker",
-                                      "--iters", "3", "--warmup", "1")
+                                      "--iters", "3", "--warmup-calls", "1")
     assert rc == 0 and verdicts(records) == ["Accepted", "Accepted"]
     assert len(list((run_dir / "task").glob("worker-case*.log"))) == 1
 

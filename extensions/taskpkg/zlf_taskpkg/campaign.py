@@ -22,14 +22,16 @@ CANDIDATE_ENV = "ZLF_TASK_CANDIDATE"
 
 
 def add_options(parser) -> None:
+    from .plugin import TOLERANCE
+
     add_example(parser, "zlf ab --task PKG --a-candidate a.py --b-candidate b.py --rounds 4   two task-package candidates")
     t = parser.add_argument_group("task packages (zlf task, docs/taskpkg.md): the op is the package")
     t.add_argument("--task", action="append", metavar="PKG_DIR", help="judge this task package in every run instead of OPs (repeatable)")
     t.add_argument("--a-candidate", metavar="FILE", help="run_kernel candidate of side A (--candidate of its zlf task runs)")
     t.add_argument("--b-candidate", metavar="FILE", help="run_kernel candidate of side B")
     t.add_argument("--cases", metavar="LIST", help="cases to judge, e.g. 1,3-5 (default: all)")
-    t.add_argument("--rtol", type=float, help="rtol given to the package's check")
-    t.add_argument("--atol", type=float, help="atol given to the package's check")
+    t.add_argument("--rtol", type=TOLERANCE, help="rtol given to the package's check")
+    t.add_argument("--atol", type=TOLERANCE, help="atol given to the package's check")
 
 
 def task_op(package: str) -> OpSpec:

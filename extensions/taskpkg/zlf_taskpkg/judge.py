@@ -35,7 +35,6 @@ from zlf import UsageError, ceilings
 from zlf.console import StatusLine, clean, number, paint
 from zlf.procs import die_with_parent, kill_group, python_child_env, stop_code, stop_word
 from zlf.records import STATUS_FAILED, STATUS_OK, is_jsonable
-from zlf.options import check_run_options
 from zlf.run import Run
 from zlf.rundir import RunDir, disk_full
 
@@ -686,7 +685,6 @@ def print_details(records) -> None:
 
 
 def judge(args, session) -> int:
-    check_run_options(args)
     j = Judge(args, session)
     j.prepare()
     j.start_run()

@@ -1,16 +1,23 @@
 """zlf extension ``task``: ``zlf task PKG_DIR --candidate FILE`` judges a contest task package.
 
 See docs/taskpkg.md. The command is a run like every other (a run directory with one point
-per case), so ``zlf compare`` / ``report`` / ``ab`` read it; it sets ``run_options`` so active
-extensions add their run options (``--seed``, a timer's options ...) to it.
+per case), so ``zlf compare`` / ``report`` / ``ab`` read it; its traits say it times points and
+makes inputs, so core's run options and the active extensions' (``--seed``, a timer's options
+...) apply to it.
 """
 from __future__ import annotations
 
 import argparse
 
 from zlf import hookimpl
-from zlf.options import add_timing_arguments
+from zlf.options import SECONDS, CommandTraits, Number, add_selection_arguments, deprecated, number_type
 from zlf.output import add_format_argument
+
+#: what zlf task does: it times its cases (a run of points), makes their inputs, and takes its
+#: run settings from a config file too; it plans no op shapes (the package has its cases)
+TRAITS = CommandTraits(times_points=True, makes_inputs=True, config_file=True)
+#: --rtol / --atol (zlf task and zlf ab --task)
+TOLERANCE = Number(float, 0, 1e6)
 
 EPILOG = """\
 examples:
@@ -35,35 +42,27 @@ def add_commands(subparsers):
                    help="run_kernel candidate: .py (Triton, TileLang, torch) or .cu/.cpp (CUDA C++); "
                         "default: $ZLF_TASK_CANDIDATE")
     p.add_argument("--cases", metavar="LIST", help="1-based cases to judge, e.g. 1,3-5 (default: all)")
-    p.add_argument("--rtol", type=float, help="rtol given to the package's check (default: metadata, else check's own)")
-    p.add_argument("--atol", type=float, help="atol given to the package's check (default: metadata, else check's own)")
-    p.add_argument("--time-limit", type=float, metavar="SEC",
-                   help="per-case limit for the candidate (first call, check, timing); default: metadata time_limit_s, else 60")
-    p.add_argument("--compile-time-limit", type=float, metavar="SEC",
+    p.add_argument("--rtol", type=TOLERANCE, help="rtol given to the package's check (default: metadata, else check's own)")
+    p.add_argument("--atol", type=TOLERANCE, help="atol given to the package's check (default: metadata, else check's own)")
+    p.add_argument("--compile-time-limit", type=Number(float, 0, SECONDS, low_open=True, unit="seconds"), metavar="SEC",
                    help="limit for compiling a CUDA C++ candidate (nvcc); past it: Compile Error; "
                         "default: metadata compile_time_limit_s, else 300")
     p.add_argument("--reuse-worker", action="store_true",
                    help="keep one worker process across cases until a case fails (faster; default: a fresh process per case)")
     p.add_argument("--out", default="runs", metavar="PARENT", help="parent of the run directory (default: runs/)")
     p.add_argument("--name", metavar="LABEL", help="run directory label (default: the package name)")
-    p.add_argument("--backend", metavar="NAME", help="cpu, cuda, or an extension's backend (default: detected)")
-    p.add_argument("--device", type=int, default=0, metavar="N", help="device index (default 0)")
     add_format_argument(p)
-    t = p.add_argument_group("timing")
-    t.add_argument("--warmup", type=int, metavar="N", help="warm-up calls, overriding the package's")
-    t.add_argument("--iters", type=int, metavar="N", help="timed calls, overriding the package's")
-    add_timing_arguments(t, helps={"timer": "which extension's time_fn to use when several are active",
-                                   "warmup_ms": "warm-up budget in ms (overrides --warmup)",
-                                   "rep_ms": "measurement budget in ms (overrides --iters)",
-                                   "flush_l2": "flush L2 before every sample"}, copies=False)
+    t = p.add_argument_group("timing in calls (--warmup-ms and --rep-ms, in ms, override them)")
+    t.add_argument("--warmup-calls", type=number_type("--warmup-calls"), dest="warmup", metavar="N",
+                   help="warm-up calls, overriding the package's")
+    deprecated(t, "--warmup", "--warmup-calls", type=number_type("--warmup-calls"), dest="warmup")
+    t.add_argument("--iters", type=number_type("--iters"), metavar="N", help="timed calls, overriding the package's")
     c = p.add_argument_group("CUDA C++ candidates")
     c.add_argument("--nvcc-arch", metavar="SM", help="nvcc -arch (default: the device's, e.g. sm_90a; sm_90a without a GPU)")
     c.add_argument("--nvcc-flag", action="append", metavar="FLAG", help="extra nvcc flag (repeatable)")
     c.add_argument("--cache-dir", metavar="DIR", help="compiled-library cache (default: $ZLF_TASK_CACHE or ~/.cache/zlf/taskpkg)")
-    s = p.add_argument_group("extension selection")
-    s.add_argument("--ext", action="append", metavar="NAME", help="use exactly these extensions (repeatable)")
-    s.add_argument("--no-ext", action="append", metavar="NAME", help="disable an extension before it is imported")
-    p.set_defaults(handler=_cmd_task, run_options=True, config_file=True)
+    add_selection_arguments(p)
+    p.set_defaults(handler=_cmd_task, traits=TRAITS)
 
 
 # ---------------------------------------------------------------------- zlf ab --task (campaign.py)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import attrs
 
 from zlf import hookimpl
+from zlf.options import Number
 
 from .capture_errors import REASONS, CaptureFailure, marker_line
 from .graph_timer import MAX_CALLS, REPLAY_MS, TIMER_NAME, GraphSettings, graph_support, time_graph
@@ -50,17 +51,18 @@ class CudaGraphTimer:
 
     # ------------------------------------------------------------------ command line
     @hookimpl
-    def add_options(self, parser, command):
-        if command not in ("run", "ab", "task"):  # the commands that time
+    def add_options(self, parser, traits):
+        if not traits.times_points:
             return
         g = parser.add_argument_group("cudagraph (extension)")
         g.add_argument("--cudagraph-probe", choices=PROBES, default="inline",
                        help="where a point's first capture is tried: in this process (default; a failed "
                             "capture is cleaned up) or in a child process first (slower, isolates the device "
                             "state after a failed capture)")
-        g.add_argument("--cudagraph-replay-ms", type=float, default=REPLAY_MS, metavar="MS",
+        g.add_argument("--cudagraph-replay-ms", type=Number(float, 0, 60_000, low_open=True, unit="ms"),
+                       default=REPLAY_MS, metavar="MS",
                        help=f"device time one graph replay aims at (default {REPLAY_MS})")
-        g.add_argument("--cudagraph-max-calls", type=int, default=MAX_CALLS, metavar="N",
+        g.add_argument("--cudagraph-max-calls", type=Number(int, 1, 10**6, unit="calls"), default=MAX_CALLS, metavar="N",
                        help=f"most calls captured into one graph (default {MAX_CALLS})")
         g.add_argument("--cudagraph-no-verify", action="store_true",
                        help="skip the replay-vs-direct output check that catches work on unjoined streams")

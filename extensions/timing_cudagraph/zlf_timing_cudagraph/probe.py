@@ -68,6 +68,7 @@ def probe_in_child(config, point, timeout: float = PROBE_TIMEOUT_S) -> Optional[
 
 def rebuild_point(config, p: dict):
     """The child's session, backend, op, point and inputs, from the config and the point."""
+    from zlf.ops import point_inputs
     from zlf.records import Point
     from zlf.session import Session
 
@@ -78,7 +79,7 @@ def rebuild_point(config, p: dict):
         raise LookupError(f"op {p['op']!r} not found from {list(config.ops)!r}")
     op = ops[0]
     point = Point(p["op"], tuple(p["shape"]), p["dtype"], p.get("variant", ""))
-    return session, backend, op, point, session.hooks.make_inputs(op, point, backend)
+    return session, backend, op, point, point_inputs(op, point, backend)
 
 
 def run_probe(config, p: dict) -> dict:

@@ -29,8 +29,8 @@ class CuptiPlugin:
         self.source = None
 
     @hookimpl
-    def add_options(self, parser, command):
-        if command not in ("run", "ab", "task"):  # the commands that time
+    def add_options(self, parser, traits):
+        if not traits.times_points:
             return
         g = parser.add_argument_group("cupti (extension)")
         g.add_argument("--cupti-source", choices=SOURCES, default="auto",
