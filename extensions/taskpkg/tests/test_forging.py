@@ -91,7 +91,7 @@ def test_honest_twin_is_accepted(tmp_path, capsys, monkeypatch, sharing, candida
     assert sharing_of(run_dir) == sharing
     assert rc == 0 and records[0]["extra"]["verdict"] == "Accepted", records[0]["extra"]["judge_output"]
     assert records[0]["max_rel_err"] == 0.0 and records[0]["median_ms"] > 0
-    assert records[0]["extra"]["input_sets"] == 3 and records[0]["extra"]["distinct_input_sets"] == 4
+    assert records[0]["extra"]["input_sets"] == 3 and records[0]["extra"]["distinct_input_sets"] == 7
 
 
 @pytest.mark.slow

@@ -145,9 +145,13 @@ def _offset_generator(real, offset: int):
     ``manual_seed(s)`` -- is shifted by ``offset``."""
 
     class Generator(real):
+        def __new__(cls, *args, **kwargs):
+            generator = real.__new__(cls, *args, **kwargs)
+            real.manual_seed(generator, (real.initial_seed(generator) + offset) % (1 << 63))
+            return generator
+
         def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            real.manual_seed(self, (real.initial_seed(self) + offset) % (1 << 63))
+            pass  # torch's generator is made whole by __new__
 
         def manual_seed(self, seed):
             if isinstance(seed, int) and not isinstance(seed, bool):

@@ -190,8 +190,14 @@ SCRATCH_ENV = ("TMPDIR", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "CUDA_CA
                "TILELANG_CACHE_DIR", "TVM_CACHE_DIR")
 
 
+#: a test session's spawn server (zlf.testing) forks Python processes from outside: never the
+#: candidate's, which must start inside its sandbox, as a child of the judge
+SPAWN_SERVER_ENV = "ZLF_SPAWN_SERVER"
+
+
 def worker_env(env: dict, place: Place, mode: str) -> dict:
     env = dict(env)
+    env.pop(SPAWN_SERVER_ENV, None)
     env["ZLF_TASK_SHM_DIR"] = "/dev/shm" if mode == BWRAP else str(place.shm)
     if mode == BWRAP:
         for name in SCRATCH_ENV:

@@ -6,7 +6,9 @@ import torch
 from _cheat import honest, work
 
 if not honest():
-    import zlf_taskpkg.worker as _w
+    import sys
+
+    _w = sys.modules["__main__"]  # the worker runs as ``python -m zlf_taskpkg.worker``
 
     _emit = _w.Worker.emit
 
