@@ -124,3 +124,29 @@ def test_a_cached_library_is_used_only_when_private_and_unchanged(tmp_path, monk
     entry.chmod(entry.stat().st_mode | stat.S_IWOTH)  # a folder others may write: not trusted
     with pytest.raises(UsageError, match="writable by others"):
         compile_cuda(source, cache, "sm_90a")
+
+
+def _enospc(*_a, **_k):
+    import errno
+
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+@pytest.mark.parametrize("where", ["setup", pytest.param("record", marks=pytest.mark.slow)])
+def test_a_full_disk_leaves_a_consistent_meta_and_no_reserve(tmp_path, capsys, monkeypatch, where):
+    import json
+
+    from zlf.config import RunConfig
+    from zlf.rundir import RESERVE, RunDir
+
+    if where == "setup":  # the run configuration the children read cannot be written
+        monkeypatch.setattr(RunConfig, "write", _enospc)
+    else:  # the first finished case cannot be appended
+        monkeypatch.setattr(RunDir, "append", _enospc)
+    rc = task(tmp_path, PKG, "--candidate", PKG / "candidates" / "correct.py", "--cases", "1")
+    err = capsys.readouterr().err
+    assert rc == 2 and "No space left on device" in err and "Traceback" not in err
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    meta = json.loads((run_dir / "meta.json").read_text())
+    assert meta["status"] == "disk full"
+    assert not (run_dir / RESERVE).exists()

@@ -559,11 +559,21 @@ class Judge:
             self.finish_meta(records)
         return records
 
+    def abandon_setup(self) -> None:
+        """The disk filled before the first case: meta.json (where there is one) says so, the
+        reserve is given back."""
+        if getattr(self, "run", None) is None:
+            self.rundir.release()
+            return
+        self.run.status = "disk full"
+        self.finish_meta([])
+
     def finish_meta(self, records) -> None:
         meta = self.run.meta
         meta["status"] = self.run.status
         meta["finished"] = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
         meta["counts"] = {s: sum(1 for r in records if r.status == s) for s in (STATUS_OK, STATUS_FAILED)}
+        meta.setdefault("task", {})
         meta["task"]["verdicts"] = {v: sum(1 for r in records if r.extra.get("verdict") == v) for v in V.VERDICTS}
         meta["task"]["summary"] = summary(records)
         shapes = []
@@ -891,7 +901,14 @@ def judge(args, session) -> int:
     check_run_options(args)
     j = Judge(args, session)
     j.prepare()
-    j.start_run()
+    try:
+        j.start_run()
+    except OSError as exc:
+        if not disk_full(exc) or getattr(j, "rundir", None) is None:
+            raise
+        j.abandon_setup()
+        raise UsageError(f"{exc.strerror or exc} writing {exc.filename or j.rundir.path}: the run could not start "
+                         f"(meta.json says so) in {j.rundir.path}") from exc
     try:
         records = j.execute()
     except KeyboardInterrupt as exc:
