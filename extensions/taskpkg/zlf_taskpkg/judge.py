@@ -75,9 +75,9 @@ NOOP_ROUNDS = 5
 #: times as long, plus the slack below
 TRUST_FACTOR = 2.0
 #: per call, what the judge's clock may see beyond the reported time: a device's host launch
-#: cost; on the host, the scheduling noise of a loaded machine
+#: cost; on the host, the scheduling noise of a loaded machine and its thread pools waking up
 DEVICE_SLACK_MS = 0.05
-HOST_SLACK_MS = 1.0
+HOST_SLACK_MS = 5.0
 #: what of a worker's timing the judge takes: a duration, its samples, and (below) the timer's
 #: own diagnostics; the timer's name only from :meth:`Judge.timer_names`
 TIMING_EXTRA_KEYS = ("cudagraph", "cupti", "task_timer")
@@ -142,6 +142,7 @@ class WorkerProcess:
                 argv = sandbox.bwrap_command(argv, place, share_pid)
         elif place is not None:
             env[SHM_DIR_ENV] = str(place.shm)
+        self.sandboxed = place is not None and mode == sandbox.BWRAP and module == "zlf_taskpkg.worker"
         self.proc = subprocess.Popen(
             argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, pass_fds=(r_ctrl, w_evt),
             env=env,
@@ -269,6 +270,8 @@ class WorkerProcess:
             self.kill()
             rc = self.proc.returncode
         self.flush_log()
+        if rc is not None and self.sandboxed and 128 < rc < 128 + 65:
+            rc = 128 - rc  # bwrap exits 128 + N when the sandboxed process was killed by signal N
         if rc is not None and rc < 0:
             return f"the candidate's process was killed by {_signal_name(rc)}"
         return f"the candidate's process exited with code {rc}"
