@@ -74,9 +74,10 @@ NOOP_ROUNDS = 5
 #: a reported time is not trusted when the judge's clock says a call took more than this many
 #: times as long, plus the slack below
 TRUST_FACTOR = 2.0
-#: per call, what the judge's clock may see beyond the reported time: a device's host launch
-#: cost; on the host, the scheduling noise of a loaded machine and its thread pools waking up
-DEVICE_SLACK_MS = 0.05
+#: per call, what the judge's clock may see beyond the reported time: on a device, the host cost
+#: of launching (a Python candidate launching several kernels: tens of microseconds each); on the
+#: host, the scheduling noise of a loaded machine and its thread pools waking up
+DEVICE_SLACK_MS = 0.2
 HOST_SLACK_MS = 5.0
 #: what of a worker's timing the judge takes: a duration, its samples, and (below) the timer's
 #: own diagnostics; the timer's name only from :meth:`Judge.timer_names`
