@@ -4,7 +4,7 @@ Each cheat (``data/cheats/``) was Accepted -- with forged work, a forged time, o
 later run -- by the judge before its sandbox, its clock and its judge-owned fields; each has an
 honest twin (``FORGE_HONEST=1``, the same cost of work) that must stay Accepted with a trusted
 time. The work of the cheats that lie about time costs 20 ms a call, so the judge's clock sees it
-whatever the machine's load (its slack on the host is 1 ms a call).
+whatever the machine's load (its slack on the host is 5 ms a call).
 """
 from __future__ import annotations
 
