@@ -206,3 +206,17 @@ def test_inputs_that_cannot_differ_are_said_and_a_fast_time_not_trusted(tmp_path
     assert rc == 1 and x["time_trusted"] is False
     assert x["time_not_trusted"][0].startswith("inputs repeat: caching not excluded")
     assert "inputs repeat: caching not excluded on case(s) 1" in out
+
+
+# ----------------------------------------------------------------------------- the choice
+def test_the_sandbox_choice_says_what_it_leaves_open(monkeypatch):
+    from zlf import UsageError
+
+    monkeypatch.setattr(sandbox, "find_bwrap", lambda: None)
+    with pytest.raises(UsageError, match="bwrap not found on PATH .*install bubblewrap"):
+        sandbox.choose("bwrap")
+    mode, why = sandbox.choose("auto")
+    assert mode == "none" and why.startswith("no sandbox (bwrap not found") and sandbox.NOT_PROTECTED in why
+    assert sandbox.choose("none") == ("none", "--sandbox none: " + sandbox.NOT_PROTECTED)
+    with pytest.raises(UsageError, match="--sandbox must be one of"):
+        sandbox.choose("docker")
