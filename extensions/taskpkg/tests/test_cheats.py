@@ -220,3 +220,12 @@ def test_the_sandbox_choice_says_what_it_leaves_open(monkeypatch):
     assert sandbox.choose("none") == ("none", "--sandbox none: " + sandbox.NOT_PROTECTED)
     with pytest.raises(UsageError, match="--sandbox must be one of"):
         sandbox.choose("docker")
+
+
+@needs_bwrap
+def test_code_planted_in_zlfs_bytecode_cache_is_refused(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("ZLF_CACHE_DIR", str(tmp_path / "zlf-cache"))
+    (tmp_path / "zlf-cache").mkdir()
+    rc, records, _, _ = judge(tmp_path, capsys, CHEATS / "plant_pyc.py", "--cases", "1", "--sandbox", "bwrap")
+    assert verdicts(records) == ["Accepted"]  # it computes; its write failed
+    assert not (tmp_path / "zlf-cache" / "pycache" / "planted.pyc").exists()
