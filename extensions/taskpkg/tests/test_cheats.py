@@ -229,3 +229,10 @@ def test_code_planted_in_zlfs_bytecode_cache_is_refused(tmp_path, capsys, monkey
     rc, records, _, _ = judge(tmp_path, capsys, CHEATS / "plant_pyc.py", "--cases", "1", "--sandbox", "bwrap")
     assert verdicts(records) == ["Accepted"]  # it computes; its write failed
     assert not (tmp_path / "zlf-cache" / "pycache" / "planted.pyc").exists()
+
+
+def test_the_checker_never_shares_by_expandable_segments():
+    env = {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:64,expandable_segments:True", "HOME": "/h"}
+    assert sandbox.checker_env(env) == {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:64,expandable_segments:False",
+                                        "HOME": "/h"}
+    assert sandbox.checker_env({"HOME": "/h"}) == {"HOME": "/h"}

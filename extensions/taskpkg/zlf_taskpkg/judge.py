@@ -142,6 +142,7 @@ class WorkerProcess:
             if mode == sandbox.BWRAP:
                 argv = sandbox.bwrap_command(argv, place, share_pid)
         elif place is not None:
+            env = sandbox.checker_env(env)
             env[SHM_DIR_ENV] = str(place.shm)
         self.sandboxed = place is not None and mode == sandbox.BWRAP and module == "zlf_taskpkg.worker"
         self.proc = subprocess.Popen(

@@ -207,6 +207,21 @@ def worker_env(env: dict, place: Place, mode: str) -> dict:
     return env
 
 
+def checker_env(env: dict) -> dict:
+    """The checker's environment: PyTorch's expandable segments off. Their CUDA IPC hands the
+    memory over by ``pidfd_getfd``, which needs ptrace access to the checker -- closed: the
+    checker is non-dumpable and the worker has no capabilities."""
+    conf = env.get("PYTORCH_CUDA_ALLOC_CONF") or env.get("PYTORCH_ALLOC_CONF")
+    if not conf or "expandable_segments" not in conf:
+        return env
+    env = dict(env)
+    kept = [part for part in conf.split(",") if not part.strip().startswith("expandable_segments")]
+    for name in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"):
+        if name in env:
+            env[name] = ",".join(kept + ["expandable_segments:False"])
+    return env
+
+
 def gpu_nodes() -> list:
     """The device nodes a GPU needs inside the sandbox."""
     return sorted(set(glob.glob("/dev/nvidia*") + glob.glob("/dev/dri") + glob.glob("/dev/kfd")))
