@@ -76,7 +76,7 @@ def test_paged_kv_candidates_are_accepted_through_the_checker(zlf_cli, tmp_path,
     run_dir = run_dir_from(proc.stdout, tmp_path)
     records = read_records(run_dir)
     assert len(records) == 12 and all(r["extra"]["verdict"] == "Accepted" for r in records)
-    assert all(r["extra"]["input_sets"] == 3 and r["extra"]["distinct_input_sets"] == 4 for r in records)
+    assert all(r["extra"]["input_sets"] == 3 and r["extra"]["distinct_input_sets"] == 7 for r in records)
     logs = {p.name for p in (run_dir / "task").iterdir()}
     assert any(n.startswith("checker-case") for n in logs) and any(n.startswith("worker-case") for n in logs)
     meta = json.loads((run_dir / "meta.json").read_text())
@@ -116,4 +116,4 @@ def test_staged_sharing_on_the_gpu(zlf_cli, tmp_path, candidate, verdicts):
     if verdicts[0] == "Wrong Answer":
         assert all("stale result" in r["extra"]["judge_output"] for r in records)
     else:
-        assert all(r["extra"]["distinct_input_sets"] == 4 for r in records)
+        assert all(r["extra"]["distinct_input_sets"] == 7 for r in records)

@@ -91,7 +91,7 @@ def test_honest_twin_is_accepted(tmp_path, capsys, monkeypatch, sharing, candida
     assert sharing_of(run_dir) == sharing
     assert rc == 0 and records[0]["extra"]["verdict"] == "Accepted", records[0]["extra"]["judge_output"]
     assert records[0]["max_rel_err"] == 0.0 and records[0]["median_ms"] > 0
-    assert records[0]["extra"]["input_sets"] == 3 and records[0]["extra"]["distinct_input_sets"] == 4
+    assert records[0]["extra"]["input_sets"] == 3 and records[0]["extra"]["distinct_input_sets"] == 7
 
 
 @pytest.mark.slow
@@ -234,5 +234,5 @@ def test_staged_reused_worker_accepts_and_refreshes_inputs(tmp_path, capsys, mon
     rc, records, run_dir = judge(tmp_path, capsys, VECADD / "correct.py", "--cases", "1-3", "--reuse-worker")
     assert rc == 0 and sharing_of(run_dir) == "staged"
     assert [r["extra"]["verdict"] for r in records] == ["Accepted"] * 3
-    assert all(r["max_rel_err"] == 0.0 and r["extra"]["distinct_input_sets"] == 4 for r in records)
+    assert all(r["max_rel_err"] == 0.0 and r["extra"]["distinct_input_sets"] == 7 for r in records)
     assert len(list((run_dir / "task").glob("worker-case*.log"))) == 1

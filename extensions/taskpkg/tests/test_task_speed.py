@@ -72,7 +72,8 @@ def test_table_note_json_fields_and_summary_line():
 
 @pytest.mark.slow
 def test_a_case_below_the_calibrated_floor_end_to_end(zlf_cli, tmp_path, monkeypatch):
-    """A calibration claiming a very slow copy puts every case of the CPU run below its floor."""
+    """A calibration claiming a very slow copy puts every case of the CPU run below its floor:
+    Accepted, but its time is not trusted (no speedup, exit code 1)."""
     from zlf import ceilings
     from zlf.backends import CpuBackend
 
@@ -83,17 +84,20 @@ def test_a_case_below_the_calibrated_floor_end_to_end(zlf_cli, tmp_path, monkeyp
     name = backend.fingerprint()["device_name"]
     ceilings.save(ceilings.Ceilings(device_name=name, backend="cpu", bandwidth_GB_s=1e-6))
     proc = zlf_cli("task", PKG, "--candidate", PKG / "candidates" / "correct.py", "--ext", "task", "--cases", "1",
-                   "--format", "json", "--out", "runs", check_rc=0)
+                   "--format", "json", "--out", "runs", check_rc=1)
     doc = json.loads(proc.stdout)
-    assert doc["passed"] == 1 and doc["suspicious_cases"] == [1]
+    assert doc["passed"] == 1 and doc["suspicious_cases"] == [1] and doc["time_not_trusted_cases"] == [1]
     (case,) = doc["cases"]
-    assert case["verdict"] == "Accepted" and case["suspicious"][0].startswith("below its memory floor")
+    assert case["verdict"] == "Accepted, time not trusted" and case["speedup"] is None
+    assert case["suspicious"][0].startswith("below its memory floor")
+    assert case["time_not_trusted"][0].startswith("below its memory floor")
     run_dir = tmp_path / doc["run_dir"]
     rec = json.loads((run_dir / "results.jsonl").read_text().splitlines()[0])
     assert rec["extra"]["io_bytes"] == 3 * 1000 * 4 and rec["extra"]["floor_ms"] == pytest.approx(12000 / 1.0)
+    assert rec["status"] == "FAILED" and rec["error"].startswith("time not trusted: below its memory floor")
     meta = json.loads((run_dir / "meta.json").read_text())
-    assert meta["task"]["summary"]["suspicious_cases"] == [1]
+    assert meta["task"]["summary"]["suspicious_cases"] == [1] and meta["task"]["summary"]["time_not_trusted_cases"] == [1]
     table = zlf_cli("task", PKG, "--candidate", PKG / "candidates" / "correct.py", "--ext", "task", "--cases", "1",
-                    "--out", "runs", check_rc=0)
-    assert "1 case(s) suspiciously fast: case 1 (below its memory floor" in table.stdout
-    assert "suspiciously fast" in table.stdout.split("\n\n")[0]  # the table's note column
+                    "--out", "runs", check_rc=1)
+    assert "1 case(s) Accepted with a time not trusted (no speedup): case(s) 1" in table.stdout
+    assert "Accepted, time not trusted" in table.stdout.split("\n\n")[0]  # the table's verdict column

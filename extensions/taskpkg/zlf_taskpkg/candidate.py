@@ -147,10 +147,17 @@ def compile_cuda(candidate: Candidate, cache_dir, arch: str, extra_flags=(), tim
     entry = Path(cache_dir) / key
     library = entry / "candidate.so"
     if library.is_file():
-        log = entry / "nvcc.log"
-        return attrs.evolve(candidate, library=str(library), compile_cached=True,
-                            compile_output=log.read_text() if log.is_file() else "")
+        refused = cache_refusal(Path(cache_dir), entry, library)
+        if refused is None:
+            log = entry / "nvcc.log"
+            return attrs.evolve(candidate, library=str(library), compile_cached=True,
+                                compile_output=log.read_text(errors="replace") if log.is_file() else "")
+        print(f"zlf task: not using the cached library {library}: {refused}; compiling again", file=sys.stderr)
     entry.mkdir(parents=True, exist_ok=True)
+    refused = cache_refusal(Path(cache_dir), entry)
+    if refused is not None:
+        raise UsageError(f"--cache-dir {str(cache_dir)!r}: {refused}: a library compiled there could be replaced "
+                         "by another user (use a private cache directory)")
     with tempfile.TemporaryDirectory(dir=entry) as tmp:
         shim = Path(tmp) / "zlf_task_shim.cu"
         shim.write_text(SHIM)
@@ -164,9 +171,52 @@ def compile_cuda(candidate: Candidate, cache_dir, arch: str, extra_flags=(), tim
             return attrs.evolve(candidate, compile_failed=True, compile_output=output)
         if rc != 0:
             return attrs.evolve(candidate, compile_failed=True, compile_output=output)
+        if not out.is_file() or out.stat().st_size == 0:
+            output = ("error: nvcc exited with code 0 but wrote no library "
+                      f"({'an empty file' if out.is_file() else 'no file'} at -o)\n" + output)
+            return attrs.evolve(candidate, compile_failed=True, compile_output=output)
         (entry / "nvcc.log").write_text(output)
+        (entry / HASH_FILE).write_text(_sha256(out) + "\n")
         os.replace(out, library)  # atomic: a concurrent judge sees no half-written library
     return attrs.evolve(candidate, library=str(library), compile_output=output)
+
+
+#: the sha256 of a cached library, written when it was compiled
+HASH_FILE = "candidate.so.sha256"
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def cache_refusal(cache_dir: Path, entry: Path, library: Optional[Path] = None) -> Optional[str]:
+    """Why the cache (or a library in it) must not be trusted, or None: every folder from the
+    cache directory down, and the library, must be owned by this user and writable by no one
+    else, and the library's bytes must match the hash recorded when it was compiled."""
+    uid = os.geteuid()
+    for path in [cache_dir, entry] + ([library] if library is not None else []):
+        try:
+            st = os.lstat(path)
+        except OSError as exc:
+            return f"{path}: {exc.strerror or exc}"
+        if os.path.islink(path):
+            return f"{path} is a symbolic link"
+        if st.st_uid != uid:
+            return f"{path} is owned by uid {st.st_uid}, not this user ({uid})"
+        if st.st_mode & 0o022:
+            return f"{path} is writable by others (mode {st.st_mode & 0o777:o})"
+    if library is not None:
+        try:
+            recorded = (entry / HASH_FILE).read_text().strip()
+        except OSError:
+            return "no recorded hash"
+        if recorded != _sha256(library):
+            return "its bytes do not match the hash recorded when it was compiled"
+    return None
 
 
 def _ctypes_arg(value):

@@ -43,6 +43,7 @@ from zlf.session import Session
 from . import outcome as V
 from .outcome import timing_to_json
 from .package import TaskPackage
+from .sandbox import make_undumpable
 from .shared import SharedArena
 from .speed import io_bytes
 
@@ -139,11 +140,35 @@ def budget_for(backend, budget, call, counts):
     return budget.with_changes(**changes)
 
 
+def _offset_generator(real, offset: int):
+    """A ``torch.Generator`` whose every seed -- the one it is created with, and each
+    ``manual_seed(s)`` -- is shifted by ``offset``."""
+
+    class Generator(real):
+        def __new__(cls, *args, **kwargs):
+            generator = real.__new__(cls, *args, **kwargs)
+            real.manual_seed(generator, (real.initial_seed(generator) + offset) % (1 << 63))
+            return generator
+
+        def __init__(self, *args, **kwargs):
+            pass  # torch's generator is made whole by __new__
+
+        def manual_seed(self, seed):
+            if isinstance(seed, int) and not isinstance(seed, bool):
+                seed = (seed + offset) % (1 << 63)
+            return real.manual_seed(self, seed)
+
+    Generator.__name__ = Generator.__qualname__ = "Generator"
+    return Generator
+
+
 @contextlib.contextmanager
 def offset_seeds(offset: int):
     """While a package generates input set ``k > 0``, its own ``torch.manual_seed(s)`` (and
-    ``random.seed``, ``numpy.random.seed``) seed ``s + offset``: a package that re-seeds inside
-    genTestCase still gets independent sets."""
+    ``random.seed``, ``numpy.random.seed``, ``numpy.random.default_rng(s)``,
+    ``numpy.random.RandomState(s)``) seed ``s + offset``, and every ``torch.Generator`` it creates
+    is seeded ``offset`` further (at creation and at each ``manual_seed``): a package that
+    re-seeds, or seeds a generator of its own, inside genTestCase still gets independent sets."""
     if not offset:
         yield
         return
@@ -155,7 +180,7 @@ def offset_seeds(offset: int):
     with contextlib.suppress(ImportError):
         import numpy
 
-        patched.append((numpy.random, "seed"))
+        patched += [(numpy.random, "seed"), (numpy.random, "default_rng"), (numpy.random, "RandomState")]
     saved = [(mod, name, getattr(mod, name)) for mod, name in patched]
 
     def shifted(real):
@@ -165,11 +190,18 @@ def offset_seeds(offset: int):
 
     for mod, name, real in saved:
         setattr(mod, name, shifted(real))
+    real_generator = torch.Generator
+    torch.Generator = _offset_generator(real_generator, offset)
     try:
         yield
     finally:
+        torch.Generator = real_generator
         for mod, name, real in saved:
             setattr(mod, name, real)
+
+
+class CheckFailed(Exception):
+    """The package's ``check`` raised: a Judge Error, whatever the candidate wrote."""
 
 
 @attrs.define
@@ -246,8 +278,20 @@ class Checker:
                           fatal=True)
                 return False
             return True
+        if "witness" in request:  # fresh input sets in every slot, outputs poisoned: the clocked batch
+            try:
+                self.load_witness()
+            except Exception:
+                self.emit("result", verdict=V.JUDGE_ERROR, text="the package failed:\n" + traceback.format_exc(),
+                          fatal=True)
+                return False
+            self.emit("witness_ready", distinct_sets=self.distinct_sets, total_sets=len(self.sets))
+            return True
         try:
             verdict, text, fatal, slot = self.check(str(request.get("check")))
+        except CheckFailed as exc:
+            self.emit("result", verdict=V.JUDGE_ERROR, text=str(exc), fatal=True)
+            return False
         except Exception:
             self.emit("result", verdict=V.JUDGE_ERROR, text="the judge's check failed:\n" + traceback.format_exc(),
                       fatal=True)
@@ -304,14 +348,10 @@ class Checker:
 
         # The input sets the timed calls rotate over, each with its own seeds and expected output.
         self.sets = [InputSet(seed, original, base_args)]
+        self.witness_rounds = 0
         for k in range(1, INPUT_SETS + 1):
-            set_seed = seed + k * SET_SEED_STRIDE
-            extra_set = self.generate(arg_shapes, set_seed, offset=k * SET_SEED_STRIDE)
-            self._same_layout(original, extra_set, k)
-            self.sets.append(InputSet(set_seed, extra_set, self.run_baseline(extra_set)))
-        self.distinct_sets = 1 + sum(
-            1 for s in self.sets[1:] if any(_is_tensor(a) and i not in outputs and differing_elements(a, b)
-                                            for i, (a, b) in enumerate(zip(s.original, original))))
+            self.add_set(k)
+        self.distinct_sets = self.count_distinct()
         # The shared buffers: slot 0 holds the case's inputs for the checked call, the others a
         # timing set each; before timing slot 0 gets the first timing set too.
         self.arena = SharedArena(backend.device, f"case{case}")
@@ -323,6 +363,35 @@ class Checker:
         self.emit("shared", slots=[self.arena.describe(s.args) for s in self.slots], outputs=outputs,
                   sharing=self.arena.mode,
                   counts=list(counts), input_sets=INPUT_SETS, distinct_sets=self.distinct_sets)
+
+    def count_distinct(self) -> int:
+        """Input sets, the case's own included, whose inputs differ from every earlier set's."""
+        distinct = []
+        for s in self.sets:
+            if all(any(_is_tensor(a) and i not in self.outputs and differing_elements(a, b)
+                       for i, (a, b) in enumerate(zip(s.original, d.original))) for d in distinct):
+                distinct.append(s)
+        return len(distinct)
+
+    def add_set(self, k: int) -> int:
+        """Generate input set ``k`` (its own seeds), run the baseline on it; its index."""
+        original = self.sets[0].original
+        set_seed = self.sets[0].seed + k * SET_SEED_STRIDE
+        extra_set = self.generate(self.arg_shapes, set_seed, offset=k * SET_SEED_STRIDE)
+        self._same_layout(original, extra_set, k)
+        self.sets.append(InputSet(set_seed, extra_set, self.run_baseline(extra_set)))
+        return len(self.sets) - 1
+
+    def load_witness(self) -> None:
+        """Input sets the candidate has never seen, one per slot, every output poisoned: the
+        judge's clocked batch (its clock, the worker's calls) must compute every one of them."""
+        del self.sets[1 + INPUT_SETS:]  # the last batch's sets: seen now
+        first = len(self.sets) + self.witness_rounds * len(self.slots)
+        self.witness_rounds += 1
+        for j, slot in enumerate(self.slots):
+            self.load(slot, self.add_set(first + j))
+        self.backend.synchronize()
+        self.distinct_sets = self.count_distinct()
 
     def _same_layout(self, original, other, k: int) -> None:
         for i, (a, b) in enumerate(zip(original, other)):
@@ -388,6 +457,12 @@ class Checker:
             again = 1 % len(self.slots)
             verdict, text, fatal = self.check_slot(again, prefix="called again after timing")
             return verdict, text, fatal, None
+        if phase == "witness":
+            for j in range(len(self.slots)):
+                verdict, text, fatal = self.check_slot(j, prefix="in the judge's clocked batch")
+                if verdict != V.ACCEPTED:
+                    return verdict, text, fatal, None
+            return V.ACCEPTED, "", False, None
         raise ValueError(f"unknown check phase {phase!r}")
 
     def check_slot(self, j: int, first: bool = False, prefix: str = "") -> tuple:
@@ -450,9 +525,9 @@ class Checker:
         with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
             try:
                 ok = bool(self.problem.check(self.arg_shapes, want.original, cand_args, want.expected, **tolerances))
-            except Exception:
-                ok = False
-                print("check() raised:\n" + traceback.format_exc(), file=sys.stderr)
+            except Exception as exc:  # the package's fault, not the candidate's: Judge Error
+                raise CheckFailed("the package's check() raised:\n" + traceback.format_exc()
+                                  + ("\n" + buf.getvalue().strip() if buf.getvalue().strip() else "")) from exc
         return ok, "" if quiet else buf.getvalue().strip()
 
     def max_rel_err(self, got: dict, want: InputSet):
@@ -476,6 +551,7 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     spec = json.loads(Path(argv[0]).read_text())
     faulthandler.enable()
+    make_undumpable()  # the candidate's process may see this one: its memory stays closed to it
     events = os.fdopen(int(argv[2]), "w", buffering=1)
     ctrl = os.fdopen(int(argv[1]), "r")
     return V.serve(ctrl, events, lambda: Checker(spec, events), _handle, "checker")

@@ -16,6 +16,7 @@ import datetime as _dt
 import json
 import math
 import os
+import re
 import secrets
 import select
 import signal
@@ -34,17 +35,19 @@ from tabulate import tabulate
 from zlf import UsageError, ceilings
 from zlf.console import StatusLine, clean, number, paint
 from zlf.procs import die_with_parent, kill_group, python_child_env, stop_code, stop_word
-from zlf.records import STATUS_FAILED, STATUS_OK, is_jsonable
+from zlf.records import STATUS_FAILED, STATUS_OK, Timing, is_jsonable
 from zlf.run import Run
 from zlf.rundir import RunDir, disk_full
 
 from . import outcome as V
-from . import speed, timers
+from . import sandbox, speed, timers
 from .candidate import KIND_CUDA, Candidate, compile_cuda, default_arch, default_cache_dir
 from .checker import INPUT_SETS
 from .outcome import timing_from_json
+from .speed import trust
 from .package import TaskPackage, parse_cases
-from .shared import SHARING_WHY, sharing_mode, shm_root
+from .shared import IPC, SHARING_WHY, SHM_DIR_ENV, sharing_mode
+from .worker import OUT_ENV
 
 #: limit for everything before the candidate runs (worker start, genTestCase, baseline timing).
 PACKAGE_TIME_LIMIT_S = 600.0
@@ -55,9 +58,30 @@ EXIT_GRACE_S = 30.0
 #: lines of a worker's log quoted when it died.
 LOG_TAIL_LINES = 25
 TASK_DIR = "task"
+#: bytes of a child's stdout/stderr kept in its log (the rest is counted, not written)
+LOG_CAP_BYTES = 8 << 20
+#: control bytes of a child's output written escaped (``\x1b``): logs hold no escape codes
+_CONTROL = re.compile(rb"[\x00-\x08\x0b-\x1f\x7f]")
 
 #: default limit for compiling a CUDA C++ candidate (nvcc), separate from the per-case limit.
 COMPILE_TIME_LIMIT_S = 300.0
+
+#: the judge's clock: rounds of the clocked batch (each on input sets the candidate never saw)
+#: and of the no-op batch (before the candidate is imported); the least of each is used
+WITNESS_ROUNDS = 3
+NOOP_ROUNDS = 5
+#: a reported time is not trusted when the judge's clock says a call took more than this many
+#: times as long, plus the slack below
+TRUST_FACTOR = 2.0
+#: per call, what the judge's clock may see beyond the reported time: on a device, the host cost
+#: of launching (a Python candidate launching several kernels: tens of microseconds each); on the
+#: host, the scheduling noise of a loaded machine and its thread pools waking up
+DEVICE_SLACK_MS = 0.2
+HOST_SLACK_MS = 5.0
+#: what of a worker's timing the judge takes: a duration, its samples, and (below) the timer's
+#: own diagnostics; the timer's name only from :meth:`Judge.timer_names`
+TIMING_EXTRA_KEYS = ("cudagraph", "cupti", "task_timer")
+GPU_TIMERS = ("cuda_event", "cudagraph", "cupti", "host_sync")
 
 _TIMEOUT = object()
 #: an event line that is not JSON or lacks the case's nonce: something else wrote to the pipe.
@@ -104,20 +128,35 @@ class Phase:
 class WorkerProcess:
     """One child running :mod:`zlf_taskpkg.worker` (or the checker): a control pipe in, an event pipe out."""
 
-    def __init__(self, spec_path: Path, log_path: Path, first_case: int, module: str = "zlf_taskpkg.worker"):
+    def __init__(self, spec_path: Path, log_path: Path, first_case: int, module: str = "zlf_taskpkg.worker",
+                 place: Optional[sandbox.Place] = None, mode: str = sandbox.NONE, share_pid: bool = False):
         r_ctrl, w_ctrl = os.pipe()
         r_evt, w_evt = os.pipe()
         self.log_path = log_path
         self._log = open(log_path, "ab")
+        argv = [sys.executable, "-m", module, str(Path(spec_path).resolve()), str(r_ctrl), str(w_evt)]
+        env = python_child_env(os.environ)
+        if place is not None and module == "zlf_taskpkg.worker":
+            env = sandbox.worker_env(env, place, mode)
+            env[OUT_ENV] = str(place.out)
+            if mode == sandbox.BWRAP:
+                argv = sandbox.bwrap_command(argv, place, share_pid)
+        elif place is not None:
+            env = sandbox.checker_env(env)
+            env[SHM_DIR_ENV] = str(place.shm)
+        self.sandboxed = place is not None and mode == sandbox.BWRAP and module == "zlf_taskpkg.worker"
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", module, str(spec_path), str(r_ctrl), str(w_evt)],
-            stdin=subprocess.PIPE, stdout=self._log, stderr=subprocess.STDOUT, pass_fds=(r_ctrl, w_evt),
-            env=python_child_env(os.environ),
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, pass_fds=(r_ctrl, w_evt),
+            env=env,
             start_new_session=True,  # its own process group: a kill takes its compiler children too
             preexec_fn=die_with_parent(signal.SIGKILL),  # a killed judge leaves no candidate running
         )
         os.close(r_ctrl)
         os.close(w_evt)
+        #: what the judge's clock measured of batches of no-op calls in this worker (ms), once
+        self.noop_ms: Optional[list] = None
+        self._pump = threading.Thread(target=self._copy_output, daemon=True)
+        self._pump.start()
         try:  # the case number on stdin, as a package's getTestCaseSize reads it
             self.proc.stdin.write(f"{first_case}\n".encode())
             self.proc.stdin.close()
@@ -129,6 +168,37 @@ class WorkerProcess:
         self.meta: dict = {}
         self.nonce: Optional[str] = None
         self.forged_line = b""
+
+    def _copy_output(self) -> None:
+        """The child's output into its log: at most :data:`LOG_CAP_BYTES`, control bytes escaped."""
+        kept = dropped = 0
+        out = self.proc.stdout
+        try:
+            while True:
+                chunk = out.read1(1 << 16) if hasattr(out, "read1") else out.read(1 << 16)
+                if not chunk:
+                    break
+                if kept >= LOG_CAP_BYTES:
+                    dropped += len(chunk)
+                    continue
+                chunk = chunk[:LOG_CAP_BYTES - kept]
+                kept += len(chunk)
+                self._log.write(_CONTROL.sub(lambda m: b"\\x%02x" % m.group()[0], chunk))
+                self._log.flush()
+        except (OSError, ValueError):
+            pass
+        finally:
+            if dropped or kept >= LOG_CAP_BYTES:
+                with contextlib.suppress(OSError, ValueError):
+                    self._log.write(f"\n[zlf: output past {LOG_CAP_BYTES >> 20} MiB not kept "
+                                    f"({dropped} more bytes)]\n".encode())
+            for closer in (out.close, self._log.close):
+                with contextlib.suppress(OSError, ValueError):
+                    closer()
+
+    def flush_log(self, timeout: float = 5.0) -> None:
+        """Wait (a while) for the child's output to reach its log."""
+        self._pump.join(timeout)
 
     def send(self, message: dict) -> bool:
         # A fresh nonce per case: a thread the candidate left behind cannot replay an old one.
@@ -201,13 +271,17 @@ class WorkerProcess:
         except subprocess.TimeoutExpired:
             self.kill()
             rc = self.proc.returncode
+        self.flush_log()
+        if rc is not None and self.sandboxed and 128 < rc < 128 + 65:
+            rc = 128 - rc  # bwrap exits 128 + N when the sandboxed process was killed by signal N
         if rc is not None and rc < 0:
             return f"the candidate's process was killed by {_signal_name(rc)}"
         return f"the candidate's process exited with code {rc}"
 
     def _close(self) -> None:
         self.close_input()
-        for closer in (lambda: os.close(self._evt), self._log.close):
+        self.flush_log(1.0)  # a helper the candidate left may hold the output open: not waited for
+        for closer in (lambda: os.close(self._evt),):
             try:
                 closer()
             except OSError:
@@ -236,6 +310,7 @@ class Judge:
             raise UsageError("zlf task: give the candidate with --candidate FILE (or ZLF_TASK_CANDIDATE)")
         self.package = TaskPackage.open(args.package)
         self.candidate = Candidate.open(candidate_path)
+        self.sandbox, self.sandbox_why = sandbox.choose(getattr(args, "sandbox", None) or sandbox.AUTO)
         session.hooks.check_exclusive()  # before anything is written
         self.backend = session.choose_backend(args.backend, args.device)
         self.package.load()
@@ -258,6 +333,40 @@ class Judge:
             elif self.backend.host_timing:
                 raise UsageError(f"candidate {self.candidate.path.name!r} is CUDA C++: it needs a CUDA device "
                                  f"(backend {self.backend.name!r} runs on the host; it compiled fine)")
+
+    def timer_names(self) -> set:
+        """The timer names a worker's timing may carry: the judge's choice, the backend's, and on a
+        device the fallbacks its timers take; anything else is replaced by the judge's choice."""
+        names = {self.timer.timer, self.backend.timer_name}
+        if not self.backend.host_timing:
+            names.update(GPU_TIMERS)
+        return names
+
+    def sanitize_timing(self, d):
+        """The worker's timing as the judge keeps it: a duration and its samples (finite, not
+        negative), the timer's name if it is one this run can use, the timer's own diagnostics
+        (:data:`TIMING_EXTRA_KEYS`) -- nothing the judge computes or names."""
+        if not isinstance(d, dict):
+            return None
+
+        def ms(x):
+            return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) \
+                and x >= 0 else None
+
+        value = ms(d.get("value_ms"))
+        if value is None:
+            return None
+        samples = [v for v in (ms(x) for x in list(d.get("samples_ms") or ())[:100000]) if v is not None]
+        timer = d.get("timer") if d.get("timer") in self.timer_names() else self.timer.timer
+        extra = d.get("extra") if isinstance(d.get("extra"), dict) else {}
+        calls = d.get("calls_per_sample")
+        return Timing(value_ms=value, timer=timer, samples_ms=samples or [value],
+                      fallback_reason=str(d["fallback_reason"])[:500] if d.get("fallback_reason") else None,
+                      markers=[str(m)[:500] for m in list(d.get("markers") or ())[:20]],
+                      l2=str(d.get("l2") or "")[:20],
+                      calls_per_sample=calls if isinstance(calls, int) and not isinstance(calls, bool) and calls > 0 else 1,
+                      extra={k: extra[k] for k in TIMING_EXTRA_KEYS if k in extra and is_jsonable(extra[k])},
+                      wall_ms=ms(d.get("wall_ms")))
 
     @contextlib.contextmanager
     def _ticking(self, head: str, name: str, limit: float):
@@ -283,6 +392,10 @@ class Judge:
 
     def start_run(self):
         args = self.args
+        # Orphans of the candidate's processes (double fork, setsid) come back to this process,
+        # where the end of a case finds and kills them; what was already running is not ours.
+        sandbox.become_subreaper()
+        self.children_before = set(sandbox._children_map().get(os.getpid(), ()))
         self.rundir = RunDir.create(args.out, args.name or self.package.name)
         self.rundir.reserve()  # room for the last meta.json should the disk fill up
         (self.rundir.path / TASK_DIR).mkdir()
@@ -313,13 +426,18 @@ class Judge:
             "input_sets": INPUT_SETS,
             "warmup_iters_override": [args.warmup, args.iters],
             "timer": self.timer.to_json(),
+            "sandbox": {"mode": self.sandbox, "why": self.sandbox_why,
+                        "not_protected": self.not_protected()},
+            "time_check": {"batch_rounds": WITNESS_ROUNDS, "noop_rounds": NOOP_ROUNDS, "factor": TRUST_FACTOR,
+                           "slack_ms_per_call": self.slack_ms()},
         }
         self.run.save_meta()
         if self.candidate.compile_output:
             (self.rundir.path / TASK_DIR / "compile.log").write_text(self.candidate.compile_output)
         config = self.session.config.write(self.rundir.path / TASK_DIR / "config.json")
         spec = {
-            "config": str(config), "package": str(self.package.root), "run_dir": str(self.rundir.path),
+            "config": str(Path(config).resolve()), "package": str(self.package.root),
+            "run_dir": str(self.rundir.path.resolve()),
             "argv": self.run.meta["command"], "candidate": self.candidate.to_json(),
             "base_seed": self.base_seed, "outputs": self.outputs,
             "tolerances": tolerances,
@@ -328,9 +446,25 @@ class Judge:
         self.spec_path.write_text(json.dumps(spec, indent=2))
         self.run.log.info(self.timer.why)
         print(clean(self.timer.why), file=sys.stderr)  # said once the input was found good
+        line = f"sandbox: {self.sandbox} ({self.sandbox_why})"
+        if self.sandbox == sandbox.BWRAP and self.sharing == IPC:
+            line += f"; {sandbox.SHARED_PID}"
+        self.run.log.info(line)
+        print(clean(line), file=sys.stderr)
         self.run.log.info(f"task {self.package.name}: candidate {self.candidate.path} ({self.candidate.kind}), "
                           f"cases {self.cases}, time limit {self.time_limit:g} s per case")
         self.run.log.info(f"sharing: {self.sharing} ({SHARING_WHY[self.sharing]})")
+
+    def not_protected(self) -> Optional[str]:
+        """What the sandbox in force leaves open (None: nothing this judge knows of)."""
+        if self.sandbox != sandbox.BWRAP:
+            return sandbox.NOT_PROTECTED
+        return sandbox.SHARED_PID if self.sharing == IPC else None
+
+    def slack_ms(self) -> float:
+        """Per call, what the judge's clock may see of a call beyond the time its timer reports
+        (host launch cost on a device; the host clock's scheduling noise on the host)."""
+        return HOST_SLACK_MS if self.backend.host_timing else DEVICE_SLACK_MS
 
     # ------------------------------------------------------------------ cases
     def _pair_for(self, case: int) -> tuple:
@@ -338,8 +472,11 @@ class Judge:
         if self.worker is None or self.checker is None:
             self._retire_worker(kill=True)
             task = self.rundir.path / TASK_DIR
-            self.checker = WorkerProcess(self.spec_path, task / f"checker-case{case}.log", case, "zlf_taskpkg.checker")
-            self.worker = WorkerProcess(self.spec_path, task / f"worker-case{case}.log", case)
+            self.place = sandbox.Place(task / "worker")
+            self.checker = WorkerProcess(self.spec_path, task / f"checker-case{case}.log", case, "zlf_taskpkg.checker",
+                                         place=self.place)
+            self.worker = WorkerProcess(self.spec_path, task / f"worker-case{case}.log", case, place=self.place,
+                                        mode=self.sandbox, share_pid=self.sharing == IPC)
         return self.checker, self.worker
 
     def _retire_worker(self, kill: bool = False) -> None:
@@ -348,11 +485,23 @@ class Judge:
             if proc is None:
                 continue
             proc.kill() if kill else proc.finish()
-            for leftover in shm_root().glob(f"zlf-task-{proc.proc.pid}-*"):  # a checker killed mid-case
-                with contextlib.suppress(OSError):
-                    leftover.unlink()
             for k, v in proc.meta.items():
                 self.run.meta.setdefault(k, v)  # what lifecycle hooks added (seed, autotune ...)
+        # every process the pair left (a detached helper of the candidate's came back to this
+        # process, a subreaper), then the pair's scratch and shared-memory directories
+        self.kill_survivors()
+        place, self.place = getattr(self, "place", None), None
+        if place is not None:
+            place.remove()
+
+    def kill_survivors(self) -> list:
+        """Kill what a case left running: every process that became this process's child since
+        the run began (orphans come here: this process is a subreaper), but the live pair."""
+        keep = [p.proc.pid for p in (self.worker, self.checker) if p is not None]
+        killed = sandbox.kill_survivors(keep=keep + sorted(self.children_before))
+        if killed:
+            self.run.log.info(f"killed {len(killed)} process(es) a case left running: {killed}")
+        return killed
 
     def _fallback_point(self, case: int) -> dict:
         """The case's point when no worker reported it (the worker reports the tensors' dtype)."""
@@ -386,7 +535,10 @@ class Judge:
                 self.done = len(records)
                 self.io_bytes = None
                 record, reusable = self.judge_case(case)
-                record = speed.flag(record, self.io_bytes, self.bandwidth)  # a note, never a verdict
+                record = speed.flag(record, self.io_bytes, self.bandwidth)
+                record = attrs.evolve(record, extra={**record.extra, "sandbox": self.sandbox})
+                record = trust(record)  # time not trusted: no speedup, a FAILED record
+                self.kill_survivors()  # nothing of this case touches the next one
                 self.status.clear()
                 if not (reusable and self.args.reuse_worker):
                     self._retire_worker()
@@ -412,11 +564,21 @@ class Judge:
             self.finish_meta(records)
         return records
 
+    def abandon_setup(self) -> None:
+        """The disk filled before the first case: meta.json (where there is one) says so, the
+        reserve is given back."""
+        if getattr(self, "run", None) is None:
+            self.rundir.release()
+            return
+        self.run.status = "disk full"
+        self.finish_meta([])
+
     def finish_meta(self, records) -> None:
         meta = self.run.meta
         meta["status"] = self.run.status
         meta["finished"] = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
         meta["counts"] = {s: sum(1 for r in records if r.status == s) for s in (STATUS_OK, STATUS_FAILED)}
+        meta.setdefault("task", {})
         meta["task"]["verdicts"] = {v: sum(1 for r in records if r.extra.get("verdict") == v) for v in V.VERDICTS}
         meta["task"]["summary"] = summary(records)
         shapes = []
@@ -447,7 +609,8 @@ class CaseOver(Exception):
 #: record fields the judge sets; annotations from the candidate's process cannot replace them
 JUDGE_FIELDS = frozenset({"verdict", "case", "arg_shapes", "case_seed", "baseline_ms", "baseline_timer",
                           "baseline_samples", "speedup", "judge_output", "input_sets", "distinct_input_sets",
-                          "io_bytes", "floor_ms", "suspicious"})
+                          "io_bytes", "floor_ms", "suspicious", "sandbox", "clock_check", "generated_input_sets",
+                          "time_trusted", "time_not_trusted"})
 
 
 class CaseState:
@@ -464,6 +627,7 @@ class CaseState:
         self.base_extra, self.base_markers = {}, []
         self.shared: dict = {}
         self.timing = None
+        self.clock = None
         self.max_err = None
         self.lost = False
         self.deadline = time.monotonic() + PACKAGE_TIME_LIMIT_S
@@ -574,8 +738,11 @@ class CaseState:
             elif kind == "shared":
                 self.shared = event
                 break
+        noop = NOOP_ROUNDS if worker.noop_ms is None else 0  # measured once, before any candidate code
         self.send(worker, {"case": self.case, "point": self.point, "outputs": event["outputs"],
-                           "slots": event["slots"], "counts": event["counts"]}, False)
+                           "slots": event["slots"], "counts": event["counts"], "noop": noop}, False)
+        if noop:
+            worker.noop_ms = [self.clocked(worker, "noop", "noop_done") for _ in range(noop)]
         self.expect(worker, ("candidate_start",), False)
         self.started = True
         self.deadline = time.monotonic() + j.time_limit
@@ -589,7 +756,7 @@ class CaseState:
             self.phase.set("timing", self.deadline)
             self.send(worker, {"go": "time"}, False)
             timed = self.expect(worker, ("timed",), False)
-            self.timing = timing_from_json(timed.get("timing"))
+            self.timing = j.sanitize_timing(timed.get("timing"))
             self.timed = timed
             self.phase.set("checking", self.deadline)
             verdict, text2, fatal, slot = self.check("timed", with_slot=True)
@@ -597,20 +764,47 @@ class CaseState:
                 self.send(worker, {"go": "call", "slot": slot}, False)
                 self.expect(worker, ("called",), False)
                 verdict, text2, fatal = self.check("final")
+            if verdict == V.ACCEPTED:
+                verdict, text2, fatal = self.clock_check()
             if verdict != V.ACCEPTED:
                 text = text2
         self.send(worker, {"go": "end", "verdict": verdict, "text": text}, False)
         extra, markers = self.done()
         accepted = verdict == V.ACCEPTED
         extra = {**self.base_extra, **extra, "input_sets": self.shared.get("input_sets"),
-                 "distinct_input_sets": self.shared.get("distinct_sets")}
-        if accepted and self.timing is not None:
-            extra.update(self.timing.extra)
+                 "distinct_input_sets": self.shared.get("distinct_sets"),
+                 "generated_input_sets": self.shared.get("total_sets"), "clock_check": self.clock}
         record = V.case_record(self.point, verdict, text, self.timing if accepted else None, self.baseline,
                                self.max_err, extra=extra, markers=self.base_markers + markers)
         reusable = verdict in (V.ACCEPTED, V.WRONG_ANSWER) and not fatal and not self.lost and not (
             accepted and self.timing is not None and self.timing.fallback_reason is not None)
         return record, reusable
+
+    def clocked(self, proc: WorkerProcess, order: str, reply: str) -> float:
+        """ms on this process's clock from telling the worker ``{"go": order}`` to its ``reply``."""
+        start = time.perf_counter()
+        self.send(proc, {"go": order}, False)
+        self.expect(proc, (reply,), False)
+        return (time.perf_counter() - start) * 1e3
+
+    def clock_check(self) -> tuple:
+        """The judge's clocked batches: each round the checker loads input sets the candidate never
+        saw into every slot (outputs poisoned), the worker calls each slot once and synchronises,
+        on this process's clock, and the checker checks every output. ``(verdict, text, fatal)``;
+        :attr:`clock` keeps the times."""
+        j, times = self.j, []
+        for _ in range(WITNESS_ROUNDS):
+            self.send(j.checker, {"witness": len(times)}, True)
+            ready = self.expect(j.checker, ("witness_ready",), True)
+            self.shared["distinct_sets"], self.shared["total_sets"] = ready.get("distinct_sets"), ready.get("total_sets")
+            times.append(self.clocked(j.worker, "batch", "batched"))
+            verdict, text, fatal = self.check("witness")
+            if verdict != V.ACCEPTED:
+                return verdict, text, fatal
+        calls = len(self.shared.get("slots") or ()) or 1
+        noop = j.worker.noop_ms or [0.0]
+        self.clock = speed.clock_bound(times, noop, calls, j.slack_ms(), TRUST_FACTOR)
+        return V.ACCEPTED, "", False
 
     def check(self, phase: str, with_slot: bool = False):
         if phase == "first":
@@ -629,7 +823,25 @@ def summary(records) -> dict:
     speedups = [r.extra["speedup"] for r in passed if r.extra.get("speedup")]
     geo = math.exp(sum(math.log(s) for s in speedups) / len(speedups)) if speedups else None
     return {"passed": len(passed), "total": len(records), "geomean_speedup": geo, "speedup_cases": len(speedups),
-            "suspicious_cases": [r.extra.get("case") for r in records if r.extra.get("suspicious")]}
+            "suspicious_cases": [r.extra.get("case") for r in records if r.extra.get("suspicious")],
+            "time_not_trusted_cases": [r.extra.get("case") for r in records if r.extra.get("time_not_trusted")],
+            "inputs_repeat_cases": [r.extra.get("case") for r in records if _inputs_repeat(r)]}
+
+
+def _inputs_repeat(r) -> bool:
+    total, distinct = r.extra.get("generated_input_sets"), r.extra.get("distinct_input_sets")
+    return bool(total) and distinct is not None and distinct < total
+
+
+def verdict_of(r) -> str:
+    """The verdict column: the verdict, and whether an Accepted case's time is trusted."""
+    verdict = r.extra.get("verdict", "")
+    return f"{verdict}, time not trusted" if r.extra.get("time_not_trusted") else verdict
+
+
+def all_good(s: dict) -> bool:
+    """Exit code 0: every case Accepted, and every time trusted."""
+    return s["passed"] == s["total"] and not s["time_not_trusted_cases"]
 
 
 #: the fields of ``zlf task``'s summary, in every format
@@ -640,14 +852,16 @@ def _note(r) -> str:
     note = (r.error or "").split(": ", 1)[1] if r.error and ": " in r.error else ""
     if r.markers:
         note = (note + " " if note else "") + " ".join(m.split(" ")[0] for m in r.markers)
-    if r.extra.get("suspicious"):
+    if r.extra.get("suspicious") and not r.extra.get("time_not_trusted"):
         note = "suspiciously fast: " + "; ".join(r.extra["suspicious"]) + (" " + note if note else "")
+    if _inputs_repeat(r) and "inputs repeat" not in note:
+        note = "inputs repeat: caching not excluded" + ("; " + note if note else "")
     return note
 
 
 def case_values(r) -> list:
     """One case's values in :data:`CASE_FIELDS` order."""
-    return [r.extra.get("case"), "x".join(map(str, r.shape)), r.extra.get("verdict", ""), r.timer or "",
+    return [r.extra.get("case"), "x".join(map(str, r.shape)), verdict_of(r), r.timer or "",
             r.median_ms, r.extra.get("baseline_ms"), r.extra.get("speedup"), _note(r)]
 
 
@@ -659,7 +873,7 @@ def verdict_table(records, fmt: str = "table") -> str:
     rows = []
     for r in records:
         case, shape, verdict, timer, ms, base, speed, note = case_values(r)
-        colour = "green" if verdict == V.ACCEPTED else ("yellow" if verdict == V.JUDGE_ERROR else "red")
+        colour = "green" if verdict == V.ACCEPTED else "yellow" if verdict.startswith(V.ACCEPTED) else ("yellow" if verdict == V.JUDGE_ERROR else "red")
         rows.append([case, shape, paint(verdict, colour) if fmt == "table" else verdict, timer, number(ms), number(base),
                      f"{speed:.3f}x" if speed else "", clean(note[:70])])
     return tabulate(rows, headers=list(CASE_FIELDS), tablefmt="github" if fmt == "markdown" else "simple",
@@ -671,6 +885,10 @@ def print_details(records) -> None:
     for r in records:
         verdict = r.extra.get("verdict")
         text = (r.extra.get("judge_output") or "").rstrip()
+        if r.extra.get("time_not_trusted"):
+            print(f"\ncase {r.extra.get('case')}: {V.ACCEPTED}, time not trusted")
+            print("\n".join("  " + clean(w) for w in r.extra["time_not_trusted"]))
+            continue
         if verdict == V.ACCEPTED or not text:
             continue
         if verdict == V.COMPILE_ERROR:
@@ -687,7 +905,14 @@ def print_details(records) -> None:
 def judge(args, session) -> int:
     j = Judge(args, session)
     j.prepare()
-    j.start_run()
+    try:
+        j.start_run()
+    except OSError as exc:
+        if not disk_full(exc) or getattr(j, "rundir", None) is None:
+            raise
+        j.abandon_setup()
+        raise UsageError(f"{exc.strerror or exc} writing {exc.filename or j.rundir.path}: the run could not start "
+                         f"(meta.json says so) in {j.rundir.path}") from exc
     try:
         records = j.execute()
     except KeyboardInterrupt as exc:
@@ -704,8 +929,9 @@ def judge(args, session) -> int:
         print(json.dumps({"run_dir": str(j.rundir.path), "package": j.package.name, "candidate": str(j.candidate.path),
                           **s, "cases": [{**dict(zip(CASE_FIELDS, case_values(r))),
                                           "suspicious": r.extra.get("suspicious") or [],
+                                          "time_not_trusted": r.extra.get("time_not_trusted") or [],
                                           "output": r.extra.get("judge_output")} for r in records]}, indent=2))
-        return 0 if s["passed"] == s["total"] else 1
+        return 0 if all_good(s) else 1
     print(verdict_table(records, args.format))
     out = sys.stderr if args.format == "csv" else sys.stdout  # csv: stdout is the table alone
     if args.format != "csv":
@@ -714,10 +940,18 @@ def judge(args, session) -> int:
     print(f"\n{j.package.name}: {s['passed']}/{s['total']} cases Accepted; "
           f"geometric-mean speedup {geo} over {s['speedup_cases']} accepted case(s) (baseline ms / candidate ms)",
           file=out)
-    fast = speed.summary_line(records)
+    if s["time_not_trusted_cases"]:
+        print(f"{len(s['time_not_trusted_cases'])} case(s) Accepted with a time not trusted (no speedup): case(s) "
+              + ", ".join(map(str, s["time_not_trusted_cases"])), file=out)
+    if s["inputs_repeat_cases"]:
+        print("inputs repeat: caching not excluded on case(s) " + ", ".join(map(str, s["inputs_repeat_cases"]))
+              + " (the package's input sets are all the same)", file=out)
+    fast = speed.summary_line([r for r in records if not r.extra.get("time_not_trusted")])
     if fast:
         print(clean(fast), file=out)
+    if j.sandbox != sandbox.BWRAP:
+        print(clean(f"sandbox: {j.sandbox}: not protected: {j.not_protected()}"), file=out)
     if j.backend.host_timing:
         print(paint("note: cpu backend: times are host wall-clock, not GPU kernel times", "dim", out), file=out)
     print(f"run dir: {j.rundir.path}", file=out)
-    return 0 if s["passed"] == s["total"] else 1
+    return 0 if all_good(s) else 1

@@ -61,7 +61,7 @@ def case_record(point: dict, verdict: str, text: str = "", timing: Optional[Timi
     """The candidate's point for one case; the baseline's time rides along in ``extra``."""
     accepted = verdict == ACCEPTED
     first_line = summary_line(text)
-    fields = {
+    judge_fields = {
         "verdict": verdict,
         "case": point.get("case"),
         "arg_shapes": point.get("arg_shapes"),
@@ -71,9 +71,10 @@ def case_record(point: dict, verdict: str, text: str = "", timing: Optional[Timi
         "baseline_samples": list(baseline.samples_ms) if baseline else [],
         "speedup": speedup(baseline, timing) if accepted else None,
         "judge_output": text or "",
-        **(timing.extra if timing else {}),
-        **(extra or {}),
     }
+    # the judge's own fields last: nothing from the candidate's process (the timer's diagnostics,
+    # the worker's annotations) can replace them
+    fields = {**(timing.extra if timing else {}), **(extra or {}), **judge_fields}
     return PointRecord(
         point=point["id"], op=point["op"], shape=point["shape"], dtype=point["dtype"], variant=point["variant"],
         status=STATUS_OK if accepted else STATUS_FAILED,

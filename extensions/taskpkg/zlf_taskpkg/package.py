@@ -15,9 +15,11 @@ in meta.json and ignored.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import io
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -48,13 +50,35 @@ def _find_problem_module(root: Path) -> Path:
     raise UsageError(f"task package {str(root)!r}: several modules define genTestCase ({names}); name one problem.py")
 
 
+@contextlib.contextmanager
+def no_exit(what: str):
+    """While the judge's own process runs package code: ``os._exit`` and ``sys.exit`` are a
+    one-line error naming ``what``, not the judge vanishing without a word."""
+    real = os._exit
+
+    def refuse(code=0):
+        raise UsageError(f"{what} called os._exit({code!r}): a task package must not exit the judge")
+
+    os._exit = refuse
+    try:
+        yield
+    except SystemExit as exc:
+        raise UsageError(f"{what} called sys.exit({exc.code!r}): a task package must not exit the judge") from None
+    finally:
+        os._exit = real
+
+
 def _load_metadata(root: Path) -> tuple:
     for name in METADATA_FILES:
         path = root / name
         if not path.is_file():
             continue
         try:
-            data = json.loads(path.read_text()) if name.endswith(".json") else yaml.safe_load(path.read_text())
+            text = path.read_bytes().decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise UsageError(f"task package metadata {str(path)!r} is not UTF-8 text (byte {exc.start})") from None
+        try:
+            data = json.loads(text) if name.endswith(".json") else yaml.safe_load(text)
         except (json.JSONDecodeError, yaml.YAMLError) as exc:
             raise UsageError(f"task package metadata {str(path)!r} is not valid: {str(exc).splitlines()[0]}") from exc
         if not isinstance(data, dict):
@@ -121,7 +145,10 @@ class TaskPackage:
         module = importlib.util.module_from_spec(spec)
         sys.modules[modname] = module
         try:
-            spec.loader.exec_module(module)
+            with no_exit(f"problem module {str(self.module_path)!r}"):
+                spec.loader.exec_module(module)
+        except UsageError:
+            raise
         except Exception as exc:
             raise UsageError(f"problem module {str(self.module_path)!r} failed to import: {type(exc).__name__}: {exc}") from exc
         missing = [f for f in PROBLEM_FUNCTIONS if not callable(getattr(module, f, None))]
@@ -132,7 +159,10 @@ class TaskPackage:
 
     def num_cases(self) -> int:
         try:
-            n = self.load().getNumOfTestcases()
+            with no_exit(f"{self.module_path.name}: getNumOfTestcases()"):
+                n = self.load().getNumOfTestcases()
+        except UsageError:
+            raise
         except Exception as exc:
             raise UsageError(f"{self.module_path.name}: getNumOfTestcases() raised {type(exc).__name__}: {exc}") from exc
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
@@ -148,7 +178,8 @@ class TaskPackage:
         saved = sys.stdin
         sys.stdin = io.TextIOWrapper(io.BytesIO(f"{case}\n".encode()))
         try:
-            result = module.getTestCaseSize()
+            with no_exit(f"{self.module_path.name}: getTestCaseSize()"):
+                result = module.getTestCaseSize()
         finally:
             sys.stdin = saved
         warmup = iters = None

@@ -26,7 +26,8 @@ examples:
   zlf task PKG --candidate fast.py --reuse-worker --ext task --ext cudagraph
 verdicts: Accepted, Wrong Answer, Runtime Error, Compile Error, Time Limit Exceeded
           (Judge Error: the package itself failed)
-exit codes: 0 every case Accepted, 1 a case was not, 2 bad input, 130 interrupted
+exit codes: 0 every case Accepted with a trusted time, 1 a case was not (or its time is not trusted),
+            2 bad input, 130 interrupted
 """
 
 
@@ -49,6 +50,11 @@ def add_commands(subparsers):
                         "default: metadata compile_time_limit_s, else 300")
     p.add_argument("--reuse-worker", action="store_true",
                    help="keep one worker process across cases until a case fails (faster; default: a fresh process per case)")
+    p.add_argument("--sandbox", choices=("auto", "bwrap", "none"), default="auto",
+                   help="the candidate's sandbox: bwrap (bubblewrap: read-only file system but a scratch "
+                        "directory, private /dev/shm, no network, own pid namespace where the sharing allows), "
+                        "none (the judge's own checks only; what that leaves open is said on screen and in "
+                        "meta.json), auto: bwrap where it runs, else none (default: auto)")
     p.add_argument("--out", default="runs", metavar="PARENT", help="parent of the run directory (default: runs/)")
     p.add_argument("--name", metavar="LABEL", help="run directory label (default: the package name)")
     add_format_argument(p)

@@ -46,8 +46,30 @@ def sharing_mode(device: str) -> str:
     return {"cuda": IPC, "cpu": SHM}.get(str(device).split(":")[0], STAGED)
 
 
+#: the pair's shared-memory directory, set by the judge for the checker and the worker (the
+#: worker's sandbox sees it as its /dev/shm): only this pair's buffers are in it
+SHM_DIR_ENV = "ZLF_TASK_SHM_DIR"
+
+
 def shm_root() -> Path:
+    given = os.environ.get(SHM_DIR_ENV)
+    if given:
+        return Path(given)
     return Path(SHM_DIR if os.path.isdir(SHM_DIR) and os.access(SHM_DIR, os.W_OK) else tempfile.gettempdir())
+
+
+def _link_ref_counter(rebuild_args) -> None:
+    """Legacy CUDA IPC keeps a reference count in a POSIX shared-memory file (``/dev/shm/torch_...``)
+    the worker opens by name: linked into the pair's directory, the worker's private /dev/shm."""
+    root = shm_root()
+    if str(root) == SHM_DIR:
+        return
+    for handle in rebuild_args:
+        if isinstance(handle, bytes) and handle.startswith(b"/torch_"):
+            name = handle.decode()[1:]
+            with contextlib.suppress(OSError):
+                if not (root / name).exists():
+                    os.link(os.path.join(SHM_DIR, name), root / name)
 
 
 def _is_tensor(x) -> bool:
@@ -138,11 +160,13 @@ class SharedArena:
         if self.kind == "cuda":
             from torch.multiprocessing.reductions import reduce_tensor
 
-            return ("cuda", reduce_tensor(t))
+            reduced = reduce_tensor(t)
+            _link_ref_counter(reduced[1])
+            return ("cuda", reduced)
         k = next(k for k, b in enumerate(self.tensors)
                  if b.untyped_storage().data_ptr() == t.untyped_storage().data_ptr())
         base, path = self.tensors[k], self.files[k]
-        return ("staged" if self.mode == STAGED else "file", str(path), base.untyped_storage().nbytes(), t.dtype, tuple(t.shape), tuple(t.stride()),
+        return ("staged" if self.mode == STAGED else "file", path.name, base.untyped_storage().nbytes(), t.dtype, tuple(t.shape), tuple(t.stride()),
                 t.storage_offset())
 
     def unlink(self) -> None:
@@ -198,7 +222,8 @@ def open_shared(text: str, staging: "Staging | None" = None) -> list:
             rebuild, rebuild_args = payload[1]
             args.append(rebuild(*rebuild_args))
         else:
-            how, path, nbytes, dtype, shape, stride, offset = payload
+            how, name, nbytes, dtype, shape, stride, offset = payload
+            path = str(shm_root() / os.path.basename(name))  # the worker's view of the pair's directory
             if not os.path.isfile(path) or os.path.getsize(path) != nbytes:
                 raise RuntimeError(f"shared buffer {path} is gone (the checker removed it)")
             base = torch.from_file(path, shared=True, size=nbytes, dtype=torch.uint8)

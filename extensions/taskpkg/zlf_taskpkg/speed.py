@@ -1,4 +1,9 @@
-"""Suspiciously fast cases: faster than the bytes they must move allow, or 100× the baseline.
+"""Suspiciously fast cases, and times the judge does not trust.
+
+A time is **not trusted** (the case keeps its verdict, loses its time: no speedup, a FAILED
+record, exit code 1) when the judge's own clock contradicts it (:func:`clock_bound`), when it is
+below the case's memory floor, or when it is suspiciously fast on a case whose input sets repeat
+(a cache cannot be excluded there). Otherwise a suspicious time is a note.
 
 A case's *floor* is the time a plain copy takes to move its bytes -- every tensor argument read
 once plus every output written once, from the tensors' sizes -- at the copy bandwidth
@@ -54,6 +59,58 @@ def flag(record, nbytes: Optional[int], bandwidth_GB_s: Optional[float]):
         found = reasons(record.median_ms, record.extra.get("baseline_ms"), floor, bandwidth_GB_s, nbytes, record.l2)
     extra = {**record.extra, "io_bytes": nbytes, "floor_ms": floor, "suspicious": found}
     return attrs.evolve(record, extra=extra)
+
+
+def clock_bound(batch_ms, noop_ms, calls: int, slack_ms: float, factor: float) -> dict:
+    """What the judge's clock says of a call: the least clocked batch (``calls`` calls on input
+    sets never seen before, every output checked) less the least batch of no-op calls, per call.
+    A reported time is below what the candidate can honestly take when ``factor`` × it plus
+    ``slack_ms`` is still less than that (:func:`trust`)."""
+    per_call = max(0.0, (min(batch_ms) - min(noop_ms)) / max(calls, 1))
+    return {"batch_ms": [round(t, 6) for t in batch_ms], "noop_ms": [round(t, 6) for t in noop_ms],
+            "calls": calls, "per_call_ms": per_call, "slack_ms": slack_ms, "factor": factor,
+            "bound_ms": max(0.0, (per_call - slack_ms) / factor)}
+
+
+def untrusted_reasons(record) -> list:
+    """Why an Accepted case's reported time is not trusted (empty: it is)."""
+    x = record.extra
+    ms = record.median_ms
+    if record.status != "ok" or ms is None:
+        return []
+    out = []
+    clock = x.get("clock_check")
+    if clock and ms < clock["bound_ms"]:
+        out.append(f"the judge's clock measured {clock['per_call_ms']:.4g} ms per call on fresh inputs "
+                   f"(no-op overhead taken off), more than {clock['factor']:g}x the reported {ms:.4g} ms "
+                   f"+ {clock['slack_ms']:g} ms")
+    floor = x.get("floor_ms")
+    if floor is not None and ms < floor:
+        out.append(f"below its memory floor ({ms:.4g} ms < {floor:.4g} ms)")
+    total, distinct = x.get("generated_input_sets"), x.get("distinct_input_sets")
+    if total and distinct is not None and distinct < total:
+        baseline = x.get("baseline_ms")
+        if x.get("suspicious") and not out:
+            out.append("inputs repeat: caching not excluded, and " + "; ".join(x["suspicious"]))
+        elif baseline and ms and baseline / ms > REPEAT_FACTOR and not out:
+            out.append(f"inputs repeat: caching not excluded, and {baseline / ms:.0f}x faster than the baseline")
+    return out
+
+
+#: on a case whose inputs repeat, more than this many times faster than the baseline is not trusted
+REPEAT_FACTOR = 10.0
+
+
+def trust(record):
+    """``record`` with ``extra.time_trusted`` and ``extra.time_not_trusted`` (the reasons); an
+    untrusted time costs the case its speedup and makes the record FAILED (``time not trusted:
+    ...``), its verdict stays."""
+    why = untrusted_reasons(record)
+    extra = {**record.extra, "time_trusted": not why if record.status == "ok" else None, "time_not_trusted": why}
+    if not why:
+        return attrs.evolve(record, extra=extra)
+    extra["speedup"] = None
+    return attrs.evolve(record, status="FAILED", error="time not trusted: " + "; ".join(why), extra=extra)
 
 
 def summary_line(records) -> Optional[str]:

@@ -46,6 +46,9 @@ from .legacy_stream import time_candidate
 from .outcome import timing_to_json
 from .shared import Staging, open_shared
 
+#: the folder the worker writes its run files into (set by the judge)
+OUT_ENV = "ZLF_TASK_WORKER_OUT"
+
 class Rotation:
     """The timed callable: call ``i`` runs the candidate on slot ``i % len(calls)``. Every slot
     holds its own input set and output buffers (the checker's shared memory), so a captured graph
@@ -116,7 +119,10 @@ class Worker:
         self.session = Session.open(self.config)
         self.hooks = self.session.hooks
         self.backend = self.session.choose_backend(self.config.backend, self.config.device)
-        self.run = WorkerRun.open(self.session, RunDir(spec["run_dir"]), argv=spec["argv"])
+        # the worker's own run files (run.log, what extensions write at after_run): a folder of the
+        # run directory of its own, the only part of it the sandbox lets the worker write
+        out = os.environ.get(OUT_ENV) or spec["run_dir"]
+        self.run = WorkerRun.open(self.session, RunDir(out), argv=spec["argv"])
         self.meta_before = json.dumps(self.run.meta, sort_keys=True, default=str)
         self.records = []
         self.run.begin()
@@ -153,6 +159,7 @@ class Worker:
         op = Op(name=p["op"], fn=_unbound, make_inputs=_unbound, shapes=[point.shape], dtypes=[point.dtype],
                 reference=None, outputs=tuple(outputs))
         self.run.begin_point(point, op, slots[0])
+        self.noop_batches(slots, int(request.get("noop") or 0))
         self.emit("candidate_start")
         failure, end = self.candidate(point, op, slots, tuple(request["counts"]))
         if failure is not None:
@@ -173,6 +180,25 @@ class Worker:
         gc.collect()
         self.emit("done", extra=self.run.extra, markers=list(record.markers))
         return failure is None
+
+    def noop_batches(self, slots, rounds: int) -> None:
+        """The judge's clocked batch with a candidate that does nothing, before any candidate code
+        ran in this process: what the judge's clock measures of the batch that is not the
+        candidate's (the pipes, the synchronisation, a staged copy)."""
+        noops = [_noop for _ in slots]
+        for _ in range(rounds):
+            if self.order().get("go") != "noop":
+                return
+            self.batch(noops)
+            self.emit("noop_done")
+
+    def batch(self, calls) -> None:
+        """One call per slot, back to back, then synchronise: the judge's clocked batch."""
+        self.upload()
+        for call in calls:
+            call()
+        self.backend.synchronize()
+        self.download()
 
     def upload(self) -> None:
         """Staged: the checker's staging buffers onto the device (nothing to do when shared)."""
@@ -252,7 +278,23 @@ class Worker:
         if launch_error:
             return self.fail(V.RUNTIME_ERROR, f"while timing: run_kernel left a launch error: {launch_error}")
         self.emit("called")
-        return None, self.order()
+        order = self.order()
+        while order.get("go") == "batch":
+            try:  # the judge's clocked batch: fresh input sets in every slot, outputs poisoned
+                self.batch(calls)
+                launch_error = self.kernel.last_error()
+            except Exception:
+                return self.fail(V.RUNTIME_ERROR, "in the judge's clocked batch:\n" + _short_traceback())
+            if launch_error:
+                return self.fail(V.RUNTIME_ERROR, f"in the judge's clocked batch: run_kernel left a launch error: "
+                                                  f"{launch_error}")
+            self.emit("batched")
+            order = self.order()
+        return None, order
+
+
+def _noop():
+    return None
 
 
 def _unbound(*_args):

@@ -1,0 +1,242 @@
+"""The candidate's sandbox, and the judge's guard against processes that outlive a case.
+
+``--sandbox bwrap`` runs the worker (the candidate's process, :mod:`zlf_taskpkg.worker`) under
+bubblewrap (``bwrap``, Debian/Ubuntu package ``bubblewrap``): a mount namespace where the whole
+file system is bound read-only except a scratch directory of its own (``TMPDIR``, the compilers'
+caches), a private ``/dev/shm`` (a directory of the judge's: only this pair's shared buffers),
+a ``/dev`` of its own holding the null/zero/random nodes plus the GPU's (``/dev/nvidia*``,
+``/dev/dri``), no network, every capability dropped, and -- where the buffers do not cross by
+legacy CUDA IPC, which refuses peers in other pid namespaces -- a pid namespace of its own (it
+sees no other process; ``--die-with-parent`` and the namespace's end kill everything in it).
+Where the pid namespace is shared (CUDA IPC) the checker is non-dumpable, so a process without
+``CAP_SYS_PTRACE`` (the sandbox has none) cannot read or write its memory through ``/proc``.
+
+``--sandbox none`` (and ``auto`` where bwrap cannot run) keeps only what needs no namespace: the
+non-dumpable checker (no use against a candidate running as root), the private ``/dev/shm``
+directory (mode 0700: no use against the same user), the child subreaper that kills every
+descendant a case leaves, and everything the judge checks itself. :data:`NOT_PROTECTED` says
+what that leaves open; the run's meta.json, run.log and stderr say it too.
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import glob
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+from zlf import UsageError
+
+AUTO, BWRAP, NONE = "auto", "bwrap", "none"
+CHOICES = (AUTO, BWRAP, NONE)
+#: what the worker is not protected from without bwrap (said in meta.json, run.log, stderr)
+NOT_PROTECTED = ("the candidate runs unsandboxed, as the judge's user: it can write wherever that user can "
+                 "(the package, site-packages, caches, the home directory: code planted for later runs), "
+                 "signal or ptrace the judge's processes (the checker is non-dumpable, which stops neither "
+                 "root nor a debugger with CAP_SYS_PTRACE), read other users' shared memory it has access "
+                 "to, and use the network")
+#: what bwrap's sandbox leaves open where the pid namespace is shared (legacy CUDA IPC)
+SHARED_PID = ("the pid namespace is shared (legacy CUDA IPC refuses peers in other pid namespaces): the "
+              "candidate sees the judge's processes and can signal them (a dead checker is a Judge Error, "
+              "never an Accepted); their memory stays closed (non-dumpable checker, no capabilities)")
+INSTALL = "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap)"
+
+PR_SET_DUMPABLE = 4
+PR_SET_CHILD_SUBREAPER = 36
+
+_libc = None
+
+
+def _prctl(option: int, value: int) -> bool:
+    global _libc
+    if _libc is None:
+        try:
+            _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        except OSError:
+            _libc = False
+    if not _libc:
+        return False
+    return _libc.prctl(option, value, 0, 0, 0) == 0
+
+
+def become_subreaper() -> bool:
+    """Make this process the reaper of its orphaned descendants (Linux): a helper that detached
+    from a case (double fork, setsid) becomes this process's child, where it can be found."""
+    return _prctl(PR_SET_CHILD_SUBREAPER, 1)
+
+
+def make_undumpable() -> bool:
+    """No core dumps, and /proc/<pid>/mem and ptrace closed to processes without CAP_SYS_PTRACE."""
+    return _prctl(PR_SET_DUMPABLE, 0)
+
+
+# ----------------------------------------------------------------------------- processes
+def _children_map() -> dict:
+    """``{ppid: [pid, ...]}`` of every process this process can see."""
+    kids: dict = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # the comm field may hold spaces and parentheses: the fields after its last ')'
+        fields = stat[stat.rfind(b")") + 2:].split()
+        if len(fields) > 1:
+            kids.setdefault(int(fields[1]), []).append(int(entry))
+    return kids
+
+
+def descendants(pid: int, kids: Optional[dict] = None) -> list:
+    """Every live descendant of ``pid`` (children first)."""
+    kids = _children_map() if kids is None else kids
+    out, todo = [], list(kids.get(pid, ()))
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(kids.get(p, ()))
+    return out
+
+
+def kill_survivors(keep=()) -> list:
+    """Kill (SIGKILL) and reap every descendant of this process but ``keep`` (pids of the
+    processes the judge still uses) and theirs: what a finished case left running, however it
+    detached -- orphans come back to this process, a subreaper. Returns the pids killed."""
+    me = os.getpid()
+    kids = _children_map()
+    spared = set(keep)
+    for k in keep:
+        spared.update(descendants(k, kids))
+    victims = [p for p in descendants(me, kids) if p not in spared]
+    for p in victims:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(p, signal.SIGKILL)
+    for p in victims:  # our own children are reaped here; the others by their parents (killed too)
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitpid(p, 0)
+    return victims
+
+
+# ----------------------------------------------------------------------------- bubblewrap
+def find_bwrap() -> Optional[str]:
+    return shutil.which("bwrap")
+
+
+_USABLE: dict = {}
+
+
+def bwrap_problem(bwrap: Optional[str] = None) -> Optional[str]:
+    """Why bwrap cannot run here (not installed, user namespaces closed ...), or None."""
+    bwrap = bwrap or find_bwrap()
+    if bwrap is None:
+        return f"bwrap not found on PATH ({INSTALL})"
+    if bwrap in _USABLE:
+        return _USABLE[bwrap]
+    try:
+        proc = subprocess.run([bwrap, "--unshare-pid", "--unshare-net", "--die-with-parent", "--cap-drop", "ALL",
+                               "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "true"],
+                              capture_output=True, text=True, timeout=30)
+        why = None if proc.returncode == 0 else \
+            f"bwrap cannot create its namespaces here (exit {proc.returncode}: {proc.stderr.strip()[:200]})"
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        why = f"bwrap cannot run: {exc}"
+    _USABLE[bwrap] = why
+    return why
+
+
+def choose(mode: str) -> tuple:
+    """``(mode in force, why)`` for ``--sandbox MODE``: ``bwrap`` or ``none``. ``bwrap`` where
+    it cannot run is a usage error; ``auto`` falls back to ``none`` and says why."""
+    if mode not in CHOICES:
+        raise UsageError(f"--sandbox must be one of {', '.join(CHOICES)}, not {mode!r}")
+    if mode == NONE:
+        return NONE, "--sandbox none: " + NOT_PROTECTED
+    why = bwrap_problem()
+    if why is None:
+        return BWRAP, "bwrap: read-only file system but a scratch directory, private /dev/shm, no network, " \
+                      "no capabilities, own pid namespace where the sharing allows"
+    if mode == BWRAP:
+        raise UsageError(f"--sandbox bwrap: {why}")
+    return NONE, f"no sandbox ({why}): " + NOT_PROTECTED
+
+
+class Place:
+    """The directories of one worker: ``scratch`` (its only writable place besides ``shm`` and
+    ``out``), ``shm`` (its /dev/shm: the pair's shared buffers), ``out`` (the worker's run files).
+    Removed by :meth:`remove` (the out directory stays: it is part of the run directory)."""
+
+    def __init__(self, out: Path):
+        self.scratch = Path(tempfile.mkdtemp(prefix="zlf-task-scratch-"))
+        base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+        self.shm = Path(tempfile.mkdtemp(prefix="zlf-task-shm-", dir=base))
+        self.out = out = Path(out).resolve()
+        out.mkdir(parents=True, exist_ok=True)
+
+    def remove(self) -> None:
+        for d in (self.scratch, self.shm):
+            shutil.rmtree(d, ignore_errors=True)
+
+
+#: where the worker's tools keep their caches: inside the scratch directory under the sandbox
+SCRATCH_ENV = ("TMPDIR", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "CUDA_CACHE_PATH", "XDG_CACHE_HOME",
+               "TILELANG_CACHE_DIR", "TVM_CACHE_DIR")
+
+
+#: a test session's spawn server (zlf.testing) forks Python processes from outside: never the
+#: candidate's, which must start inside its sandbox, as a child of the judge
+SPAWN_SERVER_ENV = "ZLF_SPAWN_SERVER"
+
+
+def worker_env(env: dict, place: Place, mode: str) -> dict:
+    env = dict(env)
+    env.pop(SPAWN_SERVER_ENV, None)
+    env["ZLF_TASK_SHM_DIR"] = "/dev/shm" if mode == BWRAP else str(place.shm)
+    if mode == BWRAP:
+        for name in SCRATCH_ENV:
+            env[name] = str(place.scratch / ("tmp" if name == "TMPDIR" else name.lower()))
+        for name in SCRATCH_ENV:
+            Path(env[name]).mkdir(parents=True, exist_ok=True)
+    return env
+
+
+def checker_env(env: dict) -> dict:
+    """The checker's environment: PyTorch's expandable segments off. Their CUDA IPC hands the
+    memory over by ``pidfd_getfd``, which needs ptrace access to the checker -- closed: the
+    checker is non-dumpable and the worker has no capabilities."""
+    conf = env.get("PYTORCH_CUDA_ALLOC_CONF") or env.get("PYTORCH_ALLOC_CONF")
+    if not conf or "expandable_segments" not in conf:
+        return env
+    env = dict(env)
+    kept = [part for part in conf.split(",") if not part.strip().startswith("expandable_segments")]
+    for name in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"):
+        if name in env:
+            env[name] = ",".join(kept + ["expandable_segments:False"])
+    return env
+
+
+def gpu_nodes() -> list:
+    """The device nodes a GPU needs inside the sandbox."""
+    return sorted(set(glob.glob("/dev/nvidia*") + glob.glob("/dev/dri") + glob.glob("/dev/kfd")))
+
+
+def bwrap_command(argv: list, place: Place, share_pid: bool, keep_fds=()) -> list:
+    """``argv`` run under bwrap in ``place``; ``share_pid``: no pid namespace of its own."""
+    cmd = [find_bwrap(), "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--unshare-net",
+           "--unshare-uts", "--unshare-cgroup-try"]
+    if not share_pid:
+        cmd += ["--unshare-pid", "--unshare-ipc"]
+    cmd += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    for node in gpu_nodes():
+        cmd += ["--dev-bind", node, node]
+    cmd += ["--bind", str(place.shm), "/dev/shm",
+            "--bind", str(place.scratch), str(place.scratch),
+            "--bind", str(place.out), str(place.out), "--"]
+    return cmd + list(argv)
