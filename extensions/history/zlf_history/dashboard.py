@@ -117,7 +117,9 @@ def _labels(run: dict) -> str:
 
 def _head(title: str) -> str:
     return (f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{_e(title)}</title>"
-            f"<meta name=viewport content='width=device-width, initial-scale=1'><style>{CSS}</style></head><body>")
+            f"<meta name=viewport content='width=device-width, initial-scale=1'>"
+            # no icon to fetch: a browser would ask the server for /favicon.ico and log its 404
+            f"<link rel=icon href='data:,'><style>{CSS}</style></head><body>")
 
 
 def point_page(s: dict, sides_by_campaign: dict) -> str:
