@@ -67,5 +67,8 @@ if "--tests" in sys.argv[1:]:
     # --dist worksteal (make test): from pytest-xdist 3.2
     extra += ["pytest-xdist>=3.2"] if missing("xdist") or _older("pytest-xdist", (3, 2)) else []
     extra += ["ray>=2.9"] if missing("ray") else []
+    if not core_only:  # zlf-history's PostgreSQL tests and its dashboard's browser test
+        extra += ["psycopg[binary]>=3.1"] if missing("psycopg") else []
+        extra += ["selenium>=4.10"] if missing("selenium") else []
 subprocess.check_call(pip + args + extra)
 print(f"installed zlf and {len(extensions)} extensions" + (f": {', '.join(e.name for e in extensions)}" if extensions else " (core alone)"))
