@@ -76,6 +76,9 @@ if "--tests" in sys.argv[1:]:
     # --dist worksteal (make test): from pytest-xdist 3.2
     extra += ["pytest-xdist>=3.2"] if missing("xdist") or _older("pytest-xdist", (3, 2)) else []
     extra += ["ray>=2.9"] if missing("ray") else []
+    if not core_only:  # zlf-history's PostgreSQL tests and its dashboard's browser test
+        extra += ["psycopg[binary]>=3.1"] if missing("psycopg") else []
+        extra += ["selenium>=4.10"] if missing("selenium") else []
 step(f"installing zlf and {len(extensions)} extension(s) in editable mode"
      + (f", with {', '.join(extra)}" if extra else "") + " and their dependencies")
 subprocess.check_call(pip + args + extra)

@@ -1,0 +1,1 @@
+"""zlf extension ``history``: results over time, change points, bisect, and a static dashboard."""
