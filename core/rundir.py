@@ -121,7 +121,10 @@ class RunDir:
     """Writer and reader of one run directory."""
 
     def __init__(self, path):
-        self.path = Path(path)
+        #: absolute from the start: an op that changes the working directory cannot misplace a record
+        self.path = Path(os.path.abspath(path))
+        #: the path as given (relative to where zlf started): what messages show
+        self.shown = Path(path)
 
     # ------------------------------------------------------------------ writing
     @classmethod
