@@ -237,6 +237,9 @@ def _standard_streams() -> None:
                 os.open(os.devnull, os.O_RDWR)  # the lowest free number: this one
             except OSError:
                 return
+    for name in ("stdout", "stderr"):  # Python makes a closed one None: print() ignores it, a method call fails
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, "w"))
 
 
 def guarded(call) -> int:

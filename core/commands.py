@@ -155,7 +155,7 @@ def run_points(args, session, link=None, resume=None) -> int:
     from .output import print_run_summary
     from .procs import stop_code, stop_word
     from .records import STATUS_FAILED
-    from .run import Run, execute
+    from .run import Run, execute, lossy_streams
     from .rundir import RunDir, disk_full
     from .session import shapes_by_op
     from .supervise import point_fields
@@ -196,10 +196,11 @@ def run_points(args, session, link=None, resume=None) -> int:
                                for spec, names in session.op_args]
         if backend.host_timing and resume is None:
             run.log.info(f"backend {backend.name}: times are host wall-clock of interpreted kernels, not GPU kernel times")
-        progress = Progress(len(plan)) if args.format != "json" else None
-        if progress is not None:
-            progress.done = start
-        records = execute(run, progress, start=start)
+        with lossy_streams():  # a full or closed stdout or stderr costs what it shows, not the run
+            progress = Progress(len(plan)) if args.format != "json" else None
+            if progress is not None:
+                progress.done = start
+            records = execute(run, progress, start=start)
     except KeyboardInterrupt as exc:
         print(f"\n{stop_word(exc)}; {len(run.records) if run else 0} finished points kept\nrun dir: {rundir.shown}",
               file=sys.stderr)

@@ -68,6 +68,45 @@ class RunLog:
             pass
 
 
+class LossyStream:
+    """A standard stream for what a run tells people while it runs (progress, warnings): a write
+    that fails (a full or closed stdout or stderr, a reader gone) is dropped, never the run's
+    failure; ``lost`` keeps the first such error."""
+
+    def __init__(self, stream):
+        self._stream = stream
+        self.lost: Optional[BaseException] = None
+
+    def write(self, text):
+        if self.lost is None:
+            try:
+                return self._stream.write(text)
+            except (OSError, ValueError) as exc:  # ValueError: the stream was closed
+                self.lost = exc
+        return len(text)
+
+    def flush(self) -> None:
+        if self.lost is None:
+            try:
+                self._stream.flush()
+            except (OSError, ValueError) as exc:
+                self.lost = exc
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def lossy_streams():
+    """``sys.stdout`` and ``sys.stderr`` as :class:`LossyStream` inside the block."""
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = LossyStream(saved[0]), LossyStream(saved[1])
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved
+
+
 class Run:
     """The state of one ``zlf run`` process, handed to every lifecycle hook.
 

@@ -120,6 +120,14 @@ def _preload() -> None:
         pass
 
 
+def _say(text: str) -> None:
+    """A line to stderr; a full or closed stderr loses the line, never the run."""
+    try:
+        print(text, file=sys.stderr, flush=True)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
 def _hangup(signum, frame):
     raise Terminated()
 
@@ -307,7 +315,7 @@ class Supervisor:
         """File a worker's death: the exit code to end with, or None to go on in a fresh worker."""
         cause = self._mismatch or death_cause(status)
         if self.dir is None:
-            print(f"zlf: the run's {cause} before its run directory was made; nothing was run", file=sys.stderr)
+            _say(f"zlf: the run's {cause} before its run directory was made; nothing was run")
             return 1
         rd = RunDir(self.dir)
         try:
@@ -315,8 +323,8 @@ class Supervisor:
         except OSError as exc:
             if not disk_full(exc):
                 raise
-            print(f"zlf: error: {exc.strerror or exc} writing {exc.filename or self.shown} after the {cause}: "
-                  f"the finished points are kept in {self.shown}", file=sys.stderr)
+            _say(f"zlf: error: {exc.strerror or exc} writing {exc.filename or self.shown} after the {cause}: "
+                 f"the finished points are kept in {self.shown}")
             return 2
 
     def _file_death(self, rd: RunDir, status: int, cause: str) -> Optional[int]:
@@ -327,7 +335,7 @@ class Supervisor:
         if self.stopping is not None:  # stopped by the user, and the worker did not finish its files
             word = stop_word(self.stopping)
             self._finish(rd, records, word, f"the worker was killed {STOP_GRACE_S:g} s after it was told to stop")
-            print(f"\n{word}; {len(records)} finished points kept\nrun dir: {self.shown}", file=sys.stderr)
+            _say(f"\n{word}; {len(records)} finished points kept\nrun dir: {self.shown}")
             return stop_code(self.stopping)
         if point is not None and self.hung:
             from .run import hung_error, hung_message
@@ -335,7 +343,7 @@ class Supervisor:
             if point["id"] not in done:
                 records.append(self._failed(rd, point, hung_error(self.allowed)))
             self._finish(rd, records, "hung", f"{point['id']}: {hung_error(self.allowed)}")
-            print(hung_message(point["id"], self.allowed, self.shown), file=sys.stderr, flush=True)
+            _say(hung_message(point["id"], self.allowed, self.shown))
             return EXIT_HUNG
         if point is not None and point["id"] in done and os.WIFEXITED(status) \
                 and os.WEXITSTATUS(status) == EXIT_HUNG:
@@ -343,8 +351,8 @@ class Supervisor:
         if point is None and (self.next >= len(self.plan) or not self.began_any or self._mismatch):
             # at the run's end (after_run, meta.json), or a fresh worker that never reached a point
             self._finish(rd, records, "crashed", f"{cause} after {len(records)} of {len(self.plan)} points")
-            print(f"zlf: the run's {cause} outside a point; {len(records)} finished point(s) kept\n"
-                  f"run dir: {self.shown}", file=sys.stderr)
+            _say(f"zlf: the run's {cause} outside a point; {len(records)} finished point(s) kept\n"
+                 f"run dir: {self.shown}")
             return 1
         death = {"cause": cause}
         if point is not None:
@@ -358,8 +366,8 @@ class Supervisor:
         rd.write_meta(meta)
         where = f"at point {point['id']}" if point else "between points"
         self._log(rd, f"WARNING {cause} {where}; the run goes on in a fresh worker")
-        print(f"zlf: {cause} {where}" + (" (its record: FAILED)" if point else "")
-              + "; the run goes on in a fresh worker", file=sys.stderr, flush=True)
+        _say(f"zlf: {cause} {where}" + (" (its record: FAILED)" if point else "")
+             + "; the run goes on in a fresh worker")
         return None
 
     def _failed(self, rd: RunDir, point: dict, error: str) -> PointRecord:

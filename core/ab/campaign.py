@@ -9,6 +9,7 @@ and filed is in :mod:`zlf.ab.execute`; what an extension adds to a run is a
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import hmac
 import json
@@ -258,7 +259,16 @@ class Campaign(Execution):
         return cls(p, data, hooks)
 
     def save(self) -> None:
-        write_atomic(self.path / CAMPAIGN, json.dumps(self.data, indent=2, default=str) + "\n")
+        """Rewrite campaign.json atomically; on a full disk as meta.json is (the reserve given back,
+        then compactly, then in place: :meth:`RunDir.write_meta`). A campaign where nothing can be
+        written (a read-only copy) is a one-line UsageError."""
+        try:
+            RunDir(self.path).write_meta(self.data, name=CAMPAIGN, sort_keys=False)
+        except OSError as exc:
+            if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+                raise
+            raise UsageError(f"cannot write {self.path / CAMPAIGN}: {exc.strerror}; a campaign runs and resumes "
+                             "where it can be written (copy it somewhere writable)") from exc
 
     # ------------------------------------------------------------------ the plan
     @property
