@@ -5,7 +5,8 @@ disabled extensions are blocked before import; then the selected extensions add 
 and sub-commands, and the full command line is parsed.
 
 Exit codes: 0 success, 1 a point failed (or a gate tripped), 2 bad input, 124 a point hung past
-``--time-limit`` where it could not be interrupted, 130 interrupted (Ctrl-C), 143 terminated (SIGTERM).
+``--time-limit`` where it could not be interrupted, 130 interrupted (Ctrl-C), 143 terminated
+(SIGTERM; SIGHUP of a supervised ``zlf run``).
 """
 from __future__ import annotations
 

@@ -27,7 +27,10 @@ examples:
   zlf run --gpus 0,1,2,3                   one worker per GPU, one op per unit, one merged run dir
 environment: ZLF_EXTENSIONS=a,b  ZLF_DISABLE=a,b  ZLF_BACKEND=cpu|cuda|...  NO_COLOR=1
 exit codes: 0 all points ok, 1 a point FAILED, 2 bad input, 124 a point hung past --time-limit
-            where it could not be interrupted (run stopped), 130 interrupted, 143 terminated (SIGTERM)
+            where it could not be interrupted (run stopped), 130 interrupted, 143 terminated (SIGTERM,
+            SIGHUP)
+an op that kills its process (os._exit, abort, a segfault, a signal) is its point's FAILED record
+("worker died: SIGSEGV (signal 11)"); the run goes on in a fresh worker process
 """
 
 EPILOG_OPS = """\

@@ -28,6 +28,7 @@ which may hold threads or a device that a fork cannot take along (:func:`fork_sa
 from __future__ import annotations
 
 import atexit
+import ctypes
 import datetime as _dt
 import json
 import os
@@ -132,6 +133,58 @@ def _hangup(signum, frame):
     raise Terminated()
 
 
+try:
+    _libc = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+except OSError:
+    _libc = None
+
+
+class _PassedOn:
+    """``SIGUSR1`` and ``SIGUSR2`` sent to zlf reach the worker, where they mean something: a
+    handler installed in C (``faulthandler.register``: a stack dump of the op, as ``zlf sweep``
+    asks for before it kills a stuck op) is invisible to :func:`signal.getsignal`, so the signal's
+    raw disposition (``sigaction``) is kept and given back to each worker."""
+
+    SIGNALS = tuple(getattr(signal, n) for n in ("SIGUSR1", "SIGUSR2") if hasattr(signal, n))
+
+    def __init__(self):
+        self.saved: dict = {}
+        self.pid = None
+
+    @staticmethod
+    def _raw(sig: int):
+        buf = ctypes.create_string_buffer(256)  # struct sigaction, opaque (glibc's: 152 bytes)
+        return buf if _libc is not None and _libc.sigaction(sig, None, buf) == 0 else None
+
+    def install(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig in self.SIGNALS:
+            raw = self._raw(sig)
+            handler = int.from_bytes(raw.raw[:ctypes.sizeof(ctypes.c_void_p)], sys.byteorder) if raw else 0
+            if handler in (0, 1):  # SIG_DFL, SIG_IGN: nothing to pass on (the default ends zlf, as it did)
+                continue
+            self.saved[sig] = (signal.getsignal(sig), raw)
+            signal.signal(sig, self._forward)
+
+    def _forward(self, signum, frame) -> None:
+        if self.pid is not None:
+            try:
+                os.kill(self.pid, signum)
+            except ProcessLookupError:
+                pass
+
+    def restore(self) -> None:
+        """The dispositions as they were (in the parent at its end, in each worker at its start)."""
+        for sig, (python, raw) in self.saved.items():
+            try:
+                signal.signal(sig, python if callable(python) or python in (signal.SIG_DFL, signal.SIG_IGN)
+                              else signal.SIG_DFL)
+                _libc.sigaction(sig, raw, None)
+            except (OSError, ValueError, TypeError):
+                pass
+
+
 class Supervisor:
     """Runs ``body(link, resume)`` in forked workers until one finishes (see the module's docstring).
 
@@ -155,6 +208,7 @@ class Supervisor:
         self.hung = False
         self.deaths: list = []
         self._mismatch = None
+        self._passed_on = _PassedOn()
 
     # ------------------------------------------------------------------ the parent
     def run(self) -> int:
@@ -162,6 +216,7 @@ class Supervisor:
         previous = None
         if threading.current_thread() is threading.main_thread():
             previous = signal.signal(signal.SIGHUP, _hangup)  # a closed terminal stops the run, as SIGTERM does
+        self._passed_on.install()
         try:
             while True:
                 self.began_any, self.final = False, None
@@ -173,6 +228,7 @@ class Supervisor:
                 if rc is not None:
                     return rc
         finally:
+            self._passed_on.restore()
             if previous is not None:
                 signal.signal(signal.SIGHUP, previous)
 
@@ -190,6 +246,7 @@ class Supervisor:
             os.close(read)
             self._worker(write, resume, preexec)
         os.close(write)
+        self._passed_on.pid = pid
         return pid, read
 
     def _wait(self, pid: int, fd: int) -> int:
@@ -412,6 +469,7 @@ class Supervisor:
             os.setpgid(0, 0)
             preexec()  # dies with the parent
             atexit._clear()  # the parent's exit functions are the parent's to run
+            self._passed_on.restore()
             signal.signal(signal.SIGHUP, signal.SIG_DFL)  # an op's SIGHUP kills the worker, not the run
             signal.signal(signal.SIGINT, signal.default_int_handler)
             code = self.body(link, resume)

@@ -368,7 +368,10 @@ def test_resume_of_a_campaign_that_cannot_be_written_is_one_line(tmp_path, env, 
     def read_only(path, text):
         raise PermissionError(30, "Read-only file system", str(path))
 
+    from zlf.ab import campaign
+
     monkeypatch.setattr(rundir, "write_atomic", read_only)
+    monkeypatch.setattr(campaign, "write_atomic", read_only)
     rc = main(["ab", "--resume", str(c.path)])
     err = capsys.readouterr().err
     assert rc == 2 and "Traceback" not in err, err
@@ -417,3 +420,42 @@ def test_zlf_ir_on_a_full_disk_is_one_line_and_meta_says_so(tmp_path, env):
     meta = json.loads((d / "meta.json").read_text())
     assert meta["status"] == "disk full" and "File too large" in meta["error"]
     assert sorted(p.name for p in d.iterdir() if p.name.startswith(".")) == []  # no .ir.tmp, no reserve
+
+
+def test_a_full_disk_under_zlf_ab_leaves_campaign_json_saying_so(tmp_path, env, monkeypatch, capsys):
+    """The disk fills after the first run: campaign.json said "running" for good (a traceback-free
+    line, but a state that lied). Now it says "disk full", names the file, and nothing is "running"."""
+    import errno
+
+    from zlf import rundir
+    from zlf.ab import campaign
+    from zlf.cli import main
+
+    real, writes, reserve = rundir.write_atomic, [], {}
+
+    def filling(path, text):
+        """Full from the fourth campaign.json on (created, sealed, first run started); the space
+        zlf reserved before is room for one more file."""
+        if Path(path).name == "campaign.json":
+            writes.append(path)
+            held = Path(path).parent / rundir.RESERVE
+            if len(writes) == 4:
+                reserve["held"] = held.exists()
+            if len(writes) > 3:
+                if not reserve["held"] or held.exists() or reserve.get("used"):
+                    raise OSError(errno.ENOSPC, "No space left on device")
+                reserve["used"] = True
+        return real(path, text)
+
+    monkeypatch.setattr(rundir, "write_atomic", filling)
+    monkeypatch.setattr(campaign, "write_atomic", filling)
+    monkeypatch.chdir(tmp_path)
+    rc = main(["ab", "add", "--switch", "X", "--rounds", "1", "--backend", "cpu", "--rep-ms", "1", "--warmup-ms", "0",
+               "--out", "o"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "Traceback" not in err, err
+    lines = [l for l in err.splitlines() if l.startswith("zlf: error:")]
+    assert len(lines) == 1 and "No space left on device" in lines[0] and "zlf ab --resume" in lines[0], err
+    state = json.loads((only_dir(tmp_path / "o") / "campaign.json").read_text())
+    assert state["status"] == "disk full" and "No space left on device" in state["error"]
+    assert "running" not in [r["status"] for r in state["runs"]]

@@ -258,12 +258,17 @@ class Campaign(Execution):
             raise UsageError(f"{f}: campaign format {data.get('format')!r}, this zlf reads {FORMAT_VERSION}")
         return cls(p, data, hooks)
 
-    def save(self) -> None:
-        """Rewrite campaign.json atomically; on a full disk as meta.json is (the reserve given back,
-        then compactly, then in place: :meth:`RunDir.write_meta`). A campaign where nothing can be
-        written (a read-only copy) is a one-line UsageError."""
+    def save(self, last: bool = False) -> None:
+        """Rewrite campaign.json atomically. ``last``: the state the campaign stops in, written on a
+        full disk as a run's last meta.json is (the reserve given back, then compactly, then in
+        place: :meth:`RunDir.write_meta`). A campaign where nothing can be written (a read-only
+        copy) is a one-line UsageError."""
+        text = json.dumps(self.data, indent=2, default=str) + "\n"
         try:
-            RunDir(self.path).write_meta(self.data, name=CAMPAIGN, sort_keys=False)
+            if last:
+                RunDir(self.path).write_meta(self.data, name=CAMPAIGN, sort_keys=False)
+            else:
+                write_atomic(self.path / CAMPAIGN, text)
         except OSError as exc:
             if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
                 raise

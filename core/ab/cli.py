@@ -320,7 +320,7 @@ def _drive(campaign, printer, busy, scaled, args, session) -> int:
         campaign.data.update(status=C_DISK_FULL, error=f"{exc.strerror or exc} writing {exc.filename or campaign.path}")
         kept = "finished runs kept"
         try:
-            campaign.save()
+            campaign.save(last=True)
         except OSError as again:
             if not disk_full(again):
                 raise
@@ -329,7 +329,7 @@ def _drive(campaign, printer, busy, scaled, args, session) -> int:
                          f"zlf ab --resume {campaign.path}") from exc
     except KeyboardInterrupt as exc:
         campaign.data.update(status=stop_word(exc))  # "interrupted" or "terminated" (SIGTERM); resumable
-        campaign.save()
+        campaign.save(last=True)
         print(f"\n{stop_word(exc)}; finished runs kept -- continue with: zlf ab --resume {campaign.path}", file=sys.stderr)
         return stop_code(exc)
     except Stopped as exc:
