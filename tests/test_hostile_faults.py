@@ -459,3 +459,17 @@ def test_a_full_disk_under_zlf_ab_leaves_campaign_json_saying_so(tmp_path, env, 
     state = json.loads((only_dir(tmp_path / "o") / "campaign.json").read_text())
     assert state["status"] == "disk full" and "No space left on device" in state["error"]
     assert "running" not in [r["status"] for r in state["runs"]]
+
+
+@pytest.mark.gpu
+def test_on_cuda_a_fresh_worker_after_a_death_uses_the_device(tmp_path, env, ops):
+    """The parent forks before the backend is set up: no CUDA context is inherited, and the worker
+    after a death sets the device up again."""
+    done = zlf(["run", f"{ops}::a_ok", f"{ops}::c_abort", f"{ops}::z_ok", "--backend", "cuda", "--rep-ms", "5",
+                "--out", "runs"], tmp_path, env, timeout=300)
+    assert done.returncode == 1, done.stderr
+    records, meta = outcome(only_dir(tmp_path / "runs"))
+    assert records == [("a_ok", "ok", None), ("c_abort", "FAILED", "worker died: SIGABRT (signal 6)"),
+                       ("z_ok", "ok", None)]
+    timers = [r["timer"] for r in read_records(only_dir(tmp_path / "runs")) if r["status"] == "ok"]
+    assert all(t != "host_wall" for t in timers), timers  # timed on the device by both workers
