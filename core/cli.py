@@ -5,7 +5,8 @@ disabled extensions are blocked before import; then the selected extensions add 
 and sub-commands, and the full command line is parsed.
 
 Exit codes: 0 success, 1 a point failed (or a gate tripped), 2 bad input, 124 a point hung past
-``--time-limit`` where it could not be interrupted, 130 interrupted (Ctrl-C), 143 terminated (SIGTERM).
+``--time-limit`` where it could not be interrupted, 130 interrupted (Ctrl-C), 143 terminated
+(SIGTERM; SIGHUP of a supervised ``zlf run``).
 """
 from __future__ import annotations
 
@@ -210,16 +211,23 @@ def _settings_given(args, option_sets, beside) -> list:
     return flags + [o.flag for s in option_sets for o in s.options if ours.get(o.dest) != theirs.get(o.dest)]
 
 
-def main(argv=None, extra_plugins=()) -> int:
-    """Entry point of the ``zlf`` console script; returns the exit code."""
+def main(argv=None, extra_plugins=(), supervise=None) -> int:
+    """Entry point of the ``zlf`` console script; returns the exit code.
+
+    :param supervise: run ``zlf run``'s points in a worker process under a supervising parent
+        (:mod:`zlf.supervise`); default: when ``argv`` is None, i.e. this process is zlf. A caller
+        that passes ``argv`` runs them in its own process, as a library call would expect.
+    """
     import signal
 
     from .procs import handle_sigterm
 
+    supervise = argv is None if supervise is None else supervise
     argv = list(sys.argv[1:] if argv is None else argv)
+    _standard_streams()
     previous = handle_sigterm()  # SIGTERM stops like Ctrl-C: what is finished is kept and marked, exit 143
     try:
-        return _main(argv, extra_plugins)
+        return guarded(lambda: _main(argv, extra_plugins, supervise))
     finally:
         if previous is not None:  # an in-process caller (a test) gets its own handler back
             signal.signal(signal.SIGTERM, previous)
@@ -235,30 +243,32 @@ def _complete(parser) -> None:
     argcomplete.autocomplete(parser)
 
 
-def _main(argv, extra_plugins) -> int:
-    from .procs import stop_code, stop_word
-    from .session import Session
+def _standard_streams() -> None:
+    """Open /dev/null on a standard descriptor that is closed (``zlf run >&-``): else the first file
+    zlf opens (a run's results.jsonl) would get that number, and whatever writes to stdout or
+    stderr (a compiler, a child, a C library) would write into it."""
+    import os
 
-    tolerant = bool(argv) and argv[0] == "plugins"
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            try:
+                os.open(os.devnull, os.O_RDWR)  # the lowest free number: this one
+            except OSError:
+                return
+    for name in ("stdout", "stderr"):  # Python makes a closed one None: print() ignores it, a method call fails
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, "w"))
+
+
+def guarded(call) -> int:
+    """``call()``'s exit code, with what the command line makes of errors: a UsageError is one
+    line and 2, Ctrl-C 130, SIGTERM 143, a reader gone 141, a full disk one line and 2."""
+    from .procs import stop_code, stop_word
+
     try:
-        pre = _preparse(argv)
-        session = Session.create(pre, extra_plugins=extra_plugins, tolerant=tolerant)
-        parser = build_parser(session.hooks)
-        type(parser).argv = tuple(argv)
-        _complete(parser)
-        args = parser.parse_args(argv)
-        if not getattr(args, "handler", None):
-            parser.print_help()
-            return 2
-        config = run_config(args, parser, session.hooks, read=pre)
-        if getattr(args, "config", None):
-            args = config.namespace(args)
-        session.options = args
-        session.config = config
-        if session.traits.run_options:
-            config.check()  # every run setting refused here, once, before any command creates anything
-        session.hooks.configure(session)
-        return int(args.handler(args, session) or 0)
+        return call()
     except UsageError as exc:
         print(f"zlf: error: {exc}", file=sys.stderr)
         return 2
@@ -280,6 +290,31 @@ def _main(argv, extra_plugins) -> int:
         print(f"zlf: error: {exc.strerror or exc}" + (f" writing {exc.filename}" if exc.filename else ""),
               file=sys.stderr)
         return 2
+
+
+def _main(argv, extra_plugins, supervise: bool = False) -> int:
+    from .session import Session
+
+    tolerant = bool(argv) and argv[0] == "plugins"
+    pre = _preparse(argv)
+    session = Session.create(pre, extra_plugins=extra_plugins, tolerant=tolerant)
+    parser = build_parser(session.hooks)
+    type(parser).argv = tuple(argv)
+    _complete(parser)
+    args = parser.parse_args(argv)
+    if not getattr(args, "handler", None):
+        parser.print_help()
+        return 2
+    config = run_config(args, parser, session.hooks, read=pre)
+    if getattr(args, "config", None):
+        args = config.namespace(args)
+    session.options = args
+    session.config = config
+    session.supervise = supervise
+    if session.traits.run_options:
+        config.check()  # every run setting refused here, once, before any command creates anything
+    session.hooks.configure(session)
+    return int(args.handler(args, session) or 0)
 
 
 if __name__ == "__main__":

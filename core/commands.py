@@ -27,7 +27,10 @@ examples:
   zlf run --gpus 0,1,2,3                   one worker per GPU, one op per unit, one merged run dir
 environment: ZLF_EXTENSIONS=a,b  ZLF_DISABLE=a,b  ZLF_BACKEND=cpu|cuda|...  NO_COLOR=1
 exit codes: 0 all points ok, 1 a point FAILED, 2 bad input, 124 a point hung past --time-limit
-            where it could not be interrupted (run stopped), 130 interrupted, 143 terminated (SIGTERM)
+            where it could not be interrupted (run stopped), 130 interrupted, 143 terminated (SIGTERM,
+            SIGHUP)
+an op that kills its process (os._exit, abort, a segfault, a signal) is its point's FAILED record
+("worker died: SIGSEGV (signal 11)"); the run goes on in a fresh worker process
 """
 
 EPILOG_OPS = """\
@@ -131,54 +134,87 @@ def cmd_plugins(args, session) -> int:
 
 # ----------------------------------------------------------------------------- zlf run
 def cmd_run(args, session) -> int:
-    from .console import Progress
-    from .errors import UsageError
-    from .output import print_run_summary
-    from .procs import stop_code, stop_word
-    from .records import STATUS_FAILED
-    from .run import Run, execute
-    from .rundir import RunDir, disk_full
-    from .session import shapes_by_op
-
     config = session.config  # checked by the command line (RunConfig.check)
     if config.gpus or config.executor:
         from .sharded_run import main as run_sharded  # the driver never sets up a device
 
         return run_sharded(args, session)
+    from .supervise import Supervisor, fork_safe
+
+    if getattr(session, "supervise", False) and fork_safe():
+        from .cli import guarded  # the worker says what went wrong as zlf itself would
+
+        return Supervisor(lambda link, resume: guarded(lambda: run_points(args, session, link, resume))).run()
+    return run_points(args, session)
+
+
+def run_points(args, session, link=None, resume=None) -> int:
+    """``zlf run`` on one device, in this process: plan, run directory, points, table. With a
+    supervising parent (:mod:`zlf.supervise`), ``link`` tells it what happens, and ``resume``
+    (``{"dir", "start"}``) makes this a fresh worker going on with a run from point ``start``."""
+    from .console import Progress
+    from .errors import UsageError
+    from .output import print_run_summary
+    from .procs import stop_code, stop_word
+    from .records import STATUS_FAILED
+    from .run import Run, execute, lossy_streams
+    from .rundir import RunDir, disk_full
+    from .session import shapes_by_op
+    from .supervise import point_fields
+    from pathlib import Path
+
+    config = session.config  # checked by the command line (RunConfig.check)
     session.hooks.check_exclusive()
     backend = session.choose_backend(config.backend, config.device)
     ops = session.resolve_ops(config.ops)
     plan = session.plan(ops, config.dtypes)
     if not plan:
         raise UsageError("nothing to run: no shapes or dtypes left for the selected ops")
-    implicit = not config.ops or list(config.ops) in (["builtin"], ["all"])
-    label = config.name or run_label(ops, session.op_args, implicit)
-    rundir = RunDir.create(config.out, label)
+    if resume is None:
+        implicit = not config.ops or list(config.ops) in (["builtin"], ["all"])
+        label = config.name or run_label(ops, session.op_args, implicit)
+        rundir = RunDir.create(config.out, label)
+    else:
+        rundir = RunDir(resume["dir"])
+        rundir.shown = Path(resume["shown"])
+    start = resume["start"] if resume else 0
     rundir.reserve()
     run = None
     try:
-        rundir.write_shapes(shapes_by_op(plan))
+        if resume is None:
+            rundir.write_shapes(shapes_by_op(plan))
+        if link is not None:
+            link.send("dir", dir=str(rundir.path), shown=str(rundir.shown), points=[point_fields(p.point) for p in plan])
         run = Run(session, rundir, plan, argv=["zlf", *sys.argv[1:]])
+        run.link = link
+        if resume is not None:  # the earlier workers' records and what meta.json says of them
+            run.records = list(rundir.records()[0])
+            before = rundir.meta()
+            run.meta.update({k: before[k] for k in ("started", "worker_deaths") if k in before})
+            run.log.info(f"a fresh worker goes on with point {start + 1} of {len(plan)}")
         # which argument gave which ops and how many points: zlf ab splits a run of several ops by it
         per_op = collections.Counter(p.op.name for p in plan)
         run.meta["op_args"] = [{"spec": spec, "ops": names, "points": sum(per_op[n] for n in names)}
                                for spec, names in session.op_args]
-        if backend.host_timing:
+        if backend.host_timing and resume is None:
             run.log.info(f"backend {backend.name}: times are host wall-clock of interpreted kernels, not GPU kernel times")
-        progress = Progress(len(plan)) if args.format != "json" else None
-        records = execute(run, progress)
+        with lossy_streams():  # a full or closed stdout or stderr costs what it shows, not the run
+            progress = Progress(len(plan)) if args.format != "json" else None
+            if progress is not None:
+                progress.done = start
+            records = execute(run, progress, start=start)
     except KeyboardInterrupt as exc:
-        print(f"\n{stop_word(exc)}; {len(run.records) if run else 0} finished points kept\nrun dir: {rundir.path}",
+        print(f"\n{stop_word(exc)}; {len(run.records) if run else 0} finished points kept\nrun dir: {rundir.shown}",
               file=sys.stderr)
         return stop_code(exc)
     except OSError as exc:
         if not disk_full(exc):
             raise
         raise UsageError(f"{exc.strerror or exc} writing {exc.filename or rundir.path}: "
-                         f"{len(run.records) if run else 0} finished point(s) kept in {rundir.path}") from exc
+                         f"{len(run.records) if run else 0} finished point(s) kept in {rundir.shown}") from exc
     finally:
         rundir.release()
-    print_run_summary(records, args.format, rundir.path, host_timing=backend.host_timing)
+    print_run_summary(records, args.format, rundir.shown, host_timing=backend.host_timing)
     return 1 if any(r.status == STATUS_FAILED for r in records) else 0
 
 

@@ -105,9 +105,10 @@ class PointWatch:
     main thread did not come back ``hard_hang_grace`` seconds after the limit; it must write what
     it can and end the process (``os._exit``)."""
 
-    def __init__(self, limit: Optional[float], on_hang: Callable):
+    def __init__(self, limit: Optional[float], on_hang: Callable, on_extend: Optional[Callable] = None):
         self.limit = limit if limit and limit > 0 else None
         self.on_hang = on_hang
+        self.on_extend = on_extend  # told the seconds extend() gives (a supervising parent's deadline moves too)
         self._lock = threading.Lock()
         self._token = 0
         self._armed = False
@@ -137,6 +138,8 @@ class PointWatch:
         left = signal.getitimer(signal.ITIMER_REAL)[0]
         self._extra += seconds
         signal.setitimer(signal.ITIMER_REAL, left + seconds)
+        if self.on_extend is not None:
+            self.on_extend(seconds)
 
     def _deadline(self) -> float:
         """When the watchdog gives up on the point being watched (monotonic clock)."""

@@ -68,6 +68,45 @@ class RunLog:
             pass
 
 
+class LossyStream:
+    """A standard stream for what a run tells people while it runs (progress, warnings): a write
+    that fails (a full or closed stdout or stderr, a reader gone) is dropped, never the run's
+    failure; ``lost`` keeps the first such error."""
+
+    def __init__(self, stream):
+        self._stream = stream
+        self.lost: Optional[BaseException] = None
+
+    def write(self, text):
+        if self.lost is None:
+            try:
+                return self._stream.write(text)
+            except (OSError, ValueError) as exc:  # ValueError: the stream was closed
+                self.lost = exc
+        return len(text)
+
+    def flush(self) -> None:
+        if self.lost is None:
+            try:
+                self._stream.flush()
+            except (OSError, ValueError) as exc:
+                self.lost = exc
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def lossy_streams():
+    """``sys.stdout`` and ``sys.stderr`` as :class:`LossyStream` inside the block."""
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = LossyStream(saved[0]), LossyStream(saved[1])
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved
+
+
 class Run:
     """The state of one ``zlf run`` process, handed to every lifecycle hook.
 
@@ -108,6 +147,8 @@ class Run:
         #: the backend's :class:`~zlf.backends.base.ClockSampler` (None: the device's clock is not read)
         self.clock_sampler = None
         self.watch = PointWatch(None, self._hung)  # armed by execute() with --time-limit
+        #: the pipe to the supervising parent (:class:`zlf.supervise.Link`), None without one
+        self.link = None
         self.meta = {
             "zlf_version": __version__,
             "command": list(argv if argv is not None else sys.argv),
@@ -144,7 +185,7 @@ class Run:
         self.meta["compiler_hook_api"] = getattr(self.compiler_hooks, "api", None)
         limit = self.config.time_limit_s
         self.meta["time_limit_s"] = limit = backend.point_time_limit_s if limit is None else limit
-        self.watch = PointWatch(limit, self._hung)
+        self.watch = PointWatch(limit, self._hung, on_extend=lambda seconds: self.tell("extend", seconds=seconds))
         hooks.before_run(self)
 
     def begin_point(self, point, op=None, inputs=None) -> None:
@@ -250,8 +291,7 @@ class Run:
         device sync): write its FAILED record and a consistent meta.json, then end the process
         with :data:`EXIT_HUNG` (after_run hooks cannot run: the main thread is stuck)."""
         limit = self.watch.allowed
-        error = (f"time limit: no result within {limit:g} s, stuck where it cannot be interrupted "
-                 "(native code or a device sync); run stopped")
+        error = hung_error(limit)
         try:
             record = PointRecord(point=point.id, op=point.op, shape=point.shape, dtype=point.dtype,
                                  variant=point.variant, status=STATUS_FAILED, error=error)
@@ -263,10 +303,25 @@ class Run:
             self.save_meta()
             self.log.info(f"run hung: {len(self.records)} of {len(self.plan)} points written")
         finally:
-            print(f"\nzlf: point {point.id} hung past its time limit of {limit:g} s where it cannot be interrupted; "
-                  f"its FAILED record is written and the run stopped (exit {EXIT_HUNG})\nrun dir: {self.dir}",
-                  file=sys.stderr, flush=True)
+            print(hung_message(point.id, limit, self.rundir.shown), file=sys.stderr, flush=True)
             os._exit(EXIT_HUNG)
+
+    def tell(self, event: str, **fields) -> None:
+        """Tell the supervising parent (:mod:`zlf.supervise`) about the run, when there is one."""
+        if self.link is not None:
+            self.link.send(event, **fields)
+
+
+def hung_error(limit) -> str:
+    """The error of a point stuck past its time limit where it cannot be interrupted."""
+    return (f"time limit: no result within {limit:g} s, stuck where it cannot be interrupted "
+            "(native code or a device sync); run stopped")
+
+
+def hung_message(point_id: str, limit, run_dir) -> str:
+    """What a run stopped by such a point says (exit 124)."""
+    return (f"\nzlf: point {point_id} hung past its time limit of {limit:g} s where it cannot be interrupted; "
+            f"its FAILED record is written and the run stopped (exit {EXIT_HUNG})\nrun dir: {run_dir}")
 
 
 def _counts(records) -> dict:
@@ -366,17 +421,20 @@ def record_device(run: Run) -> None:
         warn(w)
 
 
-def execute(run: Run, progress: Optional[Progress] = None) -> list:
-    """Run every planned point; returns the records. Always calls ``after_run``."""
+def execute(run: Run, progress: Optional[Progress] = None, start: int = 0) -> list:
+    """Run every planned point from index ``start`` on (a fresh worker going on with a run:
+    ``run.records`` holds the earlier ones); returns the records. Always calls ``after_run``."""
     try:
         run.begin()
         record_device(run)
         run.save_meta()
         run.log.info(f"backend {run.backend.name} on {run.meta['device_name']}; {len(run.plan)} points")
-        for planned in run.plan:
+        for index, planned in enumerate(run.plan[start:], start):
+            run.tell("begin", index=index, limit=run.watch.limit)
             record = run_point(run, planned)
             run.rundir.append(record)
             run.records.append(record)
+            run.tell("end", index=index)
             outcome = record.status if record.median_ms is None else f"{record.status} {record.median_ms:.4g} ms"
             run.log.info(f"{record.point} {outcome}" + (f" ({record.error})" if record.error else ""))
             if progress:

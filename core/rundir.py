@@ -223,7 +223,10 @@ class RunDir:
     """Writer and reader of one run directory."""
 
     def __init__(self, path):
-        self.path = Path(path)
+        #: absolute from the start: an op that changes the working directory cannot misplace a record
+        self.path = Path(os.path.abspath(path))
+        #: the path as given (relative to where zlf started): what messages show
+        self.shown = Path(path)
 
     # ------------------------------------------------------------------ writing
     @classmethod
@@ -301,13 +304,14 @@ class RunDir:
         except OSError:
             return False
 
-    def write_meta(self, meta: dict) -> None:
-        """Rewrite meta.json atomically. On a full disk: give back the reserve and try again,
-        then compactly, and as the last resort overwrite the old file in place (its blocks are
-        already ours): a meta.json that says how the run ended beats one that says "running"."""
-        path = self.path / META
+    def write_meta(self, meta: dict, name: str = META, sort_keys: bool = True) -> None:
+        """Rewrite meta.json (or the state file ``name``: a campaign's) atomically. On a full disk:
+        give back the reserve and try again, then compactly, and as the last resort overwrite the
+        old file in place (its blocks are already ours): a state file that says how the run ended
+        beats one that says "running"."""
+        path = self.path / name
         meta = redact(meta)  # a record is for sharing: no credential, by name or by value
-        text = json.dumps(meta, indent=2, sort_keys=True, default=str) + "\n"
+        text = json.dumps(meta, indent=2, sort_keys=sort_keys, default=str) + "\n"
         try:
             write_atomic(path, text)
             return
@@ -316,9 +320,11 @@ class RunDir:
                 raise
             error = exc
         self.release()
-        compact = json.dumps(meta, sort_keys=True, separators=(",", ":"), default=str) + "\n"
+        compact = json.dumps(meta, sort_keys=sort_keys, separators=(",", ":"), default=str) + "\n"
         attempts = [lambda: write_atomic(path, text), lambda: write_atomic(path, compact)]
-        if path.exists():  # no old file (the disk was full before the first one): nothing to overwrite
+        # in place only into the old file's own blocks: longer text would cut the file at the limit
+        # (no old file: the disk was full before the first one, nothing to overwrite)
+        if path.exists() and len(compact.encode()) <= path.stat().st_size:
             attempts.append(lambda: _overwrite(path, compact))
         for attempt in attempts:
             try:

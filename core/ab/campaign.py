@@ -9,6 +9,7 @@ and filed is in :mod:`zlf.ab.execute`; what an extension adds to a run is a
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import hmac
 import json
@@ -257,10 +258,25 @@ class Campaign(Execution):
             raise UsageError(f"{f}: campaign format {data.get('format')!r}, this zlf reads {FORMAT_VERSION}")
         return cls(p, data, hooks)
 
-    def save(self) -> None:
+    def save(self, last: bool = False) -> None:
+        """Rewrite campaign.json atomically. ``last``: the state the campaign stops in, written on a
+        full disk as a run's last meta.json is (the reserve given back, then compactly, then in
+        place: :meth:`RunDir.write_meta`). A campaign where nothing can be written (a read-only
+        copy) is a one-line UsageError."""
         # shared like a run's records: no credential (a Ray address's password); what is signed is
         # this redacted form, so a resumed campaign verifies (give --ray-address again)
-        write_atomic(self.path / CAMPAIGN, json.dumps(redact(self.data), indent=2, default=str) + "\n")
+        data = redact(self.data)
+        text = json.dumps(data, indent=2, default=str) + "\n"
+        try:
+            if last:
+                RunDir(self.path).write_meta(data, name=CAMPAIGN, sort_keys=False)
+            else:
+                write_atomic(self.path / CAMPAIGN, text)
+        except OSError as exc:
+            if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+                raise
+            raise UsageError(f"cannot write {self.path / CAMPAIGN}: {exc.strerror}; a campaign runs and resumes "
+                             "where it can be written (copy it somewhere writable)") from exc
 
     # ------------------------------------------------------------------ the plan
     @property

@@ -21,14 +21,14 @@ from ..executors import add_scale_arguments, make_executor, parse_gpus, pin_vari
 from ..options import SECONDS, CommandTraits, Number, deprecated, env_name
 from ..procs import stop_code, stop_word
 from ..redact import REDACTED
-from ..rundir import safe_name
+from ..rundir import RunDir, disk_full, safe_name
 from . import report
 from .analysis import analyse, load_noise
 from .campaign import Campaign, OpSpec, key_path
 from .driving import Printer, Scaled, Stopped, drive
 from .extending import CampaignPlan
 from .guards import busy_backend, campaign_guards, switch_guard, switch_guard_messages
-from .layout import (CONFIGS, C_COMPLETE, C_INTERRUPTED, C_RUNNING, PENDING, PER_OP, RUNNING, SHARED, SHARED_PROCESS,
+from .layout import (CONFIGS, C_COMPLETE, C_DISK_FULL, C_INTERRUPTED, C_RUNNING, PENDING, PER_OP, RUNNING, SHARED, SHARED_PROCESS,
                      SUMMARY_LOG, now)
 from .sides import CAMPAIGN_OWN, build_sides, side_configs
 
@@ -305,11 +305,36 @@ def main(args, session) -> int:
     scaled = _scaled(d, session)
     if scaled is not None:
         printer.line(f"  {scaled.executor.describe()}; unit of work: {'a round pair (A and B on one GPU)' if scaled.unit == 'pair' else 'an op'}")
+    RunDir(campaign.path).reserve()  # given back to write campaign.json's last state on a full disk
+    try:
+        return _drive(campaign, printer, busy, scaled, args, session)
+    finally:
+        RunDir(campaign.path).release()
+
+
+def _drive(campaign, printer, busy, scaled, args, session) -> int:
+    d = campaign.data
     try:
         drive(campaign, printer, busy, d.get("idle_wait", 60.0), scaled)
+    except OSError as exc:
+        if not disk_full(exc):
+            raise
+        for run in campaign.runs:
+            if run["status"] == RUNNING:
+                run.update(status=PENDING, started=None)  # re-run whole on --resume
+        campaign.data.update(status=C_DISK_FULL, error=f"{exc.strerror or exc} writing {exc.filename or campaign.path}")
+        kept = "finished runs kept"
+        try:
+            campaign.save(last=True)
+        except OSError as again:
+            if not disk_full(again):
+                raise
+            kept += " (campaign.json keeps its last state: no room to say more)"
+        raise UsageError(f"{campaign.data['error']}: {kept} -- free space and continue with: "
+                         f"zlf ab --resume {campaign.path}") from exc
     except KeyboardInterrupt as exc:
         campaign.data.update(status=stop_word(exc))  # "interrupted" or "terminated" (SIGTERM); resumable
-        campaign.save()
+        campaign.save(last=True)
         print(f"\n{stop_word(exc)}; finished runs kept -- continue with: zlf ab --resume {campaign.path}", file=sys.stderr)
         return stop_code(exc)
     except Stopped as exc:

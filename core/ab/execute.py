@@ -184,6 +184,8 @@ class Execution:
             mine = {r.point: r for r in records if r.op in names}
             if points and len(mine) >= points:
                 state = OK if all(r.status == "ok" for r in mine.values()) else "failed"
+                if any((r.error or "").startswith("worker died:") for r in mine.values()):
+                    state = "crashed"  # a point killed the process; zlf run's supervisor filed it and went on
             else:  # no point planned (zlf run alone refuses that) or cut short
                 state = "crashed" if mine or not points else "not reached"
             states.append([state, names, points])

@@ -48,6 +48,8 @@ PER_OP, SHARED_PROCESS = "per-op", "shared"
 PENDING, RUNNING, OK, FAILED, SKIPPED = "pending", "running", "ok", "failed", "skipped"
 #: campaign status words.
 C_RUNNING, C_COMPLETE, C_INTERRUPTED = "running", "complete", "interrupted"
+#: a campaign stopped by a full disk (or a file-size limit): its finished runs are kept, --resume goes on
+C_DISK_FULL = "disk full"
 
 
 def now() -> str:

@@ -47,7 +47,7 @@ status: ok (every point ok), failed (a point FAILED), refused (FlagGems skips it
         compile_limit (a point ran past --time-limit in its first FlagGems call: Triton compiling,
         FlagGems tuning; give it --compile-time-limit; or the op ran past --op-time-limit while
         Triton still compiled kernels, the last within 60 s: give it --op-time-limit), crashed
-        (any other exit)
+        (a point killed its process: zlf run filed it and went on; or any other exit)
 exit codes: 0 the sweep ran (whatever its ops did), 2 bad input, 130 interrupted (SIGINT), 143
             terminated (SIGTERM): running ops are killed and run again by --resume; the table of
             the finished ones is printed
@@ -273,6 +273,10 @@ def _finding(run_dir) -> str:
                      for name, o in ops.items() if isinstance(o, dict) and o.get("reference_mismatch"))
 
 
+#: how a point whose process died begins its error (zlf.supervise)
+WORKER_DIED = "worker died:"
+
+
 def summarize(spec, rc, hung, started, ended, out, log_path, phase_file, op_limit, gpu=None) -> dict:
     run_dir = _run_dir(out)
     recs = _records(run_dir)
@@ -314,6 +318,11 @@ def summarize(spec, rc, hung, started, ended, out, log_path, phase_file, op_limi
             skip = line
         else:
             first_error = line
+    elif rc in (0, 1) and recs and any((r.error or "").startswith(WORKER_DIED) for r in failed):
+        # a point killed its process: zlf run's supervising parent filed it and went on
+        died = next(r for r in failed if (r.error or "").startswith(WORKER_DIED))
+        status = "crashed"
+        first_error = f"{died.error} at point {died.point}"
     elif rc in (0, 1) and recs:
         status = "ok" if not failed else "failed"
         first_error = next((r.error for r in failed if r.error), "")

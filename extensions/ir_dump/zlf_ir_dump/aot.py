@@ -20,7 +20,7 @@ from zlf import Backend, UsageError
 from zlf_ir_dump.irtree import IR_DIR, read_index
 from zlf.ops import point_inputs
 from zlf.redact import redact_text
-from zlf.rundir import RunDir, write_atomic
+from zlf.rundir import RunDir, disk_full, write_atomic
 from zlf.run import relevant_environment
 from zlf.session import shapes_by_op
 
@@ -81,6 +81,7 @@ def main(args, session) -> int:
         raise UsageError("nothing to compile: no shapes or dtypes left for the selected ops")
     label = args.name or ("ir_" + (ops[0].name if len(ops) == 1 else "suite"))
     rundir = RunDir.create(args.out, label)
+    rundir.reserve()  # given back for meta.json when the IR fills the disk
     rundir.write_shapes(shapes_by_op(plan))
     kinds = parse_kinds(args.ir, backend.ir_kinds)
     import triton
@@ -119,12 +120,30 @@ def main(args, session) -> int:
                 dump.collector.end_point()
     finally:
         hooks.remove()
-        summary = dump.write("end of compile")
-        dump.guard.remove()
+        full = None
+        try:
+            summary = dump.write("end of compile")
+        except OSError as exc:  # a full disk: nothing half-written is kept, and it is said once, here
+            if not disk_full(exc):
+                raise
+            summary, full = None, exc
+        finally:
+            dump.guard.remove()
         meta["ir_dump"].update(summary or {})
         meta["errors"] = errors
+        if full is not None:
+            meta["status"] = "disk full"
+            meta["error"] = f"{full.strerror or full} writing {full.filename or rundir.path / IR_DIR}"
+        rundir.release()
         rundir.write_meta(meta)
-        write_atomic(rundir.path / "run.log", redact_text("\n".join(log_lines)) + "\n")
+        try:
+            write_atomic(rundir.path / "run.log", redact_text("\n".join(log_lines)) + "\n")
+        except OSError as exc:
+            if not disk_full(exc):
+                raise
+    if full is not None:
+        raise UsageError(f"{meta['error']}: the IR of {len(plan)} point(s) did not fit; "
+                         f"meta.json in {rundir.path} says so (free space and run zlf ir again)")
     rows = {}
     for r in read_index(rundir.path / IR_DIR):
         if r["status"] == LAUNCHED:

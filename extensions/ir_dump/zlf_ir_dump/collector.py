@@ -191,20 +191,34 @@ class IrCollector:
         tmp = ir_dir.with_name(f".{ir_dir.name}.tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-        for rel, data in files.items():
-            target = tmp / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
-        lines = ["\t".join(INDEX_COLUMNS)]
-        for r in rows:
-            lines.append("\t".join("" if r[c] is None else str(r[c]).replace("\t", " ") for c in INDEX_COLUMNS))
-        (tmp / INDEX).write_text("\n".join(lines) + "\n")
-        (tmp / NAMING).write_text(naming_markdown(legend, self.kinds))
+        try:
+            for rel, data in files.items():
+                target = tmp / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                _write(target, data)
+            lines = ["\t".join(INDEX_COLUMNS)]
+            for r in rows:
+                lines.append("\t".join("" if r[c] is None else str(r[c]).replace("\t", " ") for c in INDEX_COLUMNS))
+            _write(tmp / INDEX, ("\n".join(lines) + "\n").encode())
+            _write(tmp / NAMING, naming_markdown(legend, self.kinds).encode())
+        except BaseException:  # a full disk: no half tree left beside the old one
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
         # Swap in the complete tree: a reader never sees half of the new one.
         replace_dir(tmp, ir_dir)
         launched = sum(1 for r in rows if r["status"] == LAUNCHED)
         return {"files": len(files), "variants": len(self.variants), "launched": launched,
                 "sweep_losers": sum(1 for r in rows if r["status"] == SWEEP_LOSER)}
+
+
+def _write(path: Path, data: bytes) -> None:
+    """``path`` with ``data``; an error names the file (a full disk says where it was full)."""
+    try:
+        path.write_bytes(data)
+    except OSError as exc:
+        if exc.filename:
+            raise
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc
 
 
 def naming_markdown(legend: dict, kinds) -> str:
