@@ -15,6 +15,7 @@ from typing import Optional
 
 import attrs
 
+from . import readers
 from .errors import UsageError
 from .rundir import write_atomic
 
@@ -91,8 +92,8 @@ def load(device_name: Optional[str]) -> Optional[Ceilings]:
         return None
     path = ceilings_path(device_name)
     try:
-        return Ceilings.from_json(json.loads(path.read_text()), path)
-    except (OSError, ValueError, TypeError):
+        return Ceilings.from_json(readers.read_json(path, limit=readers.LIMITS["ceilings"], what="ceilings cache"), path)
+    except (OSError, ValueError, TypeError, readers.BadFile):  # a cache: one that is not one is measured again
         return None
 
 

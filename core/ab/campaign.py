@@ -22,6 +22,7 @@ from typing import Optional
 import attrs
 
 from .. import __version__
+from .. import readers
 from ..errors import UsageError
 from ..rundir import RunDir, write_atomic
 from .execute import Execution
@@ -247,12 +248,7 @@ class Campaign(Execution):
         f = p / CAMPAIGN
         if not f.is_file():
             raise UsageError(f"{str(path)!r} is not a zlf ab campaign (no {CAMPAIGN})")
-        try:
-            data = json.loads(f.read_bytes())
-        except ValueError as exc:  # not JSON, or not UTF-8
-            raise UsageError(f"{f}: not valid JSON ({exc})") from exc
-        if not isinstance(data, dict):
-            raise UsageError(f"{f}: not a zlf campaign (a JSON {type(data).__name__}, not an object)")
+        data = readers.read_json(f, schema="campaign", what=CAMPAIGN)  # bounded, of the schema: one line if not
         if data.get("format") != FORMAT_VERSION:
             raise UsageError(f"{f}: campaign format {data.get('format')!r}, this zlf reads {FORMAT_VERSION}")
         return cls(p, data, hooks)
