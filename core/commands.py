@@ -158,6 +158,8 @@ def cmd_run(args, session) -> int:
     try:
         rundir.write_shapes(shapes_by_op(plan))
         run = Run(session, rundir, plan, argv=["zlf", *sys.argv[1:]])
+        for note in dict.fromkeys(session.plan_notes):
+            run.log.warning(note)
         # which argument gave which ops and how many points: zlf ab splits a run of several ops by it
         per_op = collections.Counter(p.op.name for p in plan)
         run.meta["op_args"] = [{"spec": spec, "ops": names, "points": sum(per_op[n] for n in names)}
