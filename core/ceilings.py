@@ -20,6 +20,20 @@ from .errors import UsageError
 from .rundir import write_atomic
 
 CEILINGS_DIR = "ceilings"
+#: what a cached ceilings file must hold before a table divides by it (zlf.readers checks it)
+SCHEMA = {
+    "type": "object",
+    "required": ["device_name", "backend", "bandwidth_GB_s"],
+    "properties": {
+        "device_name": {"type": "string"},
+        "backend": {"type": "string"},
+        "bandwidth_GB_s": {"type": "number", "exclusiveMinimum": 0},
+        "tflops": {"type": "object", "additionalProperties": {"type": "number", "exclusiveMinimum": 0}},
+        "measured": {"type": "string"},
+        "method": {"type": "object"},
+        "environment": {"type": "object"},
+    },
+}
 
 
 def cache_dir() -> Path:
@@ -92,7 +106,8 @@ def load(device_name: Optional[str]) -> Optional[Ceilings]:
         return None
     path = ceilings_path(device_name)
     try:
-        return Ceilings.from_json(readers.read_json(path, limit=readers.LIMITS["ceilings"], what="ceilings cache"), path)
+        return Ceilings.from_json(readers.read_json(path, schema=SCHEMA, limit=readers.LIMITS["ceilings"],
+                                                     what="ceilings cache"), path)
     except (OSError, ValueError, TypeError, readers.BadFile):  # a cache: one that is not one is measured again
         return None
 

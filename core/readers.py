@@ -83,7 +83,7 @@ def _message(path: str, problem: str, line: Optional[int]) -> str:
     where = clean(path if len(path) <= 120 else "..." + path[-117:])
     text = clean(" ".join(str(problem).split()))
     head = f"{where}" + (f":{line}" if line else "") + ": "
-    room = max(40, MESSAGE_CHARS - len("zlf: error: ") - len(head))
+    room = max(40, MESSAGE_CHARS - len("zlf: error: ") - 20 - len(head))  # 20: a caller's prefix (--option)
     return head + (text if len(text) <= room else text[:room - 3] + "...")
 
 
@@ -151,16 +151,21 @@ def _refuse_constant(token: str):
     raise _Refused(f"{token} is not a JSON number")
 
 
+def _out_of_range(text: str) -> str:
+    shown = text if len(text) <= 12 else text[:9] + "..."
+    return f"{shown} is out of range (beyond 2**63)"
+
+
 def _float(text: str) -> float:
     value = float(text)
     if not math.isfinite(value) or abs(value) > MAX_NUMBER:
-        raise _Refused(f"the number {text[:30]} is out of range (at most {MAX_NUMBER:.3g} in magnitude)")
+        raise _Refused(_out_of_range(text))
     return value
 
 
 def _int(text: str) -> int:
     if len(text) > 20 or abs(int(text)) > MAX_NUMBER:
-        raise _Refused(f"the number {text[:30]} is out of range (at most {MAX_NUMBER:.3g} in magnitude)")
+        raise _Refused(_out_of_range(text))
     return int(text)
 
 
@@ -202,14 +207,14 @@ def parse_json(text: str, path, what: str = "JSON file", line: Optional[int] = N
                          parse_constant=(lambda t: math.nan) if lenient else _refuse_constant,
                          parse_float=_lenient_float if lenient else _float, parse_int=_lenient_int if lenient else _int)
     except _Refused as exc:
-        raise BadFile(path, f"not a {what}: {exc}", line) from None
+        raise BadFile(path, f"{_not_a(what)}: {exc}", line) from None
     except RecursionError:
-        raise BadFile(path, f"not a {what}: nested more than {MAX_DEPTH} deep", line) from None
+        raise BadFile(path, f"{_not_a(what)}: nested more than {MAX_DEPTH} deep", line) from None
     except ValueError as exc:  # json.JSONDecodeError, or an int of more digits than Python converts
         where = line if line else getattr(exc, "lineno", None)
         raise BadFile(path, f"not valid JSON ({getattr(exc, 'msg', exc)})", where) from None
     if isinstance(doc, (dict, list)) and not _depth_ok(doc, MAX_DEPTH):
-        raise BadFile(path, f"not a {what}: nested more than {MAX_DEPTH} deep", line)
+        raise BadFile(path, f"{_not_a(what)}: nested more than {MAX_DEPTH} deep", line)
     return doc
 
 
@@ -230,12 +235,30 @@ def _compile(schema: dict):
     return fastjsonschema.compile(schema, formats={"date-time": lambda value: True})
 
 
+@functools.lru_cache(maxsize=64)
+def _compiled_text(text: str):
+    return _compile(json.loads(text))
+
+
 def _validator(schema, partial: bool = False):
     if schema is None:
         return None
     if isinstance(schema, str):
         return _compiled(schema, partial)
-    return _compile(schema)
+    return _compiled_text(json.dumps(schema, sort_keys=True))
+
+
+def _not_a(what: str) -> str:
+    return f"not a {what}" if what.startswith("zlf") else f"not a zlf {what}"
+
+
+def _where_in_doc(message: str) -> str:
+    """fastjsonschema's ``data.runs[0].round must be integer`` as ``runs[0].round must be integer``."""
+    if message.startswith("data."):
+        return message[5:]
+    if message.startswith("data["):
+        return message[4:]
+    return "the document" + message[4:] if message.startswith("data ") else message
 
 
 def check(doc, schema, path, what: str, line: Optional[int] = None, partial: bool = False):
@@ -250,7 +273,7 @@ def check(doc, schema, path, what: str, line: Optional[int] = None, partial: boo
     try:
         validate(doc)
     except fastjsonschema.JsonSchemaValueException as exc:
-        raise BadFile(path, f"not a zlf {what}: {exc.message.replace('data', what, 1)}", line) from None
+        raise BadFile(path, f"{_not_a(what)}: {_where_in_doc(exc.message)}", line) from None
     return doc
 
 
