@@ -101,6 +101,11 @@ def read_bytes(path, limit: Optional[int] = None, what: str = "file") -> bytes:
     except FileNotFoundError:
         raise
     except OSError as exc:  # a socket (ENXIO), no permission, a loop of links
+        try:
+            if stat.S_ISSOCK(os.stat(path).st_mode):
+                raise BadFile(path, f"a socket, not a {what} (zlf reads regular files only)") from None
+        except OSError:
+            pass
         raise BadFile(path, f"cannot read this {what}: {exc.strerror or exc}") from None
     try:
         st = os.fstat(fd)

@@ -105,7 +105,7 @@ def _socket(path):
 
 
 @pytest.mark.parametrize("make,kind", [(_fifo, "FIFO"), (_dev_zero, "character device"),
-                                       (_directory, "directory"), (_socket, "")])
+                                       (_directory, "directory"), (_socket, "socket")])
 def test_compare_refuses_a_meta_json_that_is_no_regular_file(run_dir, tmp_path, make, kind):
     """A FIFO hung zlf compare; /dev/zero ran out of memory; a directory or socket: a traceback."""
     (run_dir / "meta.json").unlink()
@@ -373,3 +373,21 @@ def test_a_point_listed_twice_in_an_op_file_or_dtype_list_is_planned_once(tmp_pa
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout)[0]["points"] == points
     assert "listed more than once" in proc.stderr
+
+
+@pytest.mark.extensions("flaggems")
+def test_a_sweep_state_that_is_a_fifo_is_one_line(tmp_path):
+    """``zlf sweep --resume D`` read D/sweep.json with read_text: a FIFO there hung it."""
+    (tmp_path / "d").mkdir()
+    os.mkfifo(tmp_path / "d" / "sweep.json")
+    one_line_error(zlf("sweep", "--resume", "d", cwd=tmp_path, env={"FLAGGEMS_DIR": ""}),
+                   "--resume 'd': not a sweep directory", "FIFO")
+
+
+@pytest.mark.extensions("seed", "autotune_replay")
+def test_a_replay_source_whose_meta_json_is_a_device_is_one_line(tmp_path):
+    (tmp_path / "rec" / "autotune_records").mkdir(parents=True)
+    (tmp_path / "rec" / "meta.json").symlink_to("/dev/zero")
+    proc = zlf("run", "add", "--out", "out", "--replay-from", tmp_path / "rec", cwd=tmp_path)
+    one_line_error(proc, "--replay-from", "meta.json", "character device")
+    assert not (tmp_path / "out").exists()

@@ -472,8 +472,8 @@ def signing_key(create: bool) -> Optional[bytes]:
         st = os.stat(path)
         if st.st_uid != os.getuid() or st.st_mode & 0o077:
             return None  # another user could read (forge) or replace it
-        text = path.read_text().strip()
-    except OSError:
+        text = readers.read_text(path, limit=4 * 1024, what="campaign key").strip()
+    except (OSError, UsageError):
         return None
     return text.encode() if len(text) >= 32 else None
 

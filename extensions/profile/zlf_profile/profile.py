@@ -28,7 +28,7 @@ from typing import Optional
 import attrs
 import yaml
 from tabulate import tabulate
-from zlf import UsageError
+from zlf import UsageError, readers
 from zlf.records import Point
 from zlf.rundir import RunDir, replace_dir, write_atomic
 
@@ -309,8 +309,8 @@ class Profile:
     @classmethod
     def load(cls, folder) -> Optional["Profile"]:
         try:
-            return cls.from_json(json.loads((Path(folder) / METRICS_JSON).read_text()))
-        except (OSError, ValueError):
+            return cls.from_json(readers.read_json(Path(folder) / METRICS_JSON, what=METRICS_JSON))
+        except (OSError, ValueError, TypeError, KeyError, UsageError):  # not one of ours: no profile
             return None
 
 
