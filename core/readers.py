@@ -50,7 +50,7 @@ LIMITS = {
     "summary": 64 * MiB,     # summary.json (--noise-from, zlf triage)
     "config": 16 * MiB,      # --config FILE, the configuration a child is given
     "ceilings": 1 * MiB,     # the device ceilings cache
-    "autotune": 64 * MiB,    # autotune records (--replay-from)
+    "record": 64 * MiB,      # an extension's record files (one JSON document each)
     "ir_index": 64 * MiB,    # ir/index.tsv
     "yaml": 4 * MiB,         # shape files, shapes.yaml, any YAML
     "json": 16 * MiB,        # any other JSON file

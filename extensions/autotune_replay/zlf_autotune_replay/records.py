@@ -264,7 +264,7 @@ class ReplaySource:
         docs = []
         for f in sorted(records.glob("*.json")):
             try:
-                doc = readers.read_json(f, schema=RECORD_SCHEMA, limit=readers.LIMITS["autotune"],
+                doc = readers.read_json(f, schema=RECORD_SCHEMA, limit=readers.LIMITS["record"],
                                         what=f"{FORMAT} file")
             except UsageError as exc:
                 raise UsageError(f"{option}{sep}{exc}") from None

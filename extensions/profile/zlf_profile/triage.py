@@ -96,7 +96,7 @@ def _recorded_decisions(run_dir: Path, meta: dict, point_id: str) -> list:
     out = []
     for f in sorted((source / "autotune_records").glob("*.json")):
         try:
-            doc = readers.read_json(f, schema=_DECISIONS, limit=readers.LIMITS["autotune"])
+            doc = readers.read_json(f, schema=_DECISIONS, limit=readers.LIMITS["record"])
         except (OSError, UsageError):
             continue
         for d in doc.get("decisions") or ():
