@@ -230,6 +230,7 @@ def _compiled(name: str, partial: bool = False):
     schema = schemas.load(name)
     if partial:  # every field present is checked; a field may be missing (older zlf, zlf ir's meta.json)
         schema.pop("required", None)
+        schema.pop("allOf", None)  # and the rules between fields (an "ok" record without its timer)
     return _compile(schema)
 
 
@@ -269,7 +270,8 @@ def _where_in_doc(message: str) -> str:
 def check(doc, schema, path, what: str, line: Optional[int] = None, partial: bool = False):
     """``doc`` when it matches ``schema`` (a name in :data:`zlf.schemas.NAMES` or a schema
     dict), else :class:`BadFile` saying where it does not. ``partial``: the top-level fields the
-    schema requires may be missing (each one present is still checked)."""
+    schema requires may be missing and its rules between fields are not applied (each field
+    present is still checked)."""
     import fastjsonschema
 
     validate = _validator(schema, partial)
@@ -305,11 +307,12 @@ def read_json(path, schema=None, limit: Optional[int] = None, what: Optional[str
 
 
 def read_jsonl(path, schema=None, limit: Optional[int] = None, what: Optional[str] = None,
-               skip_bad: bool = True, lenient: bool = False) -> tuple:
+               skip_bad: bool = True, lenient: bool = False, partial: bool = False) -> tuple:
     """``(documents, skipped)`` of a JSON-lines file: one document per non-blank line. A line
     that is not UTF-8 JSON of ``schema`` is skipped and counted (``skip_bad``; a crash can cut
     the last line), or raises :class:`BadFile` naming its line. The whole file is bounded as
-    :func:`read_json`'s is; ``lenient`` numbers as :func:`parse_json` says."""
+    :func:`read_json`'s is; ``lenient`` numbers as :func:`parse_json` says, ``partial`` as
+    :func:`check`."""
     what = what or os.path.basename(os.fspath(path)) or "JSON-lines file"
     if limit is None:
         limit = LIMITS.get(schema, LIMITS["json"]) if isinstance(schema, str) else LIMITS["json"]
@@ -322,7 +325,8 @@ def read_jsonl(path, schema=None, limit: Optional[int] = None, what: Optional[st
             continue
         try:
             text = _decode(raw, path, what)
-            docs.append(check(parse_json(text, path, what, line=n, lenient=lenient), schema, path, what, line=n))
+            docs.append(check(parse_json(text, path, what, line=n, lenient=lenient), schema, path, what, line=n,
+                              partial=partial))
         except BadFile as exc:
             if not skip_bad:
                 raise BadFile(path, exc.problem, n) from None

@@ -254,8 +254,9 @@ class RunDir:
     def records(self) -> tuple:
         """``(records, skipped_lines)``: complete lines only (a crash can cut the last one; a
         line that is not UTF-8 JSON of a record is skipped and counted the same way)."""
-        try:  # a median that is NaN, Infinity or out of range reads as no time (_checked)
-            docs, skipped = readers.read_jsonl(self.path / RESULTS, schema="result", what=RESULTS, lenient=True)
+        try:  # each field of its type; a median NaN, Infinity or out of range reads as no time (_checked)
+            docs, skipped = readers.read_jsonl(self.path / RESULTS, schema="result", what=RESULTS, lenient=True,
+                                               partial=True)
         except FileNotFoundError:
             return [], 0
         records = []

@@ -233,4 +233,4 @@ def read_index(root: Path) -> list:
         return []
     header = lines[0].split("\t")
     rows = [dict(zip(header, line.split("\t"))) for line in lines[1:] if line.strip()]
-    return [r for r in rows if readers.valid(r, "ir_index")]
+    return [r for r in rows if readers.valid(r, "ir_index", partial=True)]  # a column may be missing (older trees)
