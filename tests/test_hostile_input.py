@@ -307,6 +307,8 @@ def shapes_cli(tmp_path, name, content, *extra):
     ("utf16.yaml", "softmax: {shapes: [[4, 8]]}\n".encode("utf-16"), ("utf16.yaml:", "UTF-16")),
     ("big.yaml", "softmax: {shapes: [[4, 8]]}\n" + "# padding\n" * 500_000, ("big.yaml:", "4 MiB")),
     ("two.yaml", "softmax: {shapes: [[4, 8]]}\n---\nadd: {}\n", ("two.yaml:2:", "single document")),
+    ("huge.yaml", "softmax: {shapes: [[99999999999999999999999, 2]]}\n", ("huge.yaml", "below 2**63")),
+    ("long.yaml", "softmax: {shapes: [[" + ", ".join(["1"] * 100_000) + "]]}\n", ("long.yaml", "at most 64")),
 ], ids=lambda v: v if isinstance(v, str) and v.endswith(".yaml") else "")
 def test_a_hostile_shape_file_is_one_short_line_naming_file_and_line(tmp_path, name, content, needles):
     proc = shapes_cli(tmp_path, name, content)

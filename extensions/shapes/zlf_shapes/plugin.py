@@ -28,6 +28,10 @@ def load_shape_file(path: str) -> dict:
     return doc
 
 
+#: the most dimensions of a shape, and the bound of each (a tensor size is an int64)
+MAX_RANK, MAX_DIM = 64, 2 ** 63
+
+
 def parse_shapes(entry, path: str, key: str) -> list:
     if not isinstance(entry, dict) or "shapes" not in entry:
         raise UsageError(f"shape file {path!r}: entry {key!r} has no 'shapes' list")
@@ -37,9 +41,11 @@ def parse_shapes(entry, path: str, key: str) -> list:
     shapes = []
     for i, s in enumerate(raw):
         dims = [s] if isinstance(s, int) and not isinstance(s, bool) else s
-        if (not isinstance(dims, list) or not dims
-                or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in dims)):
-            raise UsageError(f"shape file {path!r}: {key}.shapes[{i}] = {s!r} is not a list of positive integers")
+        if (not isinstance(dims, list) or not dims or len(dims) > MAX_RANK
+                or not all(isinstance(d, int) and not isinstance(d, bool) and 0 < d < MAX_DIM for d in dims)):
+            shown = repr(s) if len(repr(s)) <= 60 else repr(s)[:57] + "..."  # an entry can be a huge list
+            raise UsageError(f"shape file {path!r}: {str(key)[:40]}.shapes[{i}] = {shown} is not a list of at most "
+                             f"{MAX_RANK} positive integers below 2**63")
         shapes.append(tuple(dims))
     return shapes
 
