@@ -15,10 +15,25 @@ from typing import Optional
 
 import attrs
 
+from . import readers
 from .errors import UsageError
 from .rundir import write_atomic
 
 CEILINGS_DIR = "ceilings"
+#: what a cached ceilings file must hold before a table divides by it (zlf.readers checks it)
+SCHEMA = {
+    "type": "object",
+    "required": ["device_name", "backend", "bandwidth_GB_s"],
+    "properties": {
+        "device_name": {"type": "string"},
+        "backend": {"type": "string"},
+        "bandwidth_GB_s": {"type": "number", "exclusiveMinimum": 0},
+        "tflops": {"type": "object", "additionalProperties": {"type": "number", "exclusiveMinimum": 0}},
+        "measured": {"type": "string"},
+        "method": {"type": "object"},
+        "environment": {"type": "object"},
+    },
+}
 
 
 def cache_dir() -> Path:
@@ -91,8 +106,9 @@ def load(device_name: Optional[str]) -> Optional[Ceilings]:
         return None
     path = ceilings_path(device_name)
     try:
-        return Ceilings.from_json(json.loads(path.read_text()), path)
-    except (OSError, ValueError, TypeError):
+        return Ceilings.from_json(readers.read_json(path, schema=SCHEMA, limit=readers.LIMITS["ceilings"],
+                                                     what="ceilings cache"), path)
+    except (OSError, ValueError, TypeError, readers.BadFile):  # a cache: one that is not one is measured again
         return None
 
 

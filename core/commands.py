@@ -192,6 +192,8 @@ def run_points(args, session, link=None, resume=None) -> int:
             before = rundir.meta()
             run.meta.update({k: before[k] for k in ("started", "worker_deaths") if k in before})
             run.log.info(f"a fresh worker goes on with point {start + 1} of {len(plan)}")
+        for note in dict.fromkeys(session.plan_notes if resume is None else ()):  # a fresh worker said them already
+            run.log.warning(note)
         # which argument gave which ops and how many points: zlf ab splits a run of several ops by it
         per_op = collections.Counter(p.op.name for p in plan)
         run.meta["op_args"] = [{"spec": spec, "ops": names, "points": sum(per_op[n] for n in names)}

@@ -16,11 +16,10 @@ carries that handle.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
-from pathlib import Path
 from typing import Callable, Optional
 
+from . import readers
 from .records import CompileEvent, LaunchEvent
 from .triton_tuner import Sweeps
 
@@ -126,8 +125,8 @@ def _metadata_from_group(metadata_group) -> dict:
     for fname, path in (metadata_group or {}).items():
         if fname.endswith(".json"):
             try:
-                return json.loads(Path(path).read_text())
-            except (OSError, ValueError):
+                return readers.read_json(path, what="Triton metadata")
+            except (OSError, ValueError, readers.BadFile):
                 return {}
     return {}
 

@@ -474,13 +474,15 @@ class RunConfig:
 
     @classmethod
     def read(cls, path) -> "RunConfig":
+        from . import readers
+
         path = Path(path)
-        try:
-            data = json.loads(path.read_text())
+        try:  # a regular file, bounded, strict JSON (no NaN, numbers in range): one line if not
+            data = readers.read_json(path, limit=readers.LIMITS["config"], what="config file")
         except OSError as exc:
             raise ConfigError(f"config {path}: {exc.strerror or exc}") from exc
-        except ValueError as exc:
-            raise ConfigError(f"config {path}: not JSON ({exc})") from exc
+        except readers.BadFile as exc:
+            raise ConfigError(f"config {exc}") from None
         return cls.from_json(data, source=f"config {path}")
 
 

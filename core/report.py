@@ -12,7 +12,7 @@ from typing import Optional
 
 from tabulate import tabulate
 
-from . import compare, plots
+from . import compare, plots, readers
 from .console import change, clean, clean_lines, duration, md_cell, md_table, number, percent
 from .redact import redact_text, safe_environment
 from .errors import UsageError
@@ -333,7 +333,7 @@ def campaign_report(path: Path) -> int:
         raise UsageError(f"{str(path)!r} is a zlf ab campaign without a report yet (not finished): "
                          f"zlf ab --resume {path} completes it and writes {CAMPAIGN_REPORT}")
     if summary.is_file():
-        print(clean_lines(summary.read_text().rstrip("\n")))
+        print(clean_lines(readers.read_text(summary, what=CAMPAIGN_SUMMARY).rstrip("\n")))
     print(f"report: {page}")
     return 0
 

@@ -26,6 +26,7 @@ from typing import Optional
 import attrs
 import yaml
 
+from . import readers
 from .errors import UsageError
 from .records import PointRecord
 from .redact import redact
@@ -352,39 +353,32 @@ class RunDir:
         return cls(p)
 
     def meta(self) -> dict:
+        """meta.json ({} when there is none); a file that is not one is a one-line UsageError
+        (:mod:`zlf.readers`: a regular file, bounded, each field of the schema's type)."""
         try:
-            meta = json.loads((self.path / META).read_bytes())
+            return readers.read_json(self.path / META, schema="meta", what=META, partial=True)
         except FileNotFoundError:
             return {}
-        except ValueError as exc:  # not JSON, or not UTF-8
-            raise UsageError(f"{self.path / META}: not valid JSON ({exc})") from exc
-        if not isinstance(meta, dict):
-            raise UsageError(f"{self.path / META}: not a zlf meta.json (a JSON {type(meta).__name__}, not an object)")
-        return meta
 
     def records(self) -> tuple:
         """``(records, skipped_lines)``: complete lines only (a crash can cut the last one; a
         line that is not UTF-8 JSON of a record is skipped and counted the same way)."""
-        records, skipped = [], 0
-        try:
-            lines = (self.path / RESULTS).read_bytes().splitlines()
+        try:  # each field of its type; a median NaN, Infinity or out of range reads as no time (_checked)
+            docs, skipped = readers.read_jsonl(self.path / RESULTS, schema="result", what=RESULTS, lenient=True,
+                                               partial=True)
         except FileNotFoundError:
             return [], 0
-        for line in lines:
-            if not line.strip():
-                continue
+        records = []
+        for doc in docs:
             try:
-                doc = json.loads(line)  # bytes: a non-UTF-8 byte is a ValueError, as bad JSON is
-                if not isinstance(doc, dict):
-                    raise TypeError("not a record")
                 records.append(_checked(PointRecord.from_json(doc)))
-            except (json.JSONDecodeError, TypeError, ValueError):
+            except (TypeError, ValueError):
                 skipped += 1
         return records, skipped
 
     def shapes(self) -> Optional[dict]:
         try:
-            return yaml.safe_load((self.path / SHAPES).read_text())
+            return readers.read_yaml(self.path / SHAPES, what=SHAPES)
         except FileNotFoundError:
             return None
 

@@ -10,6 +10,7 @@ from typing import Optional
 import attrs
 
 from .config import RunConfig
+from .console import clean, warn
 from .errors import UsageError
 from .ops import Op
 from .hookspecs import TIMER
@@ -79,6 +80,7 @@ class Session:
         self.hooks = hooks
         self.backend = None
         self.op_args: list = []
+        self.plan_notes: list = []
 
     # ------------------------------------------------------------------ configuration
     @property
@@ -172,7 +174,9 @@ class Session:
 
     def plan(self, ops, dtypes=None) -> list:
         """Every (op, point) to run, in order; shapes may come from extensions (``op_shapes``)."""
-        planned = []
+        planned, seen = [], set()
+        #: one line per point listed more than once (a shape or dtype given twice), said once per run
+        self.plan_notes = []
         for op in ops:
             shapes = op.default_shapes(self.backend)
             override = self.hooks.op_shapes(op, shapes, self)
@@ -188,5 +192,14 @@ class Session:
                 torch_dtype(dtype)  # validates the name
                 for shape in shapes:
                     labels = op.variants(shape, dtype) if op.variants else [""]
-                    planned.extend(PlannedPoint(op, Point(op.name, shape, dtype, label)) for label in labels)
+                    for label in labels:
+                        point = Point(op.name, shape, dtype, label)
+                        if point.id in seen:  # one id, one record: a second would break pairing
+                            self.plan_notes.append(f"point {clean(point.id)} is listed more than once (a shape, "
+                                                   "dtype or variant given twice); it runs once")
+                            continue
+                        seen.add(point.id)
+                        planned.append(PlannedPoint(op, point))
+        for note in dict.fromkeys(self.plan_notes):
+            warn(note)
         return planned

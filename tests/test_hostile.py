@@ -311,7 +311,7 @@ def test_autotune_record_that_is_not_utf8_is_one_line(tmp_path):
     (records / "k.json").write_bytes(b'{"format": "\xff"}')
     proc = zlf("run", "add", "--out", "out", "--replay-from", tmp_path / "rec", cwd=tmp_path,
                env={"ZLF_EXTENSIONS": "seed,autotune_replay"})
-    one_line_error(proc, "k.json is not valid JSON")
+    one_line_error(proc, "k.json:1: not UTF-8")
 
 
 @pytest.mark.parametrize("doc", ["[1, 2]", "3", "null"])
@@ -325,7 +325,7 @@ def test_meta_json_that_is_not_an_object_is_one_line(base_run, tmp_path, doc):
 def test_meta_json_that_is_not_utf8_is_one_line(base_run, tmp_path):
     a, b = copy_run(base_run, tmp_path / "a"), copy_run(base_run, tmp_path / "b")
     (b / "meta.json").write_bytes(b'{"status": "\xff"}')
-    one_line_error(zlf("compare", a, b, cwd=tmp_path), "not valid JSON")
+    one_line_error(zlf("compare", a, b, cwd=tmp_path), "meta.json:1: not UTF-8")
 
 
 @pytest.mark.parametrize("doc", ["[]", "[1, 2]"])

@@ -2,10 +2,9 @@
 settings as stored, and the verdicts (the maths is :mod:`zlf.stats`)."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from .. import metrics, stats
+from .. import metrics, readers, stats
 from ..errors import UsageError
 from ..records import duplicate_points
 from ..rundir import RESULTS, RunDir
@@ -86,10 +85,10 @@ def load_noise(noise_from) -> dict:
     path = Path(noise_from) / SUMMARY_JSON
     if not path.is_file():
         raise UsageError(f"--noise-from {noise_from!r}: no {SUMMARY_JSON} (not a finished zlf ab campaign)")
-    try:
-        doc = json.loads(path.read_text())
-    except ValueError as exc:
-        raise UsageError(f"--noise-from {noise_from!r}: {SUMMARY_JSON} is not JSON ({exc})") from None
+    try:  # a bounded regular file of the summary schema (zlf.readers), one line if not
+        doc = readers.read_json(path, schema="summary", what=SUMMARY_JSON)
+    except readers.BadFile as exc:
+        raise UsageError(f"--noise-from {exc}") from None
     if not doc.get("aa"):
         raise UsageError(f"--noise-from {noise_from!r} is not an A/A campaign (run zlf ab --aa)")
     noise = stats.aa_entries(doc.get("points", []))

@@ -23,6 +23,7 @@ from typing import Optional
 import attrs
 
 from .. import __version__
+from .. import readers
 from ..errors import UsageError
 from ..redact import redact
 from ..rundir import RunDir, write_atomic
@@ -248,12 +249,7 @@ class Campaign(Execution):
         f = p / CAMPAIGN
         if not f.is_file():
             raise UsageError(f"{str(path)!r} is not a zlf ab campaign (no {CAMPAIGN})")
-        try:
-            data = json.loads(f.read_bytes())
-        except ValueError as exc:  # not JSON, or not UTF-8
-            raise UsageError(f"{f}: not valid JSON ({exc})") from exc
-        if not isinstance(data, dict):
-            raise UsageError(f"{f}: not a zlf campaign (a JSON {type(data).__name__}, not an object)")
+        data = readers.read_json(f, schema="campaign", what=CAMPAIGN)  # bounded, of the schema: one line if not
         if data.get("format") != FORMAT_VERSION:
             raise UsageError(f"{f}: campaign format {data.get('format')!r}, this zlf reads {FORMAT_VERSION}")
         return cls(p, data, hooks)
@@ -494,8 +490,8 @@ def signing_key(create: bool) -> Optional[bytes]:
         st = os.stat(path)
         if st.st_uid != os.getuid() or st.st_mode & 0o077:
             return None  # another user could read (forge) or replace it
-        text = path.read_text().strip()
-    except OSError:
+        text = readers.read_text(path, limit=4 * 1024, what="campaign key").strip()
+    except (OSError, UsageError):
         return None
     return text.encode() if len(text) >= 32 else None
 

@@ -13,7 +13,7 @@ import os
 import shutil
 import sys
 
-from .. import metrics, output, stats
+from .. import metrics, output, readers, stats
 from ..console import warn
 from ..errors import UsageError
 from ..compare import GATE
@@ -378,13 +378,11 @@ def keep_one_input_set(campaign) -> None:
     """A campaign begun by a zlf without input copies (its run configurations name no
     ``input_copies``) goes on timing every point on its inputs alone, as its finished rounds were:
     rounds timed two ways would pair unlike with unlike. Called once its signature verified."""
-    import json
-
     changed = False
     for side in campaign.sides:
         config = campaign.config(side)  # an unreadable file is refused here, in one line
         path = campaign.config_path(side)
-        if "input_copies" not in (json.loads(path.read_text()).get("timing") or {}):  # the file's own words
+        if "input_copies" not in (readers.read_json(path, limit=readers.LIMITS["config"], what="config file").get("timing") or {}):  # the file's own words
             config.with_changes(input_copies=1).write(path)
             changed = True
     if changed:

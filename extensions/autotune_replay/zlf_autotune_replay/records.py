@@ -37,10 +37,32 @@ from typing import Optional
 
 import attrs
 
-from zlf import UsageError
-from zlf.rundir import write_atomic
+from zlf import UsageError, readers
+from zlf.rundir import RunDir, write_atomic
 
 FORMAT = "zlf-autotune-record/1"
+#: what a replay reads of a record file (zlf.readers checks each file against it before use)
+RECORD_SCHEMA = {
+    "type": "object",
+    "required": ["format", "kernel", "source_sha256", "decisions"],
+    "properties": {
+        "format": {"const": FORMAT},
+        "kernel": {"type": "string", "minLength": 1},
+        "source_sha256": {"type": "string"},
+        "key_names": {"type": "array", "items": {"type": "string"}},
+        "decisions": {"type": "array", "items": {
+            "type": "object", "required": ["key", "config"],
+            "properties": {"key": {"type": "array"},
+                           "config": {"type": "object", "required": ["kwargs"],
+                                      "properties": {"kwargs": {"type": "object"},
+                                                     "num_warps": {"type": ["integer", "null"], "minimum": 1},
+                                                     "num_stages": {"type": ["integer", "null"], "minimum": 0},
+                                                     "num_ctas": {"type": ["integer", "null"], "minimum": 1},
+                                                     "maxnreg": {"type": ["integer", "null"], "minimum": 1}}},
+                           "point": {"type": ["string", "null"]},
+                           "how": {"type": "string"}}}},
+    },
+}
 RECORDS_DIR = "autotune_records"
 #: the Config fields besides kwargs, in Triton's order; absent ones are skipped on older Tritons.
 CONFIG_FIELDS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
@@ -225,14 +247,10 @@ class ReplaySource:
         run_dir = Path(path).expanduser()
         if not run_dir.is_dir():
             raise UsageError(f"{option}{sep}{path}: not a directory")
-        meta = {}
-        if (run_dir / "meta.json").is_file():
-            try:
-                meta = json.loads((run_dir / "meta.json").read_bytes())
-            except ValueError as exc:  # not JSON, or not UTF-8
-                raise UsageError(f"{option}{sep}{path}: meta.json is not valid JSON ({exc})") from exc
-            if not isinstance(meta, dict):
-                raise UsageError(f"{option}{sep}{path}: meta.json is not a JSON object")
+        try:  # bounded regular files of their schema (zlf.readers): one line naming the file if not
+            meta = RunDir(run_dir).meta()
+        except UsageError as exc:
+            raise UsageError(f"{option}{sep}{exc}") from None
         autotune = meta.get("autotune") or {}
         if autotune.get("mode") == "replay":
             origin = autotune.get("source") or "?"
@@ -246,10 +264,9 @@ class ReplaySource:
         docs = []
         for f in sorted(records.glob("*.json")):
             try:
-                doc = json.loads(f.read_bytes())
-            except ValueError as exc:  # not JSON, or not UTF-8
-                raise UsageError(f"{option}{sep}{path}: {f.name} is not valid JSON ({exc})") from exc
-            if not isinstance(doc, dict) or doc.get("format") != FORMAT or not isinstance(doc.get("decisions"), list):
-                raise UsageError(f"{option}{sep}{path}: {f.name} is not a {FORMAT} file")
+                doc = readers.read_json(f, schema=RECORD_SCHEMA, limit=readers.LIMITS["record"],
+                                        what=f"{FORMAT} file")
+            except UsageError as exc:
+                raise UsageError(f"{option}{sep}{exc}") from None
             docs.append(doc)
         return cls(run_dir.resolve(), meta, docs)

@@ -86,9 +86,11 @@ def read(path) -> list:
 
 def _lines(path) -> list:
     out = []
-    try:
-        text = open(path).read()
-    except OSError:
+    from zlf import UsageError, readers
+
+    try:  # a bounded regular file (zlf.readers); anything else has no phases to say
+        text = readers.read_bytes(path, what="phase log").decode(errors="replace")
+    except (OSError, UsageError):
         return out
     for line in text.splitlines():
         parts = line.split("\t", 2)

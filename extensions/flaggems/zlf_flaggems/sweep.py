@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from zlf import UsageError
+from zlf import UsageError, readers
 from zlf.options import SECONDS, SEED, Number
 from zlf.procs import python_child_env
 from zlf.rundir import ensure_dir, open_nofollow, write_atomic
@@ -55,6 +55,8 @@ exit codes: 0 the sweep ran (whatever its ops did), 2 bad input, 130 interrupted
 
 STATE = "sweep.json"
 LINES = "sweep.jsonl"
+#: what --resume needs of a sweep.jsonl row (zlf.readers: a line that is not one is skipped, its op runs again)
+ROW_SCHEMA = {"type": "object", "required": ["spec"], "properties": {"spec": {"type": "string"}}}
 TABLE = "sweep.tsv"
 DEFAULT_RUN_EXTS = ("cudagraph", "cupti", "seed")
 DEFAULT_OP_LIMIT = 600.0
@@ -265,9 +267,11 @@ def _last_error_line(log_path: Path) -> str:
 
 def _finding(run_dir) -> str:
     """The run's named reference mismatch (meta.json, ``flaggems.ops.<op>.reference_mismatch``)."""
+    from zlf.rundir import RunDir
+
     try:
-        ops = json.loads((run_dir / "meta.json").read_text())["flaggems"]["ops"]
-    except (OSError, ValueError, KeyError, TypeError):
+        ops = RunDir(run_dir).meta()["flaggems"]["ops"]
+    except (OSError, ValueError, KeyError, TypeError, UsageError):
         return ""
     return "; ".join(f"{name}: {o['reference_mismatch']}" if len(ops) > 1 else o["reference_mismatch"]
                      for name, o in ops.items() if isinstance(o, dict) and o.get("reference_mismatch"))
@@ -384,10 +388,12 @@ def _new_sweep(args) -> tuple:
 
 def _resume(path: str) -> tuple:
     root = Path(path).resolve()
-    try:
-        settings = json.loads((root / STATE).read_text())
-    except (OSError, ValueError) as exc:
+    try:  # a bounded regular file of strict JSON (zlf.readers)
+        settings = readers.read_json(root / STATE, what=STATE)
+    except OSError as exc:
         raise UsageError(f"--resume {path!r}: not a sweep directory (no readable {STATE})") from exc
+    except readers.BadFile as exc:
+        raise UsageError(f"--resume {path!r}: not a sweep directory ({STATE}: {exc.problem})") from None
     ops = settings.get("ops") if isinstance(settings, dict) else None
     if (not isinstance(ops, list) or not all(isinstance(o, str) for o in ops)
             or not isinstance(settings.get("flaggems_dir"), str)):
@@ -416,19 +422,10 @@ def _kill_running(running: dict) -> None:
 def read_rows(root: Path) -> list:
     """The finished ops' rows of ``sweep.jsonl``; a line that is not one (torn by a kill, not
     UTF-8, not an object with a spec) is skipped, so that op runs again on ``--resume``."""
-    rows = []
     try:
-        text = (root / LINES).read_text(errors="replace")
+        return readers.read_jsonl(root / LINES, schema=ROW_SCHEMA, what=LINES)[0]
     except OSError:
-        return rows
-    for line in text.splitlines():
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(row, dict) and isinstance(row.get("spec"), str):
-            rows.append(row)
-    return rows
+        return []
 
 
 def _gpus(text):

@@ -20,6 +20,8 @@ from typing import Optional
 
 import attrs
 
+from zlf import readers
+
 IR_DIR = "ir"
 INDEX = "index.tsv"
 NAMING = "naming.md"
@@ -227,11 +229,12 @@ def read_index(root: Path) -> list:
     """Rows of ``index.tsv`` as dicts (empty when absent)."""
     if (root / INDEX).is_symlink():
         return []
-    try:
-        lines = (root / INDEX).read_text(errors="replace").splitlines()
+    try:  # a bounded regular file (zlf.readers: one line if not); a row not of the schema is left out
+        lines = readers.read_bytes(root / INDEX, readers.LIMITS["ir_index"], INDEX).decode(errors="replace").splitlines()
     except OSError:
         return []
     if not lines:
         return []
     header = lines[0].split("\t")
-    return [dict(zip(header, line.split("\t"))) for line in lines[1:] if line.strip()]
+    rows = [dict(zip(header, line.split("\t"))) for line in lines[1:] if line.strip()]
+    return [r for r in rows if readers.valid(r, "ir_index", partial=True)]  # a column may be missing (older trees)

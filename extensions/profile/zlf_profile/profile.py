@@ -30,7 +30,7 @@ from typing import Optional
 import attrs
 import yaml
 from tabulate import tabulate
-from zlf import UsageError
+from zlf import UsageError, readers
 from zlf.console import clean, md_table
 from zlf.options import Number
 from zlf.redact import redact, redact_text
@@ -369,8 +369,8 @@ class Profile:
     @classmethod
     def load(cls, folder) -> Optional["Profile"]:
         try:
-            return cls.from_json(json.loads((Path(folder) / METRICS_JSON).read_text()))
-        except (OSError, ValueError):
+            return cls.from_json(readers.read_json(Path(folder) / METRICS_JSON, what=METRICS_JSON))
+        except (OSError, ValueError, TypeError, KeyError, UsageError):  # not one of ours: no profile
             return None
 
 

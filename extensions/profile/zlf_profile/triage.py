@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Optional
 
 from tabulate import tabulate
-from zlf import UsageError
+from zlf import UsageError, readers
 from zlf.console import md_table
 from zlf.records import Point, shape_str
 from zlf.redact import redact, redact_text
@@ -42,6 +42,15 @@ exit codes: 0 bundles written, 2 bad input
 TRIAGE_DIR = "triage"
 INDEX = "triage.md"
 BUNDLE_JSON = "bundle.json"
+#: what triage reads of an autotune record file (the autotune_replay extension's format)
+_DECISIONS = {"type": "object", "properties": {"decisions": {"type": "array", "items": {"type": "object"}}}}
+#: what the index reads of a point's bundle.json (zlf.readers checks it; one that is not one is left out)
+BUNDLE_SCHEMA = {
+    "type": "object", "required": ["point"],
+    "properties": {"point": {"type": "string"}, "verdict": {"type": ["string", "null"]},
+                   "delta_pct": {"type": ["number", "null"]}, "a_ms": {"type": ["number", "null"]},
+                   "b_ms": {"type": ["number", "null"]}, "dir": {"type": "string"}},
+}
 BUNDLE_MD = "triage.md"
 SHAPES = "shapes.yaml"
 DECIDED = ("SLOWER", "FASTER")
@@ -91,8 +100,8 @@ def _recorded_decisions(run_dir: Path, meta: dict, point_id: str) -> list:
     out = []
     for f in sorted((source / "autotune_records").glob("*.json")):
         try:
-            doc = json.loads(f.read_text())
-        except (OSError, ValueError):
+            doc = readers.read_json(f, schema=_DECISIONS, limit=readers.LIMITS["record"])
+        except (OSError, UsageError):
             continue
         for d in doc.get("decisions") or ():
             if d.get("point") == point_id:
@@ -486,8 +495,8 @@ def write_index(parent: Path, seconds_per_point: Optional[float] = None) -> str:
     bundles = []
     for f in sorted(parent.glob(f"*/{BUNDLE_JSON}")):
         try:
-            bundles.append(json.loads(f.read_text()))
-        except (OSError, ValueError):
+            bundles.append(readers.read_json(f, schema=BUNDLE_SCHEMA, what=BUNDLE_JSON))
+        except (OSError, UsageError):
             continue
     slower = sorted((b for b in bundles if b.get("verdict") == "SLOWER"), key=lambda b: -(b.get("delta_pct") or 0))
     faster = sorted((b for b in bundles if b.get("verdict") == "FASTER"), key=lambda b: b.get("delta_pct") or 0)
@@ -550,7 +559,7 @@ def main(args, session) -> int:
     summary = campaign.path / SUMMARY_JSON
     if not summary.is_file():
         raise UsageError(f"{args.campaign!r} has no {SUMMARY_JSON}: finish the campaign first (zlf ab --resume {args.campaign})")
-    stats = json.loads(summary.read_text()).get("points") or []
+    stats = readers.read_json(summary, schema="summary", what=SUMMARY_JSON).get("points") or []
     text = run_triage(campaign, stats, session, args.points, calls=args.calls, ncu_path=args.ncu,
                       profile=not args.no_profile, out=args.out)
     print(text)

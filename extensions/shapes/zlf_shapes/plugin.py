@@ -12,27 +12,24 @@ Everything is checked before the run directory exists: a bad file leaves nothing
 """
 from __future__ import annotations
 
-import os
-
-import yaml
-
-from zlf import UsageError, hookimpl
+from zlf import UsageError, hookimpl, readers
 
 
 def load_shape_file(path: str) -> dict:
-    if not os.path.isfile(path):
-        raise UsageError(f"shape file {path!r} not found")
+    """The shape file ``path`` as a mapping, or a one-line UsageError naming the file and line:
+    read by :func:`zlf.readers.read_yaml` (a regular file of at most 4 MiB, UTF-8, safe tags,
+    aliases and merge keys bounded while the document is built, no key twice)."""
     try:
-        with open(path) as f:
-            doc = yaml.safe_load(f)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise UsageError(f"shape file {path!r} is not valid YAML{where}: {problem}") from exc
+        doc = readers.read_yaml(path, what="shape file")
+    except FileNotFoundError:
+        raise UsageError(f"shape file {path!r} not found") from None
     if not isinstance(doc, dict):
         raise UsageError(f"shape file {path!r} must map op names to {{shapes: [...]}}, got {type(doc).__name__}")
     return doc
+
+
+#: the most dimensions of a shape, and the bound of each (a tensor size is an int64)
+MAX_RANK, MAX_DIM = 64, 2 ** 63
 
 
 def parse_shapes(entry, path: str, key: str) -> list:
@@ -44,9 +41,11 @@ def parse_shapes(entry, path: str, key: str) -> list:
     shapes = []
     for i, s in enumerate(raw):
         dims = [s] if isinstance(s, int) and not isinstance(s, bool) else s
-        if (not isinstance(dims, list) or not dims
-                or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in dims)):
-            raise UsageError(f"shape file {path!r}: {key}.shapes[{i}] = {s!r} is not a list of positive integers")
+        if (not isinstance(dims, list) or not dims or len(dims) > MAX_RANK
+                or not all(isinstance(d, int) and not isinstance(d, bool) and 0 < d < MAX_DIM for d in dims)):
+            shown = repr(s) if len(repr(s)) <= 60 else repr(s)[:57] + "..."  # an entry can be a huge list
+            raise UsageError(f"shape file {path!r}: {str(key)[:40]}.shapes[{i}] = {shown} is not a list of at most "
+                             f"{MAX_RANK} positive integers below 2**63")
         shapes.append(tuple(dims))
     return shapes
 
