@@ -424,7 +424,7 @@ def _zlf(*args, cwd, env=None, **kw):
 
 @pytest.mark.slow
 def test_resume_after_a_killed_campaign(tmp_path):
-    proc = _zlf("ab", "add", "--switch", "ZLF_AB_TEST_NULL", "--rounds", "2", "--rep-ms", "5",
+    proc = _zlf("ab", "add", "--switch", "ZLF_AB_TEST_NULL", "--rounds", "2", "--rep-ms", "5", "--controls", "none",
                 "--out", "o", cwd=tmp_path)
     deadline = time.monotonic() + 120
     state = None
