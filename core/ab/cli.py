@@ -39,6 +39,7 @@ examples:
   zlf ab --switch X --until-confident --max-rounds 12
   zlf ab --resume runs/ab_X_20250101-120000      finish an interrupted campaign
   zlf ab --switch X --metric cycles matmul       decide on time x measured SM clock (power-capped GPUs)
+  zlf ab --switch X --controls none matmul       no canaries: decide on the times as measured
   zlf ab --switch X --gpus 0,1,2,3               one worker per GPU; a round's A and B share a GPU
   zlf ab --switch X --process-per-op a b c       a zlf run process per op (default: one per round and side)
   zlf ab --switch X --executor ray --ray-address HEAD:6379   Ray tasks of one GPU each

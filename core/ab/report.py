@@ -28,8 +28,9 @@ RULE = ("verdict rule (B against A), one threshold delta (--min-effect): interva
         "log delta (paired per round or unpaired Yuen-Welch, trimmed 0 or 10%, chosen from the variances; an "
         "A/A's variance pooled in with --noise-from); Holm over the m points; SLOWER when the whole "
         "interval is above +delta, FASTER below -delta, SAME inside +-delta, else UNSURE; sign flips "
-        "are reported, not a gate. MDE = smallest slowdown called SLOWER with 80% power (noncentral t, at the "
-        "level the point faced); rounds for delta = rounds for a zero delta to be called SAME with 80% power.")
+        "are reported, not a gate. With controls, each process's factor (mixed model, BLUP) is divided out of its "
+        "points first. MDE = smallest slowdown called SLOWER with 80% power (noncentral t at a median-unbiased "
+        "standard error); rounds for delta = rounds for a zero delta to be called SAME with 80% power.")
 #: the plot's x range never exceeds this many percent either side (intervals beyond it are clipped).
 PLOT_LIMIT_PCT = 50.0
 
