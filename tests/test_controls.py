@@ -100,3 +100,40 @@ def test_slow_mode_processes_no_longer_give_directions():
     assert all(r.verdict in (stats.SAME, stats.UNSURE) for r in decided.results)
     assert len(decided.results) == 20 and len(decided.controls) == 4
     assert all(r.normalised and r.raw_a_ms == tuple(values[r.point][0]) for r in decided.results)
+
+
+# ----------------------------------------------------------------------------- in a campaign
+def test_canaries_need_shared_processes_and_one_interpreter(tmp_path, monkeypatch, capsys):
+    from zlf import cli
+
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["ab", "--switch", "X", "--controls", "canary", "--process-per-op", "--dry-run", "add"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["zlf: error: --controls canary: canaries need one process per round and side for all ops "
+                   "(drop --process-per-op / --unit op)"]
+    assert not (tmp_path / "runs").exists()  # refused before anything is written
+    assert cli.main(["ab", "--switch", "X", "--dry-run", "add"]) == 0  # auto: the canaries join the shared process
+    assert "zlf run add canary_matmul canary_add" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_an_aa_campaign_on_the_cpu_times_the_canaries_and_reports_the_factors(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    from conftest import _env
+
+    proc = subprocess.run([sys.executable, "-m", "zlf", "ab", "add", "--aa", "--rounds", "3", "--rep-ms", "2",
+                           "--warmup-ms", "1", "--backend", "cpu", "--out", "o"], cwd=tmp_path, env=_env(None),
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (camp,) = (tmp_path / "o").glob("ab_*")
+    doc = json.loads((camp / "summary.json").read_text())
+    ctl = doc["controls"]
+    assert ctl["mode"] == "auto" and ctl["active"] and len(ctl["used"]) == 4
+    assert {p["point"].split("/")[0] for p in ctl["points"]} == {"canary_matmul", "canary_add"}
+    assert len(ctl["factors"]) == 6 and all(f["process"].startswith("_shared/r") for f in ctl["factors"])
+    assert [p["point"].split("/")[0] for p in doc["points"]] == ["add", "add"]  # canaries are no verdicts
+    assert all(p["normalised"] for p in doc["points"])
+    assert "controls (auto): 4 point(s)" in proc.stdout and "factors: _shared/r1_A" in proc.stdout
