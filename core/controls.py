@@ -213,7 +213,8 @@ def normalise(values: dict, controls: Sequence[str], processes: Optional[dict] =
               and all(np.all(np.isfinite(x)) for x in logs[c])]
     if not usable:
         return Normalisation(dict(values), raw, note="no controls: every point as measured")
-    procs = sorted({j for p in values for side in processes[p] for j in side})
+    # the processes a control ran in (an op re-run alone has processes without any)
+    procs = sorted({j for c in usable for side in processes[c] for j in side})
     col = {j: i for i, j in enumerate(procs)}
     side_of = {j: s for p in values for s, side in zip("AB", processes[p]) for j in side}
 
@@ -267,6 +268,11 @@ def normalise(values: dict, controls: Sequence[str], processes: Optional[dict] =
                 continue
         else:
             pa, pb = processes[p]
+            bare = [j for j in (*pa, *pb) if j not in col]
+            if bare:
+                out[p] = values[p]
+                unnormalised[p] = f"process {bare[0]} ran no control (left as measured)"
+                continue
             z = la - fit.u[[col[j] for j in pa]], lb - fit.u[[col[j] for j in pb]]
         out[p] = (tuple(float(x) for x in np.exp(z[0])), tuple(float(x) for x in np.exp(z[1])))
     targets = [p for p in values if p not in usable]

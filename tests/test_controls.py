@@ -137,3 +137,16 @@ def test_an_aa_campaign_on_the_cpu_times_the_canaries_and_reports_the_factors(tm
     assert [p["point"].split("/")[0] for p in doc["points"]] == ["add", "add"]  # canaries are no verdicts
     assert all(p["normalised"] for p in doc["points"])
     assert "controls (auto): 4 point(s)" in proc.stdout and "factors: _shared/r1_A" in proc.stdout
+
+
+def test_a_point_whose_process_ran_no_control_is_left_as_measured():
+    """An op re-run alone after it failed in a shared process has processes without canaries."""
+    rng = np.random.default_rng(6)
+    values, _ = constructed(rng, points=4, canaries=3)
+    processes = controls.default_processes(values)
+    alone = "op/0/float32"
+    processes[alone] = ([f"op/r{k}_A" for k in range(1, 7)], [f"op/r{k}_B" for k in range(1, 7)])
+    norm = controls.normalise(values, names(values, "canary"), processes)
+    assert norm.active and norm.values[alone] == values[alone]
+    assert "ran no control" in norm.unnormalised[alone]
+    assert norm.values["op/1/float32"] != values["op/1/float32"]

@@ -208,7 +208,7 @@ def controls_of(campaign, values) -> tuple:
 
 def unchanged_points(campaign, values, owner) -> list:
     """Points whose shape's compiled kernels are identical on both sides (``ir_status`` hook)."""
-    if campaign.data.get("aa") or campaign.hooks is None:
+    if campaign.data.get("aa") or getattr(campaign.hooks, "ir_status", None) is None:
         return []  # an A/A compares nothing; its controls are its canaries, as a campaign's are
     out = []
     for op in campaign.ops:

@@ -437,6 +437,8 @@ def _finish(campaign, scaled, args, session) -> int:
     results = decided.results
     unreported = {**campaign.failed_ops(), **campaign.incomplete_ops()}
     reported = [o.name for o in campaign.ops if o.name not in unreported]
+    for name in campaign.data["statistics"].get("canary_ops") or ():  # a canary that failed is a line,
+        unreported.pop(name, None)  # not a failed campaign: the ops under test have their report
     text = report.write(campaign, results, remarks, excluded, alpha, campaign_guards(campaign, reported), decided)
     fmt = getattr(args, "format", "table")
     out = sys.stderr if fmt in ("csv", "json") else sys.stdout
