@@ -270,7 +270,7 @@ def wilson(k: int, n: int, z: float = 1.96) -> tuple:
 
 def _share(k, n) -> str:
     lo, hi = wilson(k, n)
-    return f"{100.0 * k / n:.3g} % [{lo:.2g}, {hi:.2g}] ({k}/{n})"
+    return f"{100.0 * k / n:.3g} % [{lo:.3g}, {hi:.3g}] ({k}/{n})"
 
 
 def find(rows, **want):
