@@ -157,8 +157,9 @@ def _t_sf(df: float, x: float) -> float:
 
 
 def pct(log_ratio: float) -> float:
-    """``log(B/A)`` → percent change of B against A."""
-    return 100.0 * math.expm1(log_ratio)
+    """``log(B/A)`` → percent change of B against A (infinite beyond what a float holds: an
+    early look's level can be so small that its interval has no finite upper end)."""
+    return 100.0 * math.expm1(log_ratio) if log_ratio < 700.0 else math.inf
 
 
 def log_deltas(a_ms: Sequence[float], b_ms: Sequence[float]) -> np.ndarray:

@@ -256,6 +256,17 @@ def test_holm_steps_of_an_adaptive_look_use_a_spending_plan_built_at_their_own_l
     assert all(r.confidence == pytest.approx(1 - 2 * stats.SpendingPlan(3, 12, ALPHA / 19).level(5)) for r in results[1:])
 
 
+def test_an_early_look_at_a_tiny_level_gives_an_open_interval_not_an_error():
+    """At the first look of 12 a Holm step's spending plan at alpha / 20 allows a level near
+    1e-12: a noisy point's t quantile at 2 degrees of freedom then puts the interval's upper end
+    beyond what exp() holds (the simulation stopped with OverflowError there)."""
+    plan = stats.SpendingPlan(3, 12, ALPHA)
+    values = {f"op/{p}/float32": ([1.0, 2.0, 0.5], [1.0, 3.0, 0.3]) for p in range(20)}
+    results = stats.analyse(values, stats.Settings(alpha=ALPHA, pairing=stats.PAIRED), plan=plan)
+    assert all(r.verdict == stats.UNSURE and r.delta_hi_pct == math.inf for r in results)
+    assert stats.json_safe(results[0].to_json())["delta_hi_pct"] is None
+
+
 def test_noise_from_pools_a_trimmed_aa_into_a_trimmed_estimate():
     """An A/A of 6 rounds cannot be cut by floor(0.1 · 6) = 0: its untrimmed variance, pooled into
     a campaign trimmed at 10 %, brought back the heavy tail the trim had removed."""
