@@ -138,22 +138,26 @@ def print_run_summary(records, fmt: str, run_dir, host_timing: bool = False, lin
 
 
 # ----------------------------------------------------------------------------- zlf ab
-#: the fields of ``zlf ab``'s summary in csv and json (summary.json's names, A/B as in compare)
-CAMPAIGN_FIELDS = ("point", "verdict", "median_ms_A", "median_ms_B", "delta_pct", "delta_lo_pct", "delta_hi_pct",
-                   "noise_pct_A", "noise_pct_B", "flips", "rounds", "mde_pct", "rounds_needed", "note")
+#: the fields of ``zlf ab``'s summary in csv and json, as its table shows them (docs/ab.md,
+#: "Output"): ``gmean_ms_B / gmean_ms_A - 1`` is ``delta_pct``; ``sd_pct_A/B`` the spreads the
+#: interval is computed from
+CAMPAIGN_FIELDS = ("point", "verdict", "gmean_ms_A", "gmean_ms_B", "delta_pct", "delta_lo_pct", "delta_hi_pct",
+                   "sd_pct_A", "sd_pct_B", "flips", "rounds", "mde_pct", "rounds_needed", "note")
 
 
 def campaign_fields(metric: str = "time") -> tuple:
-    """:data:`CAMPAIGN_FIELDS` with the values named after the campaign's metric (``cycles_A``)."""
-    name = "median_ms" if metric in (None, "time") else metric
-    return tuple(f.replace("median_ms", name) for f in CAMPAIGN_FIELDS)
+    """:data:`CAMPAIGN_FIELDS` with the values named after the campaign's metric (``gmean_cycles_A``)."""
+    name = "ms" if metric in (None, "time") else metric
+    return tuple(f.replace("gmean_ms", f"gmean_{name}") for f in CAMPAIGN_FIELDS)
 
 
 def campaign_rows(results) -> list:
     """One row per point of a campaign's results, in :data:`CAMPAIGN_FIELDS` order."""
-    return [[r.point, verdict_word(r.verdict), r.a_median_ms, r.b_median_ms,
+    return [[r.point, verdict_word(r.verdict),
+             r.a_mean_ms if r.a_mean_ms is not None else r.a_median_ms,
+             r.b_mean_ms if r.b_mean_ms is not None else r.b_median_ms,
              r.delta_pct if r.delta_pct is not None else r.delta_median_pct, r.delta_lo_pct, r.delta_hi_pct,
-             r.noise_a_pct, r.noise_b_pct, r.flips, r.rounds, r.mde_pct, r.rounds_needed, r.note]
+             r.sd_a_pct, r.sd_b_pct, r.flips, r.rounds, r.mde_pct, r.rounds_needed, r.note]
             for r in results]
 
 

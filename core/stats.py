@@ -120,11 +120,25 @@ class PointStats:
     decided_at: Optional[int] = None
     a_ms: tuple = ()
     b_ms: tuple = ()
+    #: geometric means of A's and B's values over the rounds the estimate keeps (after its trim):
+    #: ``b_mean_ms / a_mean_ms - 1`` is ``delta_pct`` exactly, so the table shows what it divides.
+    a_mean_ms: Optional[float] = None
+    b_mean_ms: Optional[float] = None
+    #: each side's standard deviation of one process's log time, percent, as the estimate uses it
+    #: (winsorized and scaled with the trim): ``noise_pct`` pools these two (and the A/A's).
+    sd_a_pct: Optional[float] = None
+    sd_b_pct: Optional[float] = None
+    #: whether ``a_ms``/``b_ms`` are normalised by the campaign's process factors (controls);
+    #: ``raw_a_ms``/``raw_b_ms`` then hold the values as measured.
+    normalised: bool = False
+    raw_a_ms: tuple = ()
+    raw_b_ms: tuple = ()
 
     def to_json(self) -> dict:
         d = attrs.asdict(self, recurse=False)
         d["deltas_pct"] = list(self.deltas_pct)
         d["a_ms"], d["b_ms"] = list(self.a_ms), list(self.b_ms)
+        d["raw_a_ms"], d["raw_b_ms"] = list(self.raw_a_ms or self.a_ms), list(self.raw_b_ms or self.b_ms)
         d["noise"] = self.noise.to_json() if self.noise else None
         return d
 
@@ -143,8 +157,9 @@ def _t_sf(df: float, x: float) -> float:
 
 
 def pct(log_ratio: float) -> float:
-    """``log(B/A)`` → percent change of B against A."""
-    return 100.0 * math.expm1(log_ratio)
+    """``log(B/A)`` → percent change of B against A (infinite beyond what a float holds: an
+    early look's level can be so small that its interval has no finite upper end)."""
+    return 100.0 * math.expm1(log_ratio) if log_ratio < 700.0 else math.inf
 
 
 def log_deltas(a_ms: Sequence[float], b_ms: Sequence[float]) -> np.ndarray:
@@ -155,14 +170,24 @@ def log_deltas(a_ms: Sequence[float], b_ms: Sequence[float]) -> np.ndarray:
     return np.log(b / a)
 
 
+def _median(values) -> float:
+    """The median of a few numbers (a campaign's rounds): sorted in Python, which for tens of
+    values is many times faster than ``np.median``'s machinery (the simulation calls it often)."""
+    s = sorted(float(x) for x in values)
+    n = len(s)
+    if not n:
+        return math.nan
+    return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
+
+
 def spread_pct(values_ms: Sequence[float]) -> Optional[float]:
     """Within-side noise: robust standard deviation of one side's per-round medians, in percent
     of their level (1.4826 · MAD of the log values). None with fewer than two rounds."""
-    v = np.log(np.asarray(values_ms, dtype=float))
-    if v.size < 2:
+    v = [math.log(x) for x in values_ms]
+    if len(v) < 2:
         return None
-    mad = float(np.median(np.abs(v - np.median(v))))
-    return 100.0 * MAD_TO_SD * mad
+    mid = _median(v)
+    return 100.0 * MAD_TO_SD * _median(abs(x - mid) for x in v)
 
 
 def sign_flips(deltas: Sequence[float]) -> int:
@@ -191,19 +216,18 @@ def kept_rounds(n: int, trim: float) -> int:
 
 
 def trimmed(x: Sequence[float], trim: float) -> Trimmed:
-    """Trimmed mean of ``x`` (``floor(trim · n)`` values cut from each end) and its variance."""
-    v = np.sort(np.asarray(x, dtype=float))
-    n = v.size
+    """Trimmed mean of ``x`` (``floor(trim · n)`` values cut from each end) and its variance.
+    Plain Python floats: a campaign's tens of rounds sort faster so than through numpy."""
+    v = sorted(x.tolist() if isinstance(x, np.ndarray) else map(float, x))
+    n = len(v)
     h = kept_rounds(n, trim)
     g = (n - h) // 2
-    mean = float(v[g:n - g].sum() / h)
+    mean = sum(v[g:n - g]) / h
     if n < 2 or h < 2:
         return Trimmed(mean, 0.0, h)
-    w = v.copy()
-    if g:  # winsorize: the cut values take the nearest kept one
-        w[:g], w[n - g:] = v[g], v[n - 1 - g]
-    dev = w - w.sum() / n
-    s2 = float(dev @ dev) / (n - 1)
+    w = [v[g]] * g + v[g:n - g] + [v[n - 1 - g]] * g  # winsorized: the cut values take the nearest kept one
+    centre = sum(w) / n
+    s2 = sum((t - centre) ** 2 for t in w) / (n - 1)
     return Trimmed(mean, (n - 1) * s2 / (h - 1), h)
 
 
@@ -262,7 +286,7 @@ def estimate(a_ms, b_ms, pairing: str, trim: float, aa: Optional[Noise] = None) 
     own = _noise(ta, tb, td)
     if pairing == PAIRED:
         var, df = _pool([(td.var, td.df)] + ([(aa.var_paired, aa.df_paired)] if aa else []))
-        return Estimate(td.mean, math.sqrt(var / td.h), df, own)
+        return Estimate(float(np.subtract(*kept_log_means(a_ms, b_ms, PAIRED, trim)[::-1])), math.sqrt(var / td.h), df, own)
     mean = tb.mean - ta.mean
     if aa is not None:  # one pooled variance: same machine, same run-to-run noise on both sides
         var, df = _pool([(ta.var, ta.df), (tb.var, tb.df), (aa.var_unpaired, aa.df_unpaired)])
@@ -273,6 +297,19 @@ def estimate(a_ms, b_ms, pairing: str, trim: float, aa: Optional[Noise] = None) 
         return Estimate(mean, 0.0, float(ta.df + tb.df), own)
     df = se2 ** 2 / ((qa ** 2 / ta.df if qa else 0.0) + (qb ** 2 / tb.df if qb else 0.0))
     return Estimate(mean, math.sqrt(se2), df, own)
+
+
+def kept_log_means(a_ms, b_ms, pairing: str, trim: float) -> tuple:
+    """``(mean log A, mean log B)`` over the rounds the estimate keeps, so that their difference
+    is the estimate: unpaired, each side's trimmed mean; paired, both sides over the rounds whose
+    delta survives the trim (the trimmed mean of the deltas is the difference of these two)."""
+    la, lb = np.log(np.asarray(a_ms, float)), np.log(np.asarray(b_ms, float))
+    if pairing != PAIRED:
+        return trimmed(la, trim).mean, trimmed(lb, trim).mean
+    n = la.size
+    g = (n - kept_rounds(n, trim)) // 2
+    keep = np.argsort(lb - la, kind="stable")[g:n - g]
+    return float(la[keep].mean()), float(lb[keep].mean())
 
 
 def thresholds(min_effect_pct: float) -> tuple:
@@ -314,12 +351,27 @@ def _ncp(df: float, level: float, power: float) -> float:
 
 def min_detectable_pct(est: Estimate, level: float, power: float, min_effect_pct: float) -> Optional[float]:
     """Smallest true delta (percent, B slower) the rule calls SLOWER with probability ``power``
-    at (one-sided) level ``level``: ``log(1+δ) + ncp · se`` with ``ncp`` from the noncentral t."""
+    at (one-sided) level ``level``: ``log(1+δ) + ncp · se`` with ``ncp`` from the noncentral t
+    and ``se`` made median-unbiased (:func:`_median_unbiased`)."""
     if est is None or not est.df or est.df < 1:
         return None
     _, up = thresholds(min_effect_pct)
-    c = _ncp(round(float(est.df), 1), float(f"{level:.3g}"), power)
-    return pct(up + c * est.se) if math.isfinite(c) and c * est.se < 5.0 else None
+    df = round(float(est.df), 1)
+    c = _ncp(df, float(f"{level:.3g}"), power)
+    se = est.se * _median_unbiased(df)
+    return pct(up + c * se) if math.isfinite(c) and c * se < 5.0 else None
+
+
+@functools.lru_cache(maxsize=4096)
+def _median_unbiased(df: float) -> float:
+    """Factor that makes a standard error of ``df`` degrees of freedom median-unbiased:
+    ``sqrt(df / median(chi2_df))``. The noncentral t gives the power for the true standard error;
+    the point's own estimate falls below it more often than not (with 2 degrees of freedom its
+    median is 0.83 of the truth), so an MDE from it promised power it did not have at 3 rounds
+    (docs/measurements.md, "Verdict error rates under clock modes")."""
+    from scipy.special import chdtri
+
+    return math.sqrt(df / float(chdtri(df, 0.5)))
 
 
 def mde_level(alpha: float, m: int, power: float) -> float:
@@ -328,9 +380,14 @@ def mde_level(alpha: float, m: int, power: float) -> float:
     deviation of margin, ``alpha / ((1−p)·m + √(p·(1−p)·m))`` (α/10.5 for 40 points at p = 0.8;
     α for one point). The level a point faced in this campaign is no guide: in an A/A campaign
     almost nothing is decided, and Holm's first step (α/m) made the MDE too large wherever many
-    points carry the effect (docs/measurements.md, "A/B verdicts: the rule, simulated")."""
+    points carry the effect (docs/measurements.md, "Verdict error rates under clock modes")."""
+    return alpha / mde_steps(m, power)
+
+
+def mde_steps(m: int, power: float) -> float:
+    """Holm's divisor ``(1−p)·m + √(p·(1−p)·m)`` (at least 1) that :func:`mde_level` uses."""
     q = 1.0 - power
-    return alpha / max(1.0, q * m + math.sqrt(power * q * m))
+    return max(1.0, q * m + math.sqrt(power * q * m))
 
 
 def pooled_excess_kurtosis(values: dict) -> float:
@@ -456,10 +513,25 @@ def aa_noise_at(aa: dict, point: str, trim: float) -> Optional[Noise]:
         return entry
     a, b = entry.get("a_ms"), entry.get("b_ms")
     if a and b and len(a) == len(b) and len(a) >= 2:
-        return point_noise(a, b, trim)
+        like = aa_trim(len(a), trim)
+        return None if like is None else point_noise(a, b, like)
     if entry.get("deltas_pct"):
-        return noise_from_deltas(entry["deltas_pct"], trim)
+        like = aa_trim(len(entry["deltas_pct"]), trim)
+        return None if like is None else noise_from_deltas(entry["deltas_pct"], like)
     return None
+
+
+def aa_trim(n: int, trim: float) -> Optional[float]:
+    """The trim of an A/A of ``n`` rounds that is like the campaign's ``trim``: as a share of its
+    own rounds, ``round(trim · n)`` and at least one from each end (``floor(0.1 · 6)`` would cut
+    none, and an untrimmed variance pooled into a trimmed one brings back the tails the trim
+    removed). None when ``n`` is too short to trim so (nothing like it to pool)."""
+    if trim <= 0.0:
+        return 0.0
+    g = max(1, int(round(trim * n)))
+    if n - 2 * g < 2:
+        return None
+    return (g + 0.5) / n
 
 
 # ----------------------------------------------------------------------------- alpha spending
@@ -472,7 +544,7 @@ def obf_spent(t: float, alpha: float) -> float:
     return float(min(alpha, 2.0 * ndtr(ndtri(alpha / 2.0) / math.sqrt(min(t, 1.0)))))
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=4096)
 def obf_levels(first: int, max_rounds: int, alpha: float) -> tuple:
     """Nominal two-sided level of each look ``first..max_rounds`` (one look per round) such that
     the chance of any look's statistic crossing its bound, under the looks' correlation
@@ -531,11 +603,10 @@ class SpendingPlan:
 
 
 def look(values: dict, settings: Settings, plan: SpendingPlan, frozen: dict, noise: Optional[dict] = None,
-         notes: Optional[dict] = None) -> list:
+         notes: Optional[dict] = None, raw: Optional[dict] = None) -> list:
     """One look of an adaptive campaign: each point at the level of its own number of rounds,
     points decided at an earlier look keep their verdict (``frozen``: ``{point: (verdict, rounds)}``)."""
-    levels = {p: plan.level(len(a)) for p, (a, _) in values.items()}
-    return analyse(values, settings, noise=noise, notes=notes, frozen=frozen, levels=levels)
+    return analyse(values, settings, noise=noise, notes=notes, frozen=frozen, plan=plan, raw=raw)
 
 
 def newly_frozen(results: Sequence[PointStats], frozen: dict) -> dict:
@@ -567,7 +638,7 @@ def adaptive_step(values: dict, settings: Settings, plan: SpendingPlan, frozen: 
 # ----------------------------------------------------------------------------- one campaign
 def analyse(values: dict, settings: Settings = Settings(), alpha: Optional[float] = None,
             noise: Optional[dict] = None, notes: Optional[dict] = None, frozen: Optional[dict] = None,
-            levels: Optional[dict] = None, pairing: Optional[str] = None) -> list:
+            plan: Optional[SpendingPlan] = None, pairing: Optional[str] = None, raw: Optional[dict] = None) -> list:
     """Statistics and verdicts for every point of a campaign.
 
     :param values: ``{point: (a_ms per round, b_ms per round)}`` in round order; the points
@@ -579,13 +650,21 @@ def analyse(values: dict, settings: Settings = Settings(), alpha: Optional[float
         ...): their verdict is at most SAME.
     :param frozen: ``{point: (verdict, rounds)}`` decided at an earlier look (adaptive): kept, and
         counted as decided in Holm's steps.
-    :param levels: ``{point: level}`` replacing ``alpha`` per point (adaptive: a point's level
-        depends on its own number of rounds).
+    :param plan: an adaptive campaign's spending plan: Holm's ``j``-th step judges a point at the
+        level of the plan built for ``alpha / (m − j)`` at the point's own number of rounds (the
+        O'Brien–Fleming level of ``alpha / k`` is not the level of ``alpha`` divided by ``k``).
     :param pairing: paired or unpaired; default chosen by :func:`choose_estimate` (with the trim).
+    :param raw: ``{point: (a_ms, b_ms)}`` as measured, when ``values`` are normalised (controls).
     :return: a list of :class:`PointStats` in the order of ``values``.
     """
     alpha = settings.alpha if alpha is None else alpha
-    noise, notes, frozen, levels = noise or {}, notes or {}, frozen or {}, levels or {}
+    noise, notes, frozen, raw = noise or {}, notes or {}, frozen or {}, raw or {}
+
+    def level(point, steps):  # one-sided level of Holm's step with ``steps`` points left
+        if plan is None:
+            return alpha / steps
+        return SpendingPlan(plan.first, plan.max_rounds, plan.alpha / steps).level(len(values[point][0]))
+
     kurtosis = pooled_excess_kurtosis(values)
     chosen, trim = choose_estimate(values, settings, noise)
     pairing = pairing or chosen
@@ -605,12 +684,12 @@ def analyse(values: dict, settings: Settings = Settings(), alpha: Optional[float
             v, p = UNSURE, 1.0
         dec[point] = (v, p)
     # Holm: frozen points first (decided at an earlier look), then by p relative to the level
-    order = sorted(dec, key=lambda q: dec[q][1] / max(levels.get(q, alpha), 1e-300))
+    order = sorted(dec, key=lambda q: dec[q][1] / max(level(q, 1), 1e-300))
     verdicts, judged = {}, {}
     j = len([q for q in frozen if q in values])
     for point in order:
         v, p = dec[point]
-        lvl = levels.get(point, alpha) / (m - j)
+        lvl = level(point, m - j)
         if v != UNSURE and p <= lvl:
             verdicts[point], judged[point] = v, lvl
             j += 1
@@ -626,7 +705,7 @@ def analyse(values: dict, settings: Settings = Settings(), alpha: Optional[float
             v, decided_at = verdicts[point], n
         else:
             v, decided_at = UNSURE, None
-        lvl = judged.get(point, levels.get(point, alpha) / max(1, m - j))
+        lvl = judged.get(point) or level(point, max(1, m - j))
         ci = e.interval(lvl) if e is not None and n >= 2 else None
         ci_pct = (pct(ci[0]), pct(ci[1])) if ci else None
         d = log_deltas(a_ms, b_ms)
@@ -634,20 +713,24 @@ def analyse(values: dict, settings: Settings = Settings(), alpha: Optional[float
         if n < MIN_ROUNDS:
             note = note or ("one round: no interval" if n < 2 else f"fewer than {MIN_ROUNDS} rounds: no verdict")
         enough = e is not None and n >= MIN_ROUNDS
-        bonf = levels.get(point, alpha) / m
+        bonf = level(point, m)
         aa = noise.get(point)
         pooled = e.noise if e is not None else None
         if pooled is not None and aa is not None:
             pooled = Noise(*_pool([(pooled.var_unpaired, pooled.df_unpaired), (aa.var_unpaired, aa.df_unpaired)]),
                            *_pool([(pooled.var_paired, pooled.df_paired), (aa.var_paired, aa.df_paired)]))
+        means = kept_log_means(a_ms, b_ms, pairing, trim) if n else (math.nan, math.nan)
+        sd_a, sd_b = ((100.0 * math.sqrt(trimmed(np.log(np.asarray(x, float)), trim).var) for x in (a_ms, b_ms))
+                      if n >= 2 else (None, None))
+        raw_a, raw_b = raw.get(point, ((), ()))
         out.append(PointStats(
             point=point, rounds=n,
-            a_median_ms=float(np.median(a_ms)), b_median_ms=float(np.median(b_ms)),
-            delta_median_pct=pct(float(np.median(d))),
+            a_median_ms=_median(a_ms), b_median_ms=_median(b_ms),
+            delta_median_pct=pct(_median(d)),
             delta_lo_pct=ci_pct[0] if ci_pct else None, delta_hi_pct=ci_pct[1] if ci_pct else None,
             noise_a_pct=spread_pct(a_ms), noise_b_pct=spread_pct(b_ms), flips=sign_flips(d), verdict=v,
             min_effect_pct=settings.min_effect_pct,
-            mde_pct=(min_detectable_pct(tail_adjusted(e, n, kurtosis), mde_level(levels.get(point, alpha), m, settings.power),
+            mde_pct=(min_detectable_pct(tail_adjusted(e, n, kurtosis), level(point, mde_steps(m, settings.power)),
                                         settings.power, settings.min_effect_pct) if enough else None),
             p_value=dec.get(point, (None, None))[1] if enough else None, confidence=1.0 - 2.0 * lvl, note=note,
             deltas_pct=tuple(pct(x) for x in d),
@@ -658,6 +741,9 @@ def analyse(values: dict, settings: Settings = Settings(), alpha: Optional[float
                                          trim, (aa.df_paired if pairing == PAIRED else aa.df_unpaired) if aa else 0.0)
                            if enough else None),
             decided_at=decided_at, a_ms=tuple(float(x) for x in a_ms), b_ms=tuple(float(x) for x in b_ms),
+            a_mean_ms=math.exp(means[0]) if n else None, b_mean_ms=math.exp(means[1]) if n else None,
+            sd_a_pct=sd_a, sd_b_pct=sd_b, normalised=point in raw,
+            raw_a_ms=tuple(float(x) for x in raw_a), raw_b_ms=tuple(float(x) for x in raw_b),
         ))
     return out
 
@@ -672,9 +758,27 @@ def aa_entries(summary_points: Sequence[dict]) -> dict:
     variance (per-side times, or an older summary's per-round deltas): what ``--noise-from`` keeps."""
     out = {}
     for p in summary_points:
-        entry = {k: p[k] for k in ("a_ms", "b_ms", "deltas_pct") if p.get(k)}
+        entry = {k: p[k] for k in ("a_ms", "b_ms", "deltas_pct", "raw_a_ms", "raw_b_ms", "normalised") if p.get(k)}
         if aa_noise_at({p["point"]: entry}, p["point"], 0.0) is not None:
             out[p["point"]] = entry
+    return out
+
+
+def aa_like(entries: dict, normalised: bool) -> dict:
+    """The A/A's entries like this campaign's values: normalised by process factors (controls)
+    when they are, as measured when they are not. An A/A that was not normalised has nothing
+    like a normalised campaign's values: its points are left out then."""
+    out = {}
+    for point, entry in entries.items():
+        if isinstance(entry, Noise):
+            out[point] = entry
+        elif normalised:
+            if entry.get("normalised"):
+                out[point] = {"a_ms": entry["a_ms"], "b_ms": entry["b_ms"]}
+        elif entry.get("raw_a_ms") and entry.get("raw_b_ms"):
+            out[point] = {"a_ms": entry["raw_a_ms"], "b_ms": entry["raw_b_ms"]}
+        else:
+            out[point] = {k: entry[k] for k in ("a_ms", "b_ms", "deltas_pct") if entry.get(k)}
     return out
 
 

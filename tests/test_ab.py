@@ -428,7 +428,7 @@ def _zlf(*args, cwd, env=None, **kw):
 
 @pytest.mark.slow
 def test_resume_after_a_killed_campaign(tmp_path):
-    proc = _zlf("ab", "add", "--switch", "ZLF_AB_TEST_NULL", "--rounds", "2", "--rep-ms", "5",
+    proc = _zlf("ab", "add", "--switch", "ZLF_AB_TEST_NULL", "--rounds", "2", "--rep-ms", "5", "--controls", "none",
                 "--out", "o", cwd=tmp_path)
     deadline = time.monotonic() + 120
     state = None
@@ -488,7 +488,7 @@ neg = zlf.Op(name="neg", fn=_neg, make_inputs=make, shapes=[(256,)], reference=l
 @pytest.mark.slow
 def test_an_op_failing_on_one_side_gets_no_report(tmp_path):
     (tmp_path / "my_ops.py").write_text(OP_FILE)
-    proc = _zlf("ab", "neg:my_ops.py", "--switch", "ZLF_AB_TEST_BREAK", "--rounds", "2", "--rep-ms", "5",
+    proc = _zlf("ab", "neg:my_ops.py", "--switch", "ZLF_AB_TEST_BREAK", "--rounds", "2", "--controls", "none", "--rep-ms", "5",
                 "--out", "o", cwd=tmp_path)
     out, err = proc.communicate(timeout=180)
     assert proc.returncode == 1, out + err
@@ -606,7 +606,7 @@ neg, boom, bad = _op("neg", _neg), _op("boom", _boom), _op("bad", _bad)
 def test_shared_processes_isolate_a_crashing_and_a_failing_op(tmp_path):
     (tmp_path / "my_ops.py").write_text(SHARED_OPS)
     proc = _zlf("ab", "neg:my_ops.py", "boom:my_ops.py", "bad:my_ops.py", "--switch", "ZLF_AB_TEST_BREAK",
-                "--rounds", "2", "--rep-ms", "2", "--warmup-ms", "1", "--out", "o", cwd=tmp_path)
+                "--rounds", "2", "--controls", "none", "--rep-ms", "2", "--warmup-ms", "1", "--out", "o", cwd=tmp_path)
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 1, out + err  # bad failed, as it would alone
     (camp,) = (tmp_path / "o").glob("ab_*")

@@ -198,7 +198,7 @@ def test_campaign_summary_formats_share_field_names_and_verdict_words(tmp_path):
     (tmp_path / "report.md").write_text("# the report\n")
     doc = json.loads(campaign_summary(campaign, [r], "TEXT", "json"))
     point = doc["points"][0]
-    assert point["verdict"] == "SLOWER" and point["median_ms_B"] == 1.2 and point["delta_pct"] == 19.5
+    assert point["verdict"] == "SLOWER" and point["gmean_ms_B"] == 1.2 and point["delta_pct"] == 19.5
     rows = list(csv.DictReader(io.StringIO(campaign_summary(campaign, [r], "TEXT", "csv"))))
     assert list(rows[0]) == list(point) and rows[0]["verdict"] == "SLOWER"
     assert campaign_summary(campaign, [r], "TEXT", "table") == "TEXT"

@@ -88,7 +88,7 @@ def test_a_run_directory_matches_its_schemas(zlf_cli, zlf_core_only, tmp_path):
 @pytest.mark.slow
 def test_an_ab_campaign_matches_its_schemas(zlf_cli, zlf_core_only, zlf_op_file, tmp_path):
     zlf_op_file("neg", shapes=[(64,), (128,)], path=tmp_path / "my_ops.py")
-    proc = zlf_cli("ab", "neg:my_ops.py", "--switch", "ZLF_FORMATS_TEST", "--rounds", "2", "--backend", "cpu",
+    proc = zlf_cli("ab", "neg:my_ops.py", "--switch", "ZLF_FORMATS_TEST", "--rounds", "2", "--backend", "cpu", "--controls", "none",
                    "--warmup-ms", "1", "--rep-ms", "2", "--out", "o", timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (camp,) = (tmp_path / "o").glob("ab_*")

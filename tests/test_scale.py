@@ -217,7 +217,7 @@ def _campaign(tmp_path, out) -> tuple:
 
 @pytest.mark.slow
 def test_ab_on_two_gpus_keeps_pairs_on_one_gpu(zlf_cli, tmp_path):
-    proc = zlf_cli("ab", "add", "--switch", "ZLF_SCALE_NULL", "--rounds", "2", "--rep-ms", "5",
+    proc = zlf_cli("ab", "add", "--switch", "ZLF_SCALE_NULL", "--rounds", "2", "--controls", "none", "--controls", "none", "--rep-ms", "5",
                    "--out", "o", "--gpus", "0,1", check_rc=0)
     camp, state = _campaign(tmp_path, "o")
     assert [r["dir"] for r in state["runs"]] == ["add/r1_A", "add/r1_B", "add/r2_B", "add/r2_A"]
@@ -232,7 +232,7 @@ def test_ab_on_two_gpus_keeps_pairs_on_one_gpu(zlf_cli, tmp_path):
 @pytest.mark.slow
 def test_ray_local_cluster_with_fake_gpus_runs_a_campaign(zlf_cli, tmp_path):
     pytest.importorskip("ray")
-    zlf_cli("ab", "add", "--switch", "ZLF_SCALE_NULL", "--rounds", "2", "--rep-ms", "5",
+    zlf_cli("ab", "add", "--switch", "ZLF_SCALE_NULL", "--rounds", "2", "--controls", "none", "--rep-ms", "5",
             "--out", "o", "--executor", "ray", "--gpus", "0,1", check_rc=0, timeout=300)
     camp, state = _campaign(tmp_path, "o")
     assert all(r["status"] == OK and ":gpu" in r["gpu"] for r in state["runs"])
@@ -250,7 +250,7 @@ def test_ray_local_cluster_with_fake_gpus_runs_a_campaign(zlf_cli, tmp_path):
 @pytest.mark.parametrize("process", ["per-op", "shared"])
 def test_ab_on_two_gpus_replays_round_1_a(zlf_cli, tmp_path, process):
     per_op = ["--process-per-op"] if process == "per-op" else []
-    zlf_cli("ab", "matmul", "--switch", "ZLF_SCALE_NULL", "--rounds", "2", "--rep-ms", "5", "--warmup-ms", "1",
+    zlf_cli("ab", "matmul", "--switch", "ZLF_SCALE_NULL", "--rounds", "2", "--controls", "none", "--rep-ms", "5", "--warmup-ms", "1",
             "--ext", "autotune_replay", "--out", "o", "--gpus", "0,1", *per_op, check_rc=0)
     camp, state = _campaign(tmp_path, "o")
     assert state["replay"] and all(r["status"] == OK for r in state["runs"]) and state["process"] == process
@@ -333,7 +333,7 @@ def test_ab_on_two_gpus_shares_processes_and_isolates_a_crashing_op(zlf_cli, tmp
     from test_ab import SHARED_OPS
 
     (tmp_path / "my_ops.py").write_text(SHARED_OPS)
-    zlf_cli("ab", "neg:my_ops.py", "boom:my_ops.py", "--switch", "ZLF_SCALE_NULL", "--rounds", "2", "--rep-ms", "2",
+    zlf_cli("ab", "neg:my_ops.py", "boom:my_ops.py", "--switch", "ZLF_SCALE_NULL", "--rounds", "2", "--controls", "none", "--rep-ms", "2",
             "--warmup-ms", "1", "--out", "o", "--gpus", "0,1", check_rc=0)
     camp, state = _campaign(tmp_path, "o")
     runs = {r["dir"]: r for r in state["runs"]}

@@ -151,7 +151,7 @@ def test_pairing_is_chosen_from_shared_noise():
 
 
 def test_mde_is_where_the_noncentral_t_gives_the_power():
-    from scipy.stats import nct
+    from scipy.stats import chi2, nct
 
     rng = np.random.default_rng(8)
     a, b = np.exp(rng.normal(0, 0.005, 10)), np.exp(rng.normal(0, 0.005, 10))
@@ -159,8 +159,29 @@ def test_mde_is_where_the_noncentral_t_gives_the_power():
     level = 0.05 / 40
     mde = stats.min_detectable_pct(e, level, 0.8, 1.0)
     df = round(e.df, 1)
-    ncp = (math.log1p(mde / 100) - math.log1p(0.01)) / e.se
+    # the power is the noncentral t's at the standard error made median-unbiased: the point's own
+    # estimate falls short of the truth more often than not (df / median of chi2_df > 1)
+    se = e.se * math.sqrt(df / chi2.median(df))
+    ncp = (math.log1p(mde / 100) - math.log1p(0.01)) / se
     assert nct.sf(stats._t_quantile(df, 1 - level), df, ncp) == pytest.approx(0.8, abs=1e-6)
+
+
+def test_the_mde_is_not_below_what_three_rounds_can_detect():
+    """At 3 rounds the point's own standard error (2-4 degrees of freedom) is below the truth in
+    most campaigns, and the MDE computed from it promised 80 % power where 48-62 % came true
+    (benchmarks/verdict_sim.py). Power is measured at the median MDE campaigns report: the
+    median MDE of many 3-round campaigns, each from its own estimate, must give the power."""
+    from scipy.stats import nct
+
+    rng = np.random.default_rng(12)
+    sigma, level, n = 0.005, stats.mde_level(0.05, 20, 0.8), 3
+    mdes = []
+    for _ in range(400):
+        e = stats.estimate(np.exp(rng.normal(0, sigma, n)), np.exp(rng.normal(0, sigma, n)), stats.PAIRED, 0.0)
+        mdes.append(stats.min_detectable_pct(e, level, 0.8, 1.0))
+    true_se = sigma * math.sqrt(2.0 / n)
+    ncp = (math.log1p(np.median(mdes) / 100) - math.log1p(0.01)) / true_se
+    assert 0.75 <= nct.sf(stats._t_quantile(n - 1, 1 - level), n - 1, ncp) <= 0.85
 
 
 def test_mde_level_is_holms_last_step_when_most_points_carry_the_effect():
@@ -216,6 +237,47 @@ def test_obrien_fleming_levels_spend_almost_nothing_early():
     assert levels == sorted(levels) and levels[0] < 0.02 * ALPHA and levels[-1] < ALPHA
     assert levels[-1] > 0.6 * ALPHA  # the last look keeps most of the fixed design's level
     assert levels[0] == pytest.approx(stats.obf_spent(3 / 12, 2 * ALPHA) / 2, rel=1e-6)
+
+
+def test_holm_steps_of_an_adaptive_look_use_a_spending_plan_built_at_their_own_level():
+    """Holm's j-th step of a look is judged at the O'Brien-Fleming level of alpha / (m - j), not
+    at the look's level for alpha divided by (m - j): the division spent more than the plan
+    allows (wrong verdicts 0.63 % adaptive against 0.47 % fixed at m = 20, benchmarks/verdict_sim.py)."""
+    rng = np.random.default_rng(21)
+    plan = stats.SpendingPlan(3, 12, ALPHA)
+    values = {"op/0/float32": (np.exp(rng.normal(0, 0.001, 5)), 1.2 * np.exp(rng.normal(0, 0.001, 5)))}
+    values.update({f"op/{p}/float32": (np.exp(rng.normal(0, 0.2, 5)), np.exp(rng.normal(0, 0.2, 5))) for p in range(1, 20)})
+    results = stats.look(values, stats.Settings(alpha=ALPHA), plan, {})
+    first = results[0]
+    assert first.verdict == stats.SLOWER
+    own = stats.SpendingPlan(3, 12, ALPHA / 20).level(5)
+    assert own != pytest.approx(plan.level(5) / 20, rel=0.05)  # the two differ at an early look
+    assert first.confidence == pytest.approx(1 - 2 * own)
+    assert all(r.confidence == pytest.approx(1 - 2 * stats.SpendingPlan(3, 12, ALPHA / 19).level(5)) for r in results[1:])
+
+
+def test_an_early_look_at_a_tiny_level_gives_an_open_interval_not_an_error():
+    """At the first look of 12 a Holm step's spending plan at alpha / 20 allows a level near
+    1e-12: a noisy point's t quantile at 2 degrees of freedom then puts the interval's upper end
+    beyond what exp() holds (the simulation stopped with OverflowError there)."""
+    plan = stats.SpendingPlan(3, 12, ALPHA)
+    values = {f"op/{p}/float32": ([1.0, 2.0, 0.5], [1.0, 3.0, 0.3]) for p in range(20)}
+    results = stats.analyse(values, stats.Settings(alpha=ALPHA, pairing=stats.PAIRED), plan=plan)
+    assert all(r.verdict == stats.UNSURE and r.delta_hi_pct == math.inf for r in results)
+    assert stats.json_safe(results[0].to_json())["delta_hi_pct"] is None
+
+
+def test_noise_from_pools_a_trimmed_aa_into_a_trimmed_estimate():
+    """An A/A of 6 rounds cannot be cut by floor(0.1 · 6) = 0: its untrimmed variance, pooled into
+    a campaign trimmed at 10 %, brought back the heavy tail the trim had removed."""
+    quiet = [1.0, 1.001, 0.999, 1.0005, 0.9995, 1.0]
+    odd = [1.0, 1.001, 0.999, 1.0005, 0.9995, 1.3]  # one odd process in six
+    entry = {"op/1/float32": {"a_ms": quiet, "b_ms": odd}}
+    trimmed = stats.aa_noise_at(entry, "op/1/float32", 0.1)
+    untrimmed = stats.aa_noise_at(entry, "op/1/float32", 0.0)
+    assert trimmed.var_unpaired < untrimmed.var_unpaired / 100  # the odd process is cut, as in the campaign
+    assert trimmed.df_unpaired == 2 * (4 - 1)
+    assert stats.aa_noise_at({"p": {"a_ms": quiet[:3], "b_ms": odd[:3]}}, "p", 0.1) is None  # nothing like it
 
 
 def test_adaptive_step_freezes_a_decided_point_and_extends_only_undecided_groups():

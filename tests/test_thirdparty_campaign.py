@@ -58,7 +58,7 @@ def test_a_third_party_extension_joins_a_campaign(stamp_installed, tmp_path):
     # two ops in one process per round and side: round 1 A's process is kept for the later
     # runs to read from, and each op's run directory gets its copy of the stamp
     proc = _zlf("ab", "add", "softmax", "--switch", "ZLF_STAMP_NULL",
-                "--rounds", "2", "--rep-ms", "5", "--ext", "stamp",
+                "--rounds", "2", "--rep-ms", "5", "--ext", "stamp", "--controls", "none",
                 "--out", "o", cwd=tmp_path, env=stamp_installed)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (camp,) = (tmp_path / "o").glob("ab_*")

@@ -4,17 +4,23 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import attrs
+
+from .. import controls as ctl
 from .. import metrics, readers, stats
 from ..errors import UsageError
-from ..records import duplicate_points
+from ..records import duplicate_points, shape_str
 from ..rundir import RESULTS, RunDir
 from .layout import OK, SUMMARY_JSON
 
 _DEFAULTS = stats.Settings()
 
 
-def collect(campaign, rounds=None):
+def collect(campaign, rounds=None, processes=None):
     """Per-point values of every op whose every planned run (up to ``rounds``) finished ok.
+
+    ``processes``, when a dict, receives ``{point: (A process ids, B process ids)}`` in the
+    values' round order: the shared process a run was part of, else the run itself.
 
     :return: ``(values, blockers, remarks, excluded)``: ``{point: (A values, B values)}`` of the
         campaign's metric (:mod:`zlf.metrics`; time in ms by default) over the rounds
@@ -73,9 +79,16 @@ def collect(campaign, rounds=None):
             if not done_rounds:
                 continue
             values[point] = ([slot[(k, "A")] for k in done_rounds], [slot[(k, "B")] for k in done_rounds])
+            if processes is not None:
+                processes[point] = tuple([_process(campaign.find(op.name, k, side), op.name, k, side)
+                                          for k in done_rounds] for side in ("A", "B"))
             if len(timers.get(point, ())) > 1:
                 blockers[point] = "mixed timers: " + ", ".join(sorted(timers[point]))
     return values, blockers, remarks, excluded
+
+
+def _process(run, op: str, k: int, side: str) -> str:
+    return run.get("process") or f"{op}/r{k}_{side}"
 
 
 def load_noise(noise_from) -> dict:
@@ -129,15 +142,105 @@ def noise_of(campaign) -> dict:
     return dict(campaign.data["statistics"].get("noise") or {})
 
 
-def analyse(campaign, rounds=None):
-    rounds = rounds or campaign.planned_rounds()
-    values, blockers, remarks, excluded = collect(campaign, rounds)
-    settings, noise, plan = settings_of(campaign), noise_of(campaign), spending_plan(campaign)
+@attrs.frozen
+class Decided:
+    """What one analysis of a campaign found: the verdicts of the points under test, the
+    controls' own rows (not in the verdict family), and the normalisation."""
+
+    results: list
+    controls: list
+    normalisation: "ctl.Normalisation"
+    mode: str
+    why: str = ""
+
+
+def decide(values, settings, noise=None, notes=None, plan=None, frozen=None, mode=ctl.NONE, controls=(), canaries=(),
+           processes=None, why="", control_rows=True) -> Decided:
+    """Normalise by the controls' process factors, then the verdict rule (fixed, or one look of
+    ``plan``) over every point that is not a canary: the one code path of ``zlf ab``, its
+    ``--until-confident`` looks and benchmarks/verdict_sim.py.
+
+    :param controls: the points known to be the same on both sides (canaries and unchanged points).
+    :param canaries: the controls that are not points under test (their rows are reported apart).
+    :param processes: ``{point: (A process ids, B process ids)}``; default one per round and side.
+    :param control_rows: analyse the canaries' own rows too (the report shows them).
+    """
+    used = list(controls) if mode != ctl.NONE else []
+    norm = ctl.normalise(values, used, processes, settings.alpha) if used else ctl.Normalisation(
+        dict(values), {p: (tuple(a), tuple(b)) for p, (a, b) in values.items()}, note=why or "no control point")
+    family = {p: v for p, v in norm.values.items() if p not in canaries}
+    raw = {p: norm.raw[p] for p in family if p not in norm.unnormalised} if norm.active else None
+    aa = stats.aa_like(noise or {}, norm.active)
     if plan is None:
-        results = stats.analyse(values, settings, noise=noise, notes=blockers)
+        results = stats.analyse(family, settings, noise=aa, notes=notes, raw=raw)
     else:
-        results = stats.look(values, settings, plan, frozen_of(campaign), noise=noise, notes=blockers)
-    return results, remarks, excluded, look_level(campaign, rounds)
+        results = stats.look(family, settings, plan, frozen or {}, noise=aa, notes=notes, raw=raw)
+    own = {p: v for p, v in norm.values.items() if p in canaries}
+    return Decided(results, stats.analyse(own, settings) if own and control_rows else [], norm, mode, why)
+
+
+def controls_of(campaign, values) -> tuple:
+    """``(mode, controls, canaries, why)`` of a campaign: which of its points are controls.
+
+    Canaries are the points of the canary ops the campaign added; unchanged points those whose
+    shape's launched kernels are identical on both sides by the ``ir_status`` hook (ir_dump),
+    compared in the op's first round both sides finished. Only what is provably the same on both
+    sides counts: with two interpreters (torch may differ) neither kind does.
+    """
+    s = campaign.data["statistics"]
+    mode = s.get("controls") or ctl.NONE  # a campaign from before controls: as it was decided
+    if mode == ctl.NONE:
+        return mode, [], [], "--controls none"
+    sides = campaign.sides
+    if sides["A"].interpreter != sides["B"].interpreter:
+        return mode, [], [], "the sides run different interpreters: nothing is provably the same on both"
+    canary_ops = set(s.get("canary_ops") or ())
+    owner = point_ops(campaign)
+    canaries = [p for p in values if owner.get(p) in canary_ops] if mode in (ctl.AUTO, ctl.CANARY) else []
+    unchanged = unchanged_points(campaign, values, owner) if mode in (ctl.AUTO, ctl.UNCHANGED) else []
+    controls = canaries + [p for p in unchanged if p not in canaries]
+    why = "" if controls else (s.get("controls_note") or {
+        ctl.CANARY: "no canary points", ctl.UNCHANGED: "no point with identical compiled code on both sides (needs ir_dump)",
+        ctl.AUTO: "no canary and no point with identical compiled code"}[mode])
+    return mode, controls, canaries, why
+
+
+def unchanged_points(campaign, values, owner) -> list:
+    """Points whose shape's compiled kernels are identical on both sides (``ir_status`` hook)."""
+    if campaign.data.get("aa") or getattr(campaign.hooks, "ir_status", None) is None:
+        return []  # an A/A compares nothing; its controls are its canaries, as a campaign's are
+    out = []
+    for op in campaign.ops:
+        for k in range(1, campaign.planned_rounds() + 1):
+            ra, rb = campaign.find(op.name, k, "A"), campaign.find(op.name, k, "B")
+            if not (ra and rb and ra["status"] == OK and rb["status"] == OK):
+                continue
+            status = campaign.hooks.ir_status(a_dir=campaign.run_dir(ra), b_dir=campaign.run_dir(rb))
+            if status:
+                records, _ = RunDir(campaign.run_dir(ra)).records()
+                out += [r.point for r in records if r.point in values and owner.get(r.point) == op.name
+                        and status.get(shape_str(r.shape)) == "identical"]
+            break
+    return out
+
+
+def analyse(campaign, rounds=None):
+    """``(results, remarks, excluded, level of the last look)``: :func:`decide_campaign`'s
+    verdicts of the points under test."""
+    decided, remarks, excluded, alpha = decide_campaign(campaign, rounds)
+    return decided.results, remarks, excluded, alpha
+
+
+def decide_campaign(campaign, rounds=None):
+    """``(Decided, remarks, excluded, level of the last look)`` of a campaign."""
+    rounds = rounds or campaign.planned_rounds()
+    processes: dict = {}
+    values, blockers, remarks, excluded = collect(campaign, rounds, processes)
+    settings, noise, plan = settings_of(campaign), noise_of(campaign), spending_plan(campaign)
+    mode, controls, canaries, why = controls_of(campaign, values)
+    decided = decide(values, settings, noise, blockers, plan, frozen_of(campaign) if plan else None, mode, controls,
+                     canaries, processes, why)
+    return decided, remarks, excluded, look_level(campaign, rounds)
 
 
 def point_ops(campaign) -> dict:

@@ -13,6 +13,7 @@ import os
 import shutil
 import sys
 
+from .. import controls as ctl
 from .. import metrics, output, readers, stats
 from ..console import warn
 from ..errors import UsageError
@@ -23,7 +24,7 @@ from ..procs import stop_code, stop_word
 from ..redact import REDACTED
 from ..rundir import RunDir, disk_full, safe_name
 from . import report
-from .analysis import analyse, load_noise
+from .analysis import decide_campaign, load_noise
 from .campaign import Campaign, OpSpec, key_path
 from .driving import Printer, Scaled, Stopped, drive
 from .extending import CampaignPlan
@@ -41,6 +42,7 @@ examples:
   zlf ab --switch X --until-confident --max-rounds 12
   zlf ab --resume runs/ab_X_20250101-120000      finish an interrupted campaign
   zlf ab --switch X --metric cycles matmul       decide on time x measured SM clock (power-capped GPUs)
+  zlf ab --switch X --controls none matmul       no canaries: decide on the times as measured
   zlf ab --switch X --gpus 0,1,2,3               one worker per GPU; a round's A and B share a GPU
   zlf ab --switch X --process-per-op a b c       a zlf run process per op (default: one per round and side)
   zlf ab --switch X --executor ray --ray-address HEAD:6379   Ray tasks of one GPU each
@@ -106,6 +108,13 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                     help="paired per-round deltas or unpaired sides (default auto: chosen from the data's variances)")
     st.add_argument("--noise-from", metavar="DIR",
                     help="an A/A campaign (zlf ab --aa) whose per-point variance is pooled into the intervals")
+    st.add_argument("--controls", choices=ctl.MODES, default=None,
+                    help="what measures each process's factor (a power-capped GPU runs a whole process in one clock "
+                         "mode), which is then taken out of every point of that process (docs/ab.md, Controls): canary (torch matmul and add, "
+                         "built by no Triton, timed in every process), unchanged (points whose compiled kernels are "
+                         "identical on both sides: ir_dump), auto (default: both, where there are any), none (as measured). "
+                         "Only with one interpreter for both sides; the report lists the factors, the controls and any "
+                         "control that moved. With --resume: re-decide a campaign with other controls")
     st.add_argument("--metric", choices=metrics.NAMES, default=None,
                     help="what the verdicts decide on: time (default), cycles (time x measured SM clock), "
                          "wall (host wall-clock per call); with --resume: re-decide a campaign on another metric")
@@ -169,6 +178,27 @@ def _plan(args, session) -> CampaignPlan:
     return plan
 
 
+def _canaries(args, plan) -> tuple:
+    """``(canary ops to add, note)``: canaries measure a process only when they run in it, i.e.
+    with one process per round and side for all ops, and count only when both sides run the
+    same interpreter (the same torch)."""
+    mode = args.controls or ctl.AUTO
+    if mode not in (ctl.AUTO, ctl.CANARY):
+        return [], ""
+    why = ""
+    if args.process_per_op or plan.per_op or args.unit == "op":
+        why = "canaries need one process per round and side for all ops (drop --process-per-op / --unit op)"
+    elif (args.a_python or args.b_python) and os.path.abspath(args.a_python or sys.executable) != os.path.abspath(
+            args.b_python or sys.executable):
+        why = "the sides run different interpreters: a canary (torch) is not provably the same on both"
+    if why and mode == ctl.CANARY:
+        raise UsageError(f"--controls canary: {why}")
+    if why:
+        return [], why
+    names = {o.name for o in plan.ops}
+    return [o for o in ctl.CANARY_OPS if o not in names], ""
+
+
 def _check_ops(ops) -> None:
     if any(o.run_spec in ("builtin", "all") for o in ops):
         raise UsageError("name the ops (add softmax matmul) instead of 'builtin': each op gets its own runs")
@@ -199,6 +229,7 @@ def _statistics(args) -> dict:
         warn(f"!!! {first} round(s): fewer than {stats.MIN_ROUNDS} rounds give no verdict (every point UNSURE or "
              f"without an interval); use --rounds {stats.MIN_ROUNDS} or more")
     return {
+        "controls": args.controls or ctl.AUTO,
         "alpha": args.alpha, "min_effect_pct": args.min_effect, "pairing": args.pairing,
         "trim": None, "spending": "obrien-fleming",
         "noise_from": os.path.abspath(args.noise_from) if args.noise_from else None, "noise": load_noise(args.noise_from),
@@ -239,6 +270,9 @@ def _campaign_data(args, session, plan, a, b, statistics) -> dict:
 def _new_campaign(args, session):
     statistics = _statistics(args)
     plan = _plan(args, session)
+    canaries, why = _canaries(args, plan)
+    plan.ops += [OpSpec.parse(name) for name in canaries]
+    statistics.update(canary_ops=canaries, controls_note=why)
     a, b = build_sides(args, plan.side_args)
     configs = side_configs(args, session.hooks, plan, (a, b))
     data = _campaign_data(args, session, plan, a, b, statistics)
@@ -361,6 +395,8 @@ def _resume(args, session) -> Campaign:
     _preflight({**campaign.data, "scale": scale}, session)
     if args.metric:
         campaign.data["metric"] = args.metric
+    if args.controls:  # re-decide with other controls (the canaries a campaign ran stay its only ones)
+        campaign.data["statistics"]["controls"] = args.controls
     shutil.rmtree(campaign.path / SHARED / ".staging", ignore_errors=True)  # a shared process cut short
     if scale != campaign.data.get("scale"):
         campaign.data["scale"] = scale
@@ -426,10 +462,13 @@ def _finish(campaign, scaled, args, session) -> int:
         campaign.data["finished"] = now()
     campaign.data["status"] = C_COMPLETE
     campaign.save()
-    results, remarks, excluded, alpha = analyse(campaign)
+    decided, remarks, excluded, alpha = decide_campaign(campaign)
+    results = decided.results
     unreported = {**campaign.failed_ops(), **campaign.incomplete_ops()}
     reported = [o.name for o in campaign.ops if o.name not in unreported]
-    text = report.write(campaign, results, remarks, excluded, alpha, campaign_guards(campaign, reported))
+    for name in campaign.data["statistics"].get("canary_ops") or ():  # a canary that failed is a line,
+        unreported.pop(name, None)  # not a failed campaign: the ops under test have their report
+    text = report.write(campaign, results, remarks, excluded, alpha, campaign_guards(campaign, reported), decided)
     fmt = getattr(args, "format", "table")
     out = sys.stderr if fmt in ("csv", "json") else sys.stdout
     print(output.campaign_summary(campaign, results, text, fmt))

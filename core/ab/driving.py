@@ -8,7 +8,8 @@ import time
 from .. import stats
 from ..console import clean, clean_lines, paint
 from ..scheduler import Scheduler, gpu_label
-from .analysis import collect, frozen_of, look_level, noise_of, op_rounds, point_ops, settings_of, spending_plan
+from .analysis import (collect, controls_of, decide, frozen_of, look_level, noise_of, op_rounds, point_ops, settings_of,
+                       spending_plan)
 from .execute import CampaignJob, campaign_units
 from .guards import wait_until_idle
 from .layout import FAILED, OK, PENDING, RUNNING, SKIPPED, now
@@ -147,6 +148,30 @@ def _settled(campaign) -> tuple:
             sum(1 for r in campaign.runs if r.get("alone")))
 
 
+def look(campaign, n: int) -> tuple:
+    """One look of ``--until-confident`` after ``n`` rounds: ``(results, frozen, ops to extend)``
+    (:func:`zlf.ab.analysis.decide` on the campaign's values, then :func:`zlf.stats.adaptive_step`'s
+    freezing and extension rule); benchmarks/verdict_sim.py calls :func:`step` the same way."""
+    processes: dict = {}
+    values, blockers, _, _ = collect(campaign, n, processes)
+    owner = point_ops(campaign)
+    mode, controls, canaries, why = controls_of(campaign, values)
+    return step(values, settings_of(campaign), spending_plan(campaign), frozen_of(campaign),
+                lambda point: owner.get(point, point.split("/")[0]), noise_of(campaign), blockers,
+                mode, controls, canaries, processes, why)
+
+
+def step(values, settings, plan, frozen, group_of, noise=None, notes=None, mode="none", controls=(), canaries=(),
+         processes=None, why="") -> tuple:
+    """:func:`zlf.stats.adaptive_step` with the controls' normalisation: ``(results, frozen, groups)``."""
+    decided = decide(values, settings, noise, notes, plan, frozen, mode, controls, canaries, processes, why, False)
+    results = decided.results
+    frozen = stats.newly_frozen(results, frozen)
+    n = max((len(a) for a, _ in values.values()), default=0)
+    extend = stats.groups_to_extend(results, group_of) if n < plan.max_rounds else []
+    return results, frozen, extend
+
+
 def drive(campaign, printer, busy=None, idle_wait=60.0, scaled=None) -> None:
     """Run every pending run; when adaptive, look after each round, freeze the verdicts a look
     decides, and add a round only for the ops with an undecided point."""
@@ -159,14 +184,12 @@ def drive(campaign, printer, busy=None, idle_wait=60.0, scaled=None) -> None:
         if not s.get("until_confident"):
             return
         n = campaign.planned_rounds()
-        values, blockers, _, _ = collect(campaign, n)
-        owner = point_ops(campaign)
-        results, frozen, extend = stats.adaptive_step(
-            values, settings_of(campaign), spending_plan(campaign), frozen_of(campaign),
-            lambda point: owner.get(point, point.split("/")[0]), noise_of(campaign), blockers)
+        results, frozen, extend = look(campaign, n)
         alpha = look_level(campaign, n)
         campaign.data["frozen"] = {p: list(v) for p, v in frozen.items()}
         extend = [o.name for o in campaign.ops if o.name in extend and op_rounds(campaign, o.name) == n]
+        if extend:  # the canaries measure every process that runs an op under test
+            extend += [o for o in campaign.data["statistics"].get("canary_ops") or () if o not in extend]
         looks = campaign.data["looks"]
         if not looks or looks[-1]["rounds"] != n:
             looks.append({"rounds": n, "alpha": alpha, "points": len(results), "decided": len(frozen),

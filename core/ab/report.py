@@ -9,6 +9,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
+from .. import controls as ctl
 from .. import metrics, stats
 from ..console import change, clean, clean_lines, md_cell, md_table
 from ..redact import redact, redact_text
@@ -18,15 +19,19 @@ from .layout import FAILED, OK, PLOT, REPORT, SKIPPED, SUMMARY_JSON, SUMMARY_LOG
 
 #: the field names of zlf compare and of zlf ab --format csv/json (zlf.output.CAMPAIGN_FIELDS);
 #: a column that joins two fields names both (``delta_lo_pct..delta_hi_pct``)
-HEADERS = ["point", "median_ms_A", "median_ms_B", "delta_pct", "delta_lo_pct..delta_hi_pct", "noise_pct_A/B",
+#: ``gmean_ms_A/B``: the geometric means over the rounds the estimate keeps, whose ratio is
+#: ``delta_pct``; ``sd_pct_A/B``: each side's standard deviation of one process's time as the
+#: interval uses it (``run-to-run noise`` pools them). docs/ab.md, "Output".
+HEADERS = ["point", "gmean_ms_A", "gmean_ms_B", "delta_pct", "delta_lo_pct..delta_hi_pct", "sd_pct_A/B",
            "flips/rounds", "mde_pct", "rounds_needed", "verdict"]
 #: the rule in one place, printed under every table (docs/ab.md explains it).
 RULE = ("verdict rule (B against A), one threshold delta (--min-effect): interval = t-interval of the "
         "log delta (paired per round or unpaired Yuen-Welch, trimmed 0 or 10%, chosen from the variances; an "
         "A/A's variance pooled in with --noise-from); Holm over the m points; SLOWER when the whole "
         "interval is above +delta, FASTER below -delta, SAME inside +-delta, else UNSURE; sign flips "
-        "are reported, not a gate. MDE = smallest slowdown called SLOWER with 80% power (noncentral t, at the "
-        "level the point faced); rounds for delta = rounds for a zero delta to be called SAME with 80% power.")
+        "are reported, not a gate. With controls, each process's factor (mixed model, BLUP) is divided out of its "
+        "points first. MDE = smallest slowdown called SLOWER with 80% power (noncentral t at a median-unbiased "
+        "standard error); rounds for delta = rounds for a zero delta to be called SAME with 80% power.")
 #: the plot's x range reaches at most this factor beyond the estimates and the threshold (an
 #: interval that goes on is clipped there, with an arrow).
 PLOT_REACH = 4.0
@@ -48,10 +53,11 @@ def rows(results, aa=False) -> list:
     out = []
     for r in results:
         interval = "-" if r.delta_lo_pct is None else f"[{_p(r.delta_lo_pct)[:-1]}, {_p(r.delta_hi_pct)[:-1]}]%"
-        noise = f"{_p(r.noise_a_pct, 2, False)} / {_p(r.noise_b_pct, 2, False)}"
+        noise = f"{_p(r.sd_a_pct, 2, False)} / {_p(r.sd_b_pct, 2, False)}"
         delta = r.delta_pct if r.delta_pct is not None else r.delta_median_pct
         needed = "-" if r.rounds < stats.MIN_ROUNDS else (str(r.rounds_needed) if r.rounds_needed else f">{stats.MAX_PLAN_ROUNDS}")
-        row = [r.point, _ms(r.a_median_ms), _ms(r.b_median_ms), _p(delta), interval, noise,
+        a_ms, b_ms = (r.a_mean_ms, r.b_mean_ms) if r.a_mean_ms is not None else (r.a_median_ms, r.b_median_ms)
+        row = [r.point, _ms(a_ms), _ms(b_ms), _p(delta), interval, noise,
                f"{r.flips}/{r.rounds}", _p(r.mde_pct, 1, False), needed, r.verdict + (f" ({r.note})" if r.note else "")]
         if aa:
             row.insert(-1, _p(r.noise_pct, 2, False))
@@ -60,14 +66,14 @@ def rows(results, aa=False) -> list:
 
 
 def headers(aa=False, metric="time") -> list:
-    name = "median_ms" if metric == metrics.DEFAULT else metric
-    h = [c.replace("median_ms", name) for c in HEADERS]
+    name = "ms" if metric == metrics.DEFAULT else metric
+    h = [c.replace("gmean_ms", f"gmean_{name}") for c in HEADERS]
     if aa:
         h.insert(-1, "run-to-run noise")
     return h
 
 
-def _context_lines(campaign, alpha, results=()) -> list:
+def _context_lines(campaign, alpha, results=(), decided=None) -> list:
     d = campaign.data
     s = d["statistics"]
     a, b = campaign.sides["A"], campaign.sides["B"]
@@ -87,7 +93,17 @@ def _context_lines(campaign, alpha, results=()) -> list:
              if s.get("noise_from") else "this campaign's own (no A/A: --noise-from DIR)")
     if s.get("noise_from") and not s.get("noise"):
         noise = f"{s['noise_from']} was read by an older zlf (floors): not pooled"
+    if s.get("noise_from") and s.get("noise") and decided is not None and decided.normalisation.active:
+        like = stats.aa_like(s["noise"], True)
+        if len(like) < len(s["noise"]):
+            noise += (f"; {len(s['noise']) - len(like)} of its points were not normalised by controls as this campaign's "
+                      "are: not pooled (unlike)")
     lines.append(f"  threshold delta: {s['min_effect_pct']}%; estimate: {chosen}; noise: {noise}")
+    if decided is not None:
+        lines += [f"  {line}" for line in ctl.summary_lines(decided.normalisation, decided.mode)]
+    lines.append("  gmean_*: geometric mean over the rounds the estimate keeps (delta_pct is their ratio"
+                 + (", after the process factors are taken out" if decided is not None and decided.normalisation.active else "")
+                 + "); sd_pct_A/B: each side's spread of one process's time as the interval uses it")
     metric = d.get("metric") or metrics.DEFAULT
     if metric != metrics.DEFAULT:
         lines.append(f"  metric: {metric} ({metrics.unit(metric)}: {metrics.METRICS[metric].summary})")
@@ -155,16 +171,27 @@ def _findings(campaign, results, remarks) -> list:
     return lines
 
 
-def render(campaign, results, remarks, excluded, alpha, ir_lines) -> str:
-    """The plain-text summary (stdout and summary.log)."""
+def _controls_table(decided, aa, metric, fmt="simple") -> list:
+    """The controls' own rows (canaries: not in the verdict family; a verdict other than SAME
+    on one is a finding about the machine, never about the change)."""
+    if decided is None or not decided.controls:
+        return []
+    return ["", "controls (canaries, not among the verdicts; values normalised by the other controls):",
+            tabulate(rows(decided.controls, aa), headers=headers(aa, metric), tablefmt=fmt, disable_numparse=True)]
+
+
+def render(campaign, results, remarks, excluded, alpha, ir_lines, decided=None) -> str:
+    """The plain-text summary (stdout and summary.log); ``decided``: the
+    :class:`zlf.ab.analysis.Decided` the results come from (its controls and normalisation)."""
     aa = bool(campaign.data.get("aa"))
-    parts = _context_lines(campaign, alpha, results)
+    parts = _context_lines(campaign, alpha, results, decided)
     guards = _guard_lines(campaign, ir_lines)
     if guards:
         parts += [""] + guards
     table = (tabulate(rows(results, aa), headers=headers(aa, campaign.data.get("metric") or metrics.DEFAULT), disable_numparse=True) if results
              else "(no point has a complete pair of rounds)")
-    parts += ["", table] + _findings(campaign, results, remarks)
+    parts += ["", table] + _controls_table(decided, aa, campaign.data.get("metric") or metrics.DEFAULT) \
+        + _findings(campaign, results, remarks)
     problems = _problem_lines(campaign, excluded)
     if problems:
         parts += [""] + problems
@@ -172,10 +199,10 @@ def render(campaign, results, remarks, excluded, alpha, ir_lines) -> str:
     return clean_lines("\n".join(parts))
 
 
-def render_markdown(campaign, results, remarks, excluded, alpha, ir_lines, why_no_plot) -> str:
+def render_markdown(campaign, results, remarks, excluded, alpha, ir_lines, why_no_plot, decided=None) -> str:
     aa = bool(campaign.data.get("aa"))
     # record text inside the fence cannot close it; in the table it is escaped as markdown and HTML
-    context = [line.replace("```", "'''") for line in _context_lines(campaign, alpha, results)]
+    context = [line.replace("```", "'''") for line in _context_lines(campaign, alpha, results, decided)]
     out = [f"# zlf ab: {md_cell(campaign.path.name)}", "", "```", *context, "```", ""]
     guards = _guard_lines(campaign, ir_lines)
     if guards:
@@ -183,6 +210,7 @@ def render_markdown(campaign, results, remarks, excluded, alpha, ir_lines, why_n
     out += ["## Points", ""]
     out.append(md_table(rows(results, aa), headers(aa, campaign.data.get("metric") or metrics.DEFAULT))
                if results else "(no point has a complete pair of rounds)")
+    out += _controls_table(decided, aa, campaign.data.get("metric") or metrics.DEFAULT, "github")
     out += ["", *[f"- {line}" for line in _findings(campaign, results, remarks)], ""]
     out.append(f"![per-point delta intervals]({PLOT})" if not why_no_plot else f"(no plot: {why_no_plot})")
     problems = _problem_lines(campaign, excluded)
@@ -238,9 +266,12 @@ def plot(results, path: Path, title: str) -> str:
     return ""
 
 
-def write(campaign, results, remarks, excluded, alpha, ir_lines) -> str:
-    """Write summary.log, summary.json, report.md (+ plot); return the summary text."""
-    text = render(campaign, results, remarks, excluded, alpha, ir_lines)
+def write(campaign, results, remarks, excluded, alpha, ir_lines, decided=None) -> str:
+    """Write summary.log, summary.json, report.md (+ plot); return the summary text.
+
+    ``decided``: the :class:`zlf.ab.analysis.Decided` the results come from (the controls'
+    rows and the normalisation); None: a campaign decided without controls."""
+    text = render(campaign, results, remarks, excluded, alpha, ir_lines, decided)
     write_atomic(campaign.path / SUMMARY_LOG, redact_text(text) + "\n")
     doc = {
         "written": now(), "aa": bool(campaign.data.get("aa")), "alpha_final_look": alpha,
@@ -249,12 +280,14 @@ def write(campaign, results, remarks, excluded, alpha, ir_lines) -> str:
         "rounds": campaign.planned_rounds(), "counts": stats.counts(results),
         "failed_ops": {op: r["error"] for op, r in campaign.failed_ops().items()},
         "incomplete_ops": campaign.incomplete_ops(),
-        "points": [r.to_json() for r in results], "excluded": excluded, "guards": list(_guard_lines(campaign, ir_lines)),
+        "points": [r.to_json() for r in results], "excluded": excluded,
+        "controls": ({"mode": decided.mode, **decided.normalisation.to_json(),
+                      "points": [r.to_json() for r in decided.controls]} if decided is not None else None), "guards": list(_guard_lines(campaign, ir_lines)),
         "flagged_runs": [f"{r['op']}/r{r['round']}_{r['side']}" for r in campaign.runs if r.get("flags")],
         "runs": {s: sum(1 for r in campaign.runs if r["status"] == s) for s in (OK, FAILED, SKIPPED)},
     }
     write_atomic(campaign.path / SUMMARY_JSON, json.dumps(redact(stats.json_safe(doc)), indent=2, allow_nan=False) + "\n")
     why_no_plot = plot(results, campaign.path / PLOT, campaign.path.name)
     write_atomic(campaign.path / REPORT,
-                 redact_text(render_markdown(campaign, results, remarks, excluded, alpha, ir_lines, why_no_plot)))
+                 redact_text(render_markdown(campaign, results, remarks, excluded, alpha, ir_lines, why_no_plot, decided)))
     return text

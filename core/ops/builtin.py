@@ -132,6 +132,20 @@ def _matmul_ref(a, b, c):
     return (a.double() @ b.double()).to(a.dtype)
 
 
+# ----------------------------------------------------------------------------- canaries
+# Controls of `zlf ab --controls` (docs/ab.md, "Controls"): torch's own kernels, which no Triton
+# build or Triton switch compiles, timed in every process of a campaign to measure the process's
+# factor (a power-capped GPU runs a whole process in one clock mode). One compute-bound, one
+# memory-bound, two sizes each: four points, a second or two each at the default timing (zlf.controls.CANARY_OPS).
+def canary_matmul(a, b, out):
+    torch.matmul(a, b, out=out)
+
+
+def canary_add(x, y, out):
+    torch.add(x, y, out=out)
+
+
+
 # ----------------------------------------------------------------------------- registry
 def _elementwise_bytes(n_tensors):
     return lambda shape, dtype: n_tensors * numel(shape) * itemsize(dtype)
@@ -189,6 +203,38 @@ def make_ops() -> dict:
             shape_rank=(3,),
             shape_desc="M, N, K",
             description="Triton matmul C[M,N] = A[M,K] @ B[K,N], @triton.autotune over 4 configs keyed on M, N, K",
+        ),
+        Op(
+            name="canary_matmul",
+            fn=canary_matmul,
+            make_inputs=_matmul_inputs,
+            shapes=[(4096, 4096, 4096), (2048, 2048, 2048)],
+            dtypes=("float16",),
+            reference=_matmul_ref,
+            outputs=(2,),
+            bytes=lambda s, dtype: (s[0] * s[2] + s[2] * s[1] + s[0] * s[1]) * itemsize(dtype),
+            flops=lambda s, dtype: 2 * s[0] * s[1] * s[2],
+            cpu_shapes=[(64, 64, 64), (32, 32, 32)],
+            cpu_dtypes=("float32",),
+            tolerance={"float32": 2e-3, "float16": 2e-3},
+            shape_rank=(3,),
+            shape_desc="M, N, K",
+            description="control of zlf ab --controls: torch.matmul (cuBLAS), built by no Triton",
+        ),
+        Op(
+            name="canary_add",
+            fn=canary_add,
+            make_inputs=_add_inputs,
+            shapes=[(1 << 26,), (1 << 24,)],
+            dtypes=("float16",),
+            reference=lambda x, y, out: x + y,
+            outputs=(2,),
+            bytes=_elementwise_bytes(3),
+            flops=lambda shape, dtype: numel(shape),
+            cpu_shapes=[(5000,), (1024,)],
+            cpu_dtypes=("float32",),
+            shape_desc="N",
+            description="control of zlf ab --controls: torch.add (memory-bound), built by no Triton",
         ),
     ]
     return {op.name: op for op in ops}

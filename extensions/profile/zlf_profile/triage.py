@@ -377,6 +377,14 @@ def counter_phrases(pa: Optional[Profile], pb: Optional[Profile]) -> list:
 
 
 # ----------------------------------------------------------------------------- one bundle
+def campaign_numbers(stat: dict) -> dict:
+    """``delta_pct``, ``a_ms``, ``b_ms`` of a summary.json point as the campaign's table shows them:
+    its estimate and the geometric means whose ratio it is (an older summary: the medians)."""
+    delta = stat.get("delta_pct") if stat.get("delta_pct") is not None else stat.get("delta_median_pct")
+    return {"delta_pct": delta, "a_ms": stat.get("a_mean_ms") or stat.get("a_median_ms"),
+            "b_ms": stat.get("b_mean_ms") or stat.get("b_median_ms")}
+
+
 def triage_point(campaign, stat: dict, session, parent: Path, calls: int = 3, ncu_path: Optional[str] = None,
                  profile: bool = True) -> dict:
     """Write ``parent/<point>/`` (whole, then swapped in); return its bundle.json content."""
@@ -386,8 +394,7 @@ def triage_point(campaign, stat: dict, session, parent: Path, calls: int = 3, nc
     name = folder_name(point_id)
     final = parent / name
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".tmp", dir=parent))  # fresh: no planted link in it
-    bundle = {"point": point_id, "verdict": stat.get("verdict"), "delta_pct": stat.get("delta_median_pct"),
-              "a_ms": stat.get("a_median_ms"), "b_ms": stat.get("b_median_ms"), "dir": str(final)}
+    bundle = {"point": point_id, "verdict": stat.get("verdict"), **campaign_numbers(stat), "dir": str(final)}
     if found is None:
         bundle["why"] = "no round where both sides ran this point ok"
         write_atomic(tmp / BUNDLE_JSON, json.dumps(redact(bundle), indent=2) + "\n")
@@ -444,7 +451,8 @@ def triage_point(campaign, stat: dict, session, parent: Path, calls: int = 3, nc
 def render_bundle(b: dict, pa, pb, ir_why: str) -> str:
     delta = f"{b['delta_pct']:+.1f} %" if b.get("delta_pct") is not None else "?"
     out = [f"# {b['point']}: {b.get('verdict') or '?'} ({delta}, B against A)", "",
-           f"A median {_ms(b.get('a_ms'))}, B median {_ms(b.get('b_ms'))} over the campaign's rounds; "
+           f"A {_ms(b.get('a_ms'))}, B {_ms(b.get('b_ms'))} (the campaign's gmean_ms_A/B: geometric means over the "
+           "rounds its estimate keeps, whose ratio is the delta); "
            f"evidence below from round {b['round']} (A: `{b['run_a']}`, B: `{b['run_b']}`).", ""]
     if b.get("summary"):
         out += [f"**B: {b['summary']}**", ""]
