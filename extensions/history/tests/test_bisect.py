@@ -164,7 +164,8 @@ def test_an_op_file_outside_the_repository_is_refused(zlf_cli, tmp_path):
     assert p.returncode == 2 and "relative to the repository's top" in p.stderr
 
 
-def test_resume_takes_no_command_from_the_state_file(zlf_cli, tmp_path):
+def test_resume_takes_no_command_from_the_state_file(zlf_cli, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # this test's own signing key
     state = tmp_path / "bisect_x"
     state.mkdir()
     (state / b.STATE).write_text(json.dumps({
@@ -172,11 +173,19 @@ def test_resume_takes_no_command_from_the_state_file(zlf_cli, tmp_path):
         "ops": ["matmul"], "mode": "compiler", "alpha_step": 0.01, "build": "touch /tmp/zlf_pwned",
         "python": "/usr/bin/python3", "good_python": "/usr/bin/python3"}))
     p = zlf_cli.inprocess("bisect", "--resume", str(state))
+    assert p.returncode == 2 and "not what zlf bisect wrote for this user" in p.stderr
+    assert not Path("/tmp/zlf_pwned").exists()
+    # signed by this user's zlf, the build command must still come from the command line
+    from zlf.trust import seal
+
+    doc = json.loads((state / b.STATE).read_text())
+    (state / b.STATE).write_text(json.dumps(seal(doc)))
+    p = zlf_cli.inprocess("bisect", "--resume", str(state))
     assert p.returncode == 2 and "give its --build command again" in p.stderr
     assert not Path("/tmp/zlf_pwned").exists()
     (state / b.STATE).write_text('{"format": 1, "commits": ["../../etc"]}')
     p = zlf_cli.inprocess("bisect", "--resume", str(state))
-    assert p.returncode == 2 and "not a zlf bisect state" in p.stderr
+    assert p.returncode == 2 and "bisect.json" in p.stderr and len(p.stderr.strip().splitlines()) == 1
 
 
 @pytest.mark.slow

@@ -15,8 +15,6 @@ import threading
 
 import pytest
 
-from zlf_history import cli as history_cli  # noqa: F401  (the extension is importable)
-
 from test_history import add, runs_with  # this folder's helpers
 
 

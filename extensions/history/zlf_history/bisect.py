@@ -31,11 +31,13 @@ import tarfile
 from pathlib import Path
 from typing import Optional
 
+from zlf import readers
 from zlf.console import clean
 from zlf.errors import UsageError
 from zlf.options import Number
 from zlf.redact import redact_argv
 from zlf.rundir import safe_name, timestamp, write_atomic
+from zlf.trust import SIGNATURE, seal, sealed_by_me
 
 STATE = "bisect.json"
 FORMAT = 1
@@ -43,6 +45,31 @@ GOOD, BAD, SKIP, UNSURE = "good", "bad", "skip", "unsure"
 #: the variable a shim op file reads to find the revision's tree
 TREE_VAR = "ZLF_BISECT_TREE"
 MAX_STATE_BYTES = 16 << 20
+_HASH = {"type": "string", "pattern": "^([0-9a-f]{40}|[0-9a-f]{64})$"}
+#: what --resume accepts of a bisect.json: the fields it reads, of the types it reads them as
+STATE_SCHEMA = {
+    "type": "object",
+    "required": ["format", "repo", "good", "bad", "commits", "steps", "ops", "mode", "alpha_step"],
+    "properties": {
+        "format": {"type": "integer"}, "repo": {"type": "string"}, "good": _HASH, "bad": _HASH,
+        "commits": {"type": "array", "items": _HASH, "minItems": 1},
+        "steps": {"type": "array", "items": {"type": "object", "required": ["commit", "outcome"],
+                                             "properties": {"commit": _HASH, "outcome": {"enum": [
+                                                 "good", "bad", "skip", "unsure"]}}}},
+        "ops": {"type": "array", "items": {"type": "string"}, "minItems": 1},
+        "mode": {"enum": ["repo", "compiler"]},
+        "alpha_step": {"type": "number", "exclusiveMinimum": 0, "maximum": 0.5},
+        "direction": {"enum": ["slower", "faster"]},
+        "rounds": {"type": ["integer", "null"], "minimum": 2, "maximum": 100},
+        "max_rounds": {"type": "integer", "minimum": 2, "maximum": 100},
+        "min_effect": {"type": ["number", "null"]},
+        "points": {"type": "array", "items": {"type": "string"}},
+        "ab_args": {"type": "array", "items": {"type": "string"}},
+        "backend": {"type": ["string", "null"]},
+        "build": {"type": ["string", "null"]}, "python": {"type": ["string", "null"]},
+        "good_python": {"type": ["string", "null"]}, "python_template": {"type": ["string", "null"]},
+    },
+}
 
 EPILOG = """\
 examples:
@@ -154,30 +181,23 @@ class Search:
         self.path, self.data = path, data
 
     def save(self) -> None:
-        write_atomic(self.path / STATE, json.dumps(self.data, indent=1, sort_keys=True))
+        # its fields become command lines (the ops, the interpreters, the build): signed with this
+        # user's key, as a campaign is, so that --resume runs only what this user's zlf wrote
+        write_atomic(self.path / STATE, json.dumps(seal(self.data), indent=1, sort_keys=True))
 
     @classmethod
     def load(cls, path: Path) -> "Search":
         f = path / STATE
-        try:
-            if not f.is_file():
-                raise UsageError(f"--resume {path}: no {STATE} (not a zlf bisect folder)")
-            with open(f, "rb") as fh:
-                raw = fh.read(MAX_STATE_BYTES + 1)
-            if len(raw) > MAX_STATE_BYTES:
-                raise UsageError(f"--resume {path}: {STATE} is larger than {MAX_STATE_BYTES >> 20} MiB")
-            data = json.loads(raw)
-        except (OSError, ValueError, RecursionError) as exc:
-            raise UsageError(f"--resume {path}: {STATE} is not valid JSON ({str(exc)[:120]})") from None
-        need = {"format": int, "repo": str, "good": str, "bad": str, "commits": list, "steps": list, "ops": list,
-                "mode": str, "alpha_step": float}
-        if not isinstance(data, dict) or any(not isinstance(data.get(k), t) for k, t in need.items()):
-            raise UsageError(f"--resume {path}: {STATE} is not a zlf bisect state")
+        if not f.is_file():
+            raise UsageError(f"--resume {path}: no {STATE} (not a zlf bisect folder)")
+        data = readers.read_json(f, schema=STATE_SCHEMA, limit=MAX_STATE_BYTES, what=STATE)
+        if not sealed_by_me(data):
+            raise UsageError(f"--resume {path}: {STATE}'s repository, ops, interpreters and build are not what zlf "
+                             "bisect wrote for this user (edited, or made by another user or machine): refusing "
+                             "to run them; start a new search")
+        data.pop(SIGNATURE, None)
         if data["format"] != FORMAT:
             raise UsageError(f"--resume {path}: {STATE} format {data['format']} is not {FORMAT}")
-        if not all(isinstance(c, str) and len(c) in (40, 64) and all(ch in "0123456789abcdef" for ch in c)
-                   for c in data["commits"]):
-            raise UsageError(f"--resume {path}: {STATE} lists something that is not a commit hash")
         return cls(path, data)
 
     @property

@@ -11,14 +11,13 @@ import json
 import re
 from pathlib import Path
 
+from zlf import readers
 from zlf.errors import UsageError
 from zlf.redact import redact_argv, redact_value
 from zlf.rundir import META, RESULTS, RunDir
 
 CAMPAIGN = "campaign.json"
 SUMMARY = "summary.json"
-#: the largest campaign.json / summary.json read (a campaign of thousands of points is far below)
-MAX_JSON_BYTES = 64 << 20
 _LABEL_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
 
 
@@ -119,27 +118,17 @@ def is_run(path) -> bool:
     return (p / META).is_file() or (p / RESULTS).is_file()
 
 
-def _read_json(path: Path) -> dict:
-    try:
-        if not path.is_file():
-            raise UsageError(f"{path}: not a regular file")
-        with open(path, "rb") as f:
-            data = f.read(MAX_JSON_BYTES + 1)
-        if len(data) > MAX_JSON_BYTES:
-            raise UsageError(f"{path}: larger than {MAX_JSON_BYTES >> 20} MiB")
-        doc = json.loads(data)
-    except (OSError, ValueError, RecursionError) as exc:
-        raise UsageError(f"{path}: not valid JSON ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
-    if not isinstance(doc, dict):
-        raise UsageError(f"{path}: not a JSON object")
-    return doc
+def _read_json(path: Path, schema: str) -> dict:
+    """A campaign's JSON file, bounded and checked against core's schema (``zlf.readers``); the
+    fields this module uses are checked again where it uses them."""
+    return readers.read_json(path, schema=schema, partial=True)
 
 
 def campaign_rows(path) -> tuple:
     """``(campaign row, verdict rows, [(run dir, side, round)], note)`` for a campaign directory."""
     path = Path(path)
-    data = _read_json(path / CAMPAIGN)
-    summary = _read_json(path / SUMMARY) if (path / SUMMARY).is_file() else {}
+    data = _read_json(path / CAMPAIGN, "campaign")
+    summary = _read_json(path / SUMMARY, "summary") if (path / SUMMARY).is_file() else {}
     sides = {}
     for s in data.get("sides") or []:
         if isinstance(s, dict) and s.get("name") in ("A", "B"):
