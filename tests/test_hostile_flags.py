@@ -149,7 +149,10 @@ def test_a_config_file_is_held_to_the_same_ranges(field, value, shown, capsys, t
     monkeypatch.chdir(tmp_path)
     path = RunConfig(ops=("add",)).with_changes(**{field: value}).write(tmp_path / "c.json")
     err = _refused(["run", "--config", str(path)], capsys)
-    assert shown + ": expected" in err
+    # refused by RunConfig.check, or earlier by the reader, which takes no number beyond 2**63
+    # and no Infinity (zlf.readers): either way one line, and nothing made
+    assert shown + ": expected" in err or ("c.json: not a zlf config file" in err and (
+        "out of range" in err or "Infinity" in err)), err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.json"]
 
 

@@ -200,7 +200,7 @@ def controls_of(campaign, values) -> tuple:
     unchanged = unchanged_points(campaign, values, owner) if mode in (ctl.AUTO, ctl.UNCHANGED) else []
     controls = canaries + [p for p in unchanged if p not in canaries]
     why = "" if controls else (s.get("controls_note") or {
-        ctl.CANARY: "no canary points", ctl.UNCHANGED: "no point with identical compiled code on both sides (needs ir_dump)",
+        ctl.CANARY: "no canary points", ctl.UNCHANGED: "no point with identical compiled code on both sides (needs an extension that compares compiled IR)",
         ctl.AUTO: "no canary and no point with identical compiled code"}[mode])
     return mode, controls, canaries, why
 

@@ -112,7 +112,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                     help="what measures each process's factor (a power-capped GPU runs a whole process in one clock "
                          "mode), which is then taken out of every point of that process (docs/ab.md, Controls): canary (torch matmul and add, "
                          "built by no Triton, timed in every process), unchanged (points whose compiled kernels are "
-                         "identical on both sides: ir_dump), auto (default: both, where there are any), none (as measured). "
+                         "identical on both sides, as an IR extension reports them), auto (default: both, where there are any), none (as measured). "
                          "Only with one interpreter for both sides; the report lists the factors, the controls and any "
                          "control that moved. With --resume: re-decide a campaign with other controls")
     st.add_argument("--metric", choices=metrics.NAMES, default=None,
