@@ -264,3 +264,27 @@ def test_compare_table_column_named_delta_pct_holds_percentages(tmp_path):
     # cells split on 2+ spaces (a factor cell is '2.50× faster')
     cells = re.split(r"\s{2,}", row.strip())
     assert cells[col].endswith("%"), cells
+
+
+@pytest.mark.xfail(strict=True, reason="ATTACK: zlf ab on ONE named op announces '3 op(s) x 3 rounds x 2 sides; "
+                                       "18 run(s) to go' (auto controls counted as ops; 6 processes run)")
+def test_ab_announces_the_ops_named_and_the_processes_it_runs(tmp_path):
+    import signal
+    _ops_md_example(tmp_path)
+    env = dict(os.environ, COLUMNS="200")
+    p = subprocess.Popen([sys.executable, "-m", "zlf", "ab", "--aa", "--rounds", "3", "--name", "t",
+                          "my_ops.py::relu"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True)
+    seen = []
+    try:
+        for line in p.stdout:
+            seen.append(line)
+            if "run(s) to go" in line:
+                break
+    finally:
+        p.send_signal(signal.SIGTERM)
+        p.communicate(timeout=120)
+    plan = next(x for x in seen if "run(s) to go" in x)
+    # one op named; one process per round and side runs all ops: 3 rounds x 2 sides = 6 processes
+    assert plan.strip().startswith("1 op(s)"), plan
+    assert "6 run(s) to go" in plan, plan
