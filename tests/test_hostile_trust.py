@@ -94,6 +94,7 @@ def fake_ncu_env(tmp_path: Path) -> dict:
     return {"ZLF_NCU": str(fake), "FAKE_NCU_LOG": str(tmp_path / "ncu.jsonl")}
 
 
+@pytest.mark.extensions("profile")
 def test_profile_replays_no_recorded_variable_that_loads_code(base_run, tmp_path):
     """A received run whose meta.json says LD_PRELOAD=/x/evil.so: zlf profile ran that library."""
     run_dir = copy_run(base_run, tmp_path / "received")
@@ -131,6 +132,7 @@ def test_profile_replays_no_recorded_variable_that_loads_code(base_run, tmp_path
     ("CUDA_INJECTION64_PATH", "inj.so"), ("TRITON_SWITCH", "$(touch /tmp/pwned)"), ("TRITON_SWITCH", "`id`"),
     ("TRITON_SWITCH", "/abs/path"), ("TRITON_SWITCH", "a;b"), ("TRITON SWITCH", "1"), ("ZLF_TASK_CACHE", "c"),
 ])
+@pytest.mark.extensions("profile")
 def test_profiled_environment_takes_no_code_from_a_record(name, value, monkeypatch, tmp_path):
     from zlf.records import Point
     from zlf_profile.profile import Target, child_environment
@@ -144,6 +146,7 @@ def test_profiled_environment_takes_no_code_from_a_record(name, value, monkeypat
     assert env["DISABLE_MMA_V3"] == "1"  # control: a plain switch is replayed
 
 
+@pytest.mark.extensions("profile")
 def test_profile_imports_no_op_file_a_record_names(base_run, tmp_path):
     """meta.json's ops naming a file: zlf profile imported it."""
     run_dir = copy_run(base_run, tmp_path / "received")
@@ -158,6 +161,7 @@ def test_profile_imports_no_op_file_a_record_names(base_run, tmp_path):
     assert not (tmp_path / "ncu.jsonl").exists()
 
 
+@pytest.mark.extensions("profile")
 def test_triage_runs_no_side_of_a_campaign_it_cannot_verify(tmp_path, monkeypatch):
     """A received campaign.json names the sides' interpreters and variables: triage profiled them."""
     from zlf.ab.campaign import Campaign
@@ -198,6 +202,7 @@ def test_atomic_write_never_follows_a_planted_temporary_name(tmp_path):
     assert (d / "campaign.json").read_text() == "{}\n" and not (d / "campaign.json").is_symlink()
 
 
+@pytest.mark.extensions("profile")
 def test_profile_bundle_never_goes_through_a_profile_link(base_run, tmp_path):
     run_dir = copy_run(base_run, tmp_path / "received")
     elsewhere = tmp_path / "elsewhere"
@@ -216,6 +221,7 @@ def _ir_trees(tmp_path):
         (kernel / "k.ttir").write_text(body)
 
 
+@pytest.mark.extensions("ir_dump")
 def test_ir_diff_out_never_writes_through_a_planted_file_link(tmp_path):
     _ir_trees(tmp_path)
     victim = tmp_path / "victim"
@@ -228,6 +234,7 @@ def test_ir_diff_out_never_writes_through_a_planted_file_link(tmp_path):
     assert "tt.dot b" in (tmp_path / "d" / "1024" / "kern" / "k.ttir.diff").read_text()
 
 
+@pytest.mark.extensions("ir_dump")
 def test_ir_diff_out_refuses_a_planted_folder_link(tmp_path):
     _ir_trees(tmp_path)
     elsewhere = tmp_path / "elsewhere"
@@ -447,6 +454,7 @@ def test_compare_markdown_escapes_record_text(formula_run, tmp_path):
     assert rows and len({_columns(l) for l in rows}) == 1
 
 
+@pytest.mark.extensions("flaggems")
 def test_sweep_resume_runs_no_command_line_a_received_sweep_json_names(tmp_path):
     """sweep.json's ops, FlagGems checkout and run arguments become the ops' command lines and
     imports: ``zlf sweep --resume`` of a received (or edited) folder ran them."""
@@ -483,6 +491,7 @@ def test_campaign_json_keeps_no_ray_password_and_still_verifies(tmp_path, monkey
     check_ray_address({"ray_address": "ray://head:10001"})  # control: an address without a password
 
 
+@pytest.mark.extensions("ir_dump")
 def test_zlf_ir_meta_json_keeps_no_credential(tmp_path):
     """``zlf ir`` wrote its meta.json with no redaction at all."""
     env = {"TRITON_REMOTE": "https://me:p@SECRETPW@cache/x", "TRITON_HDR": "Authorization: Bearer SECRETBEARER1",
