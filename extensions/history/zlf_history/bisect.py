@@ -319,7 +319,7 @@ def sides_for(search: Search, sha: str, log) -> tuple:
     return ["--a-python", d["good_python"], "--b-python", d["python"]], ""
 
 
-def classify(summary: dict, points: list, direction: str) -> tuple:
+def classify(summary: dict, points: list, direction: str, fixed_rounds: bool = False) -> tuple:
     """``(outcome, details)`` of a finished campaign's summary.json."""
     want = "SLOWER" if direction == "slower" else "FASTER"
     other = "FASTER" if want == "SLOWER" else "SLOWER"
@@ -343,7 +343,8 @@ def classify(summary: dict, points: list, direction: str) -> tuple:
         if other in got:
             details["disagree"] = sorted(v["point"] for v in verdicts if v["verdict"] == other)
         return GOOD, details
-    details["why"] = "UNSURE after the campaign's rounds: raise --max-rounds to decide it"
+    details["why"] = "UNSURE after the campaign's rounds: raise " + ("--rounds" if fixed_rounds else "--max-rounds") \
+        + " to decide it"
     return UNSURE, details
 
 
@@ -388,7 +389,8 @@ def run_step(search: Search, index: int, printer) -> dict:
         summary = json.loads(summary_file.read_bytes())
     except ValueError:
         summary = {}
-    outcome, details = classify(summary if isinstance(summary, dict) else {}, d.get("points") or [], d["direction"])
+    outcome, details = classify(summary if isinstance(summary, dict) else {}, d.get("points") or [], d["direction"],
+                                fixed_rounds=bool(d.get("rounds")))
     failed = (summary.get("failed_ops") or {}) if isinstance(summary, dict) else {}
     if failed and outcome != BAD:
         outcome, details["why"] = SKIP, f"runs failed: {'; '.join(f'{k}: {v}' for k, v in failed.items())[:300]}"
@@ -473,8 +475,12 @@ def result(search: Search) -> dict:
     lo, hi = bounds(search)
     skipped = [s for s in search.steps if s["outcome"] in (SKIP, UNSURE)]
     disagree = sorted({p for s in search.steps for p in s.get("disagree", [])})
+    # a step spends its share of alpha only when its campaign could decide (good or bad); a skipped
+    # commit whose ops did not import ran no test
+    decided = sum(1 for s in search.steps if s["outcome"] in (GOOD, BAD))
     out = {"good": d["good"], "bad": d["bad"], "commits": len(commits), "steps": len(search.steps),
-           "alpha_step": d["alpha_step"], "error_bound": min(1.0, d["alpha_step"] * len(search.steps)),
+           "alpha_step": d["alpha_step"], "decided_steps": decided,
+           "error_bound": min(1.0, d["alpha_step"] * decided),
            "skipped": [s["commit"] for s in skipped], "points_disagree": disagree}
     if hi is None:
         bad_step = next((s for s in search.steps if s["commit"] == commits[-1]), None)
@@ -522,7 +528,8 @@ def _print(search: Search, res: dict, fmt: str) -> None:
     if res["points_disagree"]:
         print(f"points disagree: {', '.join(res['points_disagree'])} moved the other way at some step")
     print(f"error rate: each step's campaign at alpha {res['alpha_step']:.3g}; the whole search is wrong with "
-          f"probability at most {res['error_bound']:.3g} ({res['steps']} steps, Bonferroni)")
+          f"probability at most {res['error_bound']:.3g} ({res['decided_steps']} steps decided by a campaign, "
+          f"of {res['steps']}; Bonferroni)")
     print(f"bisect dir: {clean(search.path)}")
 
 

@@ -135,6 +135,8 @@ def record(store: Store, path, run_labels: dict) -> list:
         return lines
     if not ingest.is_run(path):
         raise UsageError(f"{str(path)!r} is neither a zlf run directory nor a campaign directory")
+    if not (path / "meta.json").is_file():  # without it nothing says the run ended: it may still grow
+        return [f"not recorded: {clean(path)} has no meta.json (a run still starting, or not written by zlf run)"]
     row, rows, note = ingest.run_rows(path)
     if row["status"] == "running":
         return [f"not recorded: {clean(path)} is still running (or was killed without a word); record it when it ends"]

@@ -13,6 +13,7 @@ import io
 import os
 import shlex
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 
@@ -102,8 +103,9 @@ def chart_svg(series: dict) -> str:
 def _repro(run: dict, sides: dict) -> str:
     env = ""
     side = sides.get(run.get("side") or "")
-    if side:
-        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(side.get("env", {}).items()))
+    if side:  # a name that is no variable name would be shell syntax: left out
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(side.get("env", {}).items())
+                       if k.isidentifier() and k.isascii())
     cmd = shlex.join(run["command"]) if run["command"] else "(no command recorded)"
     python = side.get("python") if side else ""
     if python and run["command"] and run["command"][0] == "zlf":
@@ -212,16 +214,37 @@ def index_page(found: dict, pages: dict) -> str:
     return "\n".join(out)
 
 
+def _ours(out: Path) -> set:
+    """The names zlf history html wrote into ``out`` last time (its mark lists them), or None when
+    ``out`` is not such a site (no mark, or a mark that is a link or no regular file)."""
+    mark = out / MARK
+    try:
+        st = os.lstat(mark)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    lines = mark.read_text(errors="replace").splitlines()
+    return {ln for ln in lines[1:] if ln and "/" not in ln} | {MARK}
+
+
 def write(out: Path, found: dict, campaigns: list) -> Path:
-    """Write the site to ``out`` (new, empty, or a site zlf wrote) and return it."""
+    """Write the site to ``out`` (new, empty, or a site zlf wrote, holding nothing else) and return it."""
     if out.is_symlink():
         raise UsageError(f"{out}: is a link; name the folder itself")
     if out.exists():
         if not out.is_dir():
             raise UsageError(f"{out}: not a folder")
-        if any(out.iterdir()) and not (out / MARK).is_file():
-            raise UsageError(f"{out}: a folder that is not empty and was not written by zlf history html; "
-                             "name a new one")
+        present = {p.name for p in out.iterdir()}
+        if present:
+            ours = _ours(out)
+            if ours is None:
+                raise UsageError(f"{out}: a folder that is not empty and was not written by zlf history html; "
+                                 "name a new one")
+            others = sorted(present - ours)
+            if others:  # replacing the folder whole would delete them
+                raise UsageError(f"{out}: holds files zlf history html did not write ({', '.join(others[:3])}"
+                                 f"{' ...' if len(others) > 3 else ''}); move them out or name a new folder")
     out.parent.mkdir(parents=True, exist_ok=True)
     sides_by_campaign = {c["uid"]: c["sides"] for c in campaigns}
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
@@ -232,7 +255,8 @@ def write(out: Path, found: dict, campaigns: list) -> Path:
             pages[id(s)] = name
             (tmp / name).write_text(point_page(s, sides_by_campaign), encoding="utf-8")
         (tmp / "index.html").write_text(index_page(found, pages), encoding="utf-8")
-        (tmp / MARK).write_text("written by zlf history html\n")
+        written = sorted(p.name for p in tmp.iterdir())
+        (tmp / MARK).write_text("written by zlf history html; its files:\n" + "\n".join(written) + "\n")
         os.chmod(tmp, 0o755)
         replace_dir(tmp, out)
     except BaseException:

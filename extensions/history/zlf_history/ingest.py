@@ -18,6 +18,7 @@ from zlf.rundir import META, RESULTS, RunDir
 
 CAMPAIGN = "campaign.json"
 SUMMARY = "summary.json"
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 _LABEL_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
 
 
@@ -118,22 +119,27 @@ def is_run(path) -> bool:
     return (p / META).is_file() or (p / RESULTS).is_file()
 
 
-def _read_json(path: Path, schema: str) -> dict:
-    """A campaign's JSON file, bounded and checked against core's schema (``zlf.readers``); the
-    fields this module uses are checked again where it uses them."""
-    return readers.read_json(path, schema=schema, partial=True)
+def _read_json(path: Path) -> dict:
+    """A campaign's JSON file, bounded and strict (``zlf.readers``: a regular file, finite numbers,
+    bounded depth); each field this module uses is checked where it is used, so a campaign of an
+    older zlf, or one with fields this module does not read, is still recorded."""
+    doc = readers.read_json(path)
+    if not isinstance(doc, dict):
+        raise UsageError(f"{path}: not a JSON object")
+    return doc
 
 
 def campaign_rows(path) -> tuple:
     """``(campaign row, verdict rows, [(run dir, side, round)], note)`` for a campaign directory."""
     path = Path(path)
-    data = _read_json(path / CAMPAIGN, "campaign")
-    summary = _read_json(path / SUMMARY, "summary") if (path / SUMMARY).is_file() else {}
+    data = _read_json(path / CAMPAIGN)
+    summary = _read_json(path / SUMMARY) if (path / SUMMARY).is_file() else {}
     sides = {}
     for s in data.get("sides") or []:
         if isinstance(s, dict) and s.get("name") in ("A", "B"):
             env = s.get("env") if isinstance(s.get("env"), dict) else {}
-            sides[s["name"]] = {"env": {str(k): redact_value(str(v)) for k, v in env.items()},
+            # a name becomes part of a shell line on the dashboard: variable names only
+            sides[s["name"]] = {"env": {str(k): redact_value(str(v)) for k, v in env.items() if _ENV_NAME.match(str(k))},
                                 "python": redact_value(str(s.get("python") or ""))}
     uid = hashlib.sha256(json.dumps([data.get("started"), data.get("command"), data.get("cwd"), data.get("label")],
                                     sort_keys=True, default=str).encode()).hexdigest()

@@ -117,8 +117,15 @@ _URL = re.compile(r"^[a-z][a-z0-9+]*://", re.I)
 
 
 def shown(db: str) -> str:
-    """``db`` as it may be printed: a URL's password never is."""
-    return re.sub(r"(://[^/:@]*:)[^@/]*@", r"\1***@", db)
+    """``db`` (or a message holding it) as it may be printed: a URL's password never is, whether
+    it stands before the host (up to the last ``@``, ``/`` in it or not) or in the query
+    (``?password=``)."""
+    def user_info(m):
+        info = m.group(2)
+        user, sep, _ = info.partition(":")
+        return f"{m.group(1)}{user}{':***' if sep else ''}@"
+    text = re.sub(r"([a-z][a-z0-9+.-]*://)([^\s@]*)@", user_info, db, flags=re.I)
+    return re.sub(r"(?i)([?&;](?:password|passwd|pass|pwd|sslpassword|secret|token)=)[^&;\s]*", r"\1***", text)
 
 
 def engine_url(db: str) -> str:
@@ -134,7 +141,10 @@ def engine_url(db: str) -> str:
     path = Path(db).expanduser()
     if path.exists() and not path.is_file():
         raise UsageError(f"--db {db}: not a regular file")
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--db {db}: cannot make its folder {path.parent} ({exc.strerror or exc})") from None
     return f"sqlite:///{path}"
 
 
@@ -191,7 +201,11 @@ class Store:
                 version = 0
             else:
                 row = conn.execute(sa.select(info.c.value).where(info.c.key == "schema_version")).first()
-                version = int(row[0]) if row else 0
+                try:
+                    version = int(row[0]) if row else 0
+                except (TypeError, ValueError):
+                    raise UsageError(f"history database {shown(self.db)} has a schema version zlf cannot read "
+                                     f"({str(row[0])[:40]!r}): not a database zlf wrote") from None
             if version > target:
                 raise UsageError(f"history database {shown(self.db)} has schema version {version}, written by a "
                                  f"newer zlf (this one reads up to {target}): upgrade zlf-history")
