@@ -309,6 +309,22 @@ def normalise(values: dict, controls: Sequence[str], processes: Optional[dict] =
     inter = interaction(matrix(usable), [kinds.get(c) for c in usable], [side_of[j] for j in procs], alpha) \
         if len(usable) > 2 else None
     if inter and inter["significant"] and point_kinds:
+        # a kind that differs between the sides: moved canaries of that kind, or a mode of that
+        # kind tied to a side -- nothing tells them apart, so no kind's factors are trusted
+        y = matrix(usable)
+        labels = [kinds[c] for c in usable]
+        gap = np.nanmean(y[[i for i, k in enumerate(labels) if k == labels[0]]], axis=0) \
+            - np.nanmean(y[[i for i, k in enumerate(labels) if k != labels[0]]], axis=0)
+        by_side = [gap[[col[j] for j in procs if side_of[j] == s_]] for s_ in "AB"]
+        kind_side = _welch(by_side[0], by_side[1], alpha)
+        if kind_side is not None and not kind_side[1] <= 0.0 <= kind_side[2]:
+            why = (f"controls disagree: the {labels[0]} canaries against the others differ between the sides by "
+                   f"{100.0 * math.expm1(kind_side[0]):+.2f}% and within processes (kind x process interaction "
+                   f"p={inter['p']:.2g}); could not tell which moved; values as measured")
+            moved_kind = tuple(Moved(c, 100.0 * math.expm1(kind_side[0]), 100.0 * math.expm1(kind_side[1]),
+                                     100.0 * math.expm1(kind_side[2])) for c in usable if kinds[c] == labels[0])
+            return Normalisation(dict(values), raw, used=(), moved=moved_kind, undecided=True, interaction=inter,
+                                 note=why)
         return _per_kind(values, raw, logs, usable, usable, (), kinds, point_kinds, processes, alpha, inter)
     kept, moved = list(usable), []
     while len(kept) >= 2:
