@@ -8,8 +8,8 @@ import time
 from .. import stats
 from ..console import clean, clean_lines, paint
 from ..scheduler import Scheduler, gpu_label
-from .analysis import (collect, controls_of, decide, frozen_of, look_level, noise_of, op_rounds, point_kinds, point_ops, settings_of,
-                       spending_plan)
+from .analysis import (collect, controls_of, decide, frozen_of, look_level, noise_of, op_rounds, point_kinds, point_ops,
+                       settings_of, spending_plan)
 from .execute import CampaignJob, campaign_units
 from .guards import wait_until_idle
 from .layout import FAILED, OK, PENDING, RUNNING, SKIPPED, now
