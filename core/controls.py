@@ -28,7 +28,13 @@ are computed from contains it: the intervals are not narrowed by pretending the 
 A control that moved between the sides is a finding, and must not steer the factors: each
 control's normalised B-against-A difference is tested (Welch's t, two-sided at ``alpha`` over the
 controls, Bonferroni); the most significant moved control is dropped and the model refitted
-until none is left.
+until none is left. Who moved is never guessed: when the moved controls are not a clear minority
+(half of them or more), nothing is normalised.
+
+One factor for every kernel is an assumption, tested where both canary kinds ran: the control-kind
+x process interaction within sides (nested-model F, :func:`interaction`). When it fails, each
+kind of point (its op's flops per byte) is normalised by its own kind's controls. B's process
+factors are tested against A's (Welch): a shift tied to a side is an alarm, not a quiet line.
 """
 from __future__ import annotations
 

@@ -226,8 +226,9 @@ def _disk_campaign(tmp_path, canary_b_factor=1.0, controls="auto", moved=("canar
                 t *= b_shift
             if point in moved and run["side"] == "B":
                 t *= canary_b_factor
+            per_byte = {"canary_matmul": 50.0, "canary_add": 0.1, "add": 0.1}[op]  # flops per byte
             rd.append(PointRecord(point=point, op=op, shape=(int(shape),), dtype=dtype, status="ok",
-                                  timer="host_wall", median_ms=t))
+                                  timer="host_wall", median_ms=t, gbps=100.0, tflops=100.0 * per_byte / 1000.0))
         run.update(status=OK, rc=0, seconds=0.1, flags=device_flags(d), process=f"_shared/r{run['round']}_{run['side']}")
     c.data["status"] = "complete"
     c.save()
@@ -269,6 +270,15 @@ def test_on_disk_a_shift_of_b_reaching_every_point_rings_and_shows_the_verdicts_
     measured = {e["point"]: e["verdict"] for e in doc["controls"]["as_measured"]}
     assert measured == {"add/1024/float32": stats.SLOWER, "add/5000/float32": stats.SLOWER}
     assert "as measured" in (c.path / "report.md").read_text()
+
+
+def test_on_disk_points_get_their_kind_from_flops_per_byte(tmp_path):
+    """`add` moves bytes like canary_add, not flops like canary_matmul: memory-bound."""
+    from zlf.ab.analysis import collect, point_kinds
+
+    c = _disk_campaign(tmp_path, moved=())
+    values = collect(c)[0]
+    assert point_kinds(c, values) == {"add/1024/float32": "memory", "add/5000/float32": "memory"}
 
 
 def test_on_disk_a_campaign_without_controls_says_so(tmp_path):
