@@ -28,7 +28,13 @@ are computed from contains it: the intervals are not narrowed by pretending the 
 A control that moved between the sides is a finding, and must not steer the factors: each
 control's normalised B-against-A difference is tested (Welch's t, two-sided at ``alpha`` over the
 controls, Bonferroni); the most significant moved control is dropped and the model refitted
-until none is left.
+until none is left. Who moved is never guessed: when the moved controls are not a clear minority
+(half of them or more), nothing is normalised.
+
+One factor for every kernel is an assumption, tested where both canary kinds ran: the control-kind
+x process interaction within sides (nested-model F, :func:`interaction`). When it fails, each
+kind of point (its op's flops per byte) is normalised by its own kind's controls. B's process
+factors are tested against A's (Welch): a shift tied to a side is an alarm, not a quiet line.
 """
 from __future__ import annotations
 
@@ -43,6 +49,8 @@ AUTO, CANARY, UNCHANGED, NONE = "auto", "canary", "unchanged", "none"
 MODES = (AUTO, CANARY, UNCHANGED, NONE)
 #: the built-in canary ops (zlf.ops.builtin) a campaign adds when its controls include canaries.
 CANARY_OPS = ("canary_matmul", "canary_add")
+#: the kind of kernel each built-in canary op times (compute- or memory-bound), by op name.
+CANARY_KINDS = {"canary_matmul": "compute", "canary_add": "memory"}
 #: alternating least squares sweeps (complete data converges in one; missing cells need a few).
 SWEEPS = 25
 
@@ -96,11 +104,24 @@ class Normalisation:
     var_after: float = 0.0
     #: mean factor of B's processes minus A's, percent (controls say the sides' processes differ)
     side_shift_pct: Optional[float] = None
+    #: Welch p-value of B's process factors against A's (an alarm below alpha: a shift tied to a side)
+    side_shift_p: Optional[float] = None
+    side_shift_alarm: bool = False
+    #: the controls disagree about who moved (no clear minority moved): nothing normalised
+    undecided: bool = False
+    #: control x process interaction (kind of control x process, nested-model F test):
+    #: ``{"F":, "df": [d1, d2], "p":, "kinds": {kind: [controls]}}``; None when not testable
+    interaction: Optional[dict] = None
     note: str = ""
 
     @property
     def active(self) -> bool:
         return bool(self.factors)
+
+    @property
+    def disagree(self) -> bool:
+        """The controls disagree within processes (the single-factor model does not hold)."""
+        return bool(self.interaction and self.interaction["significant"])
 
     @property
     def removed_pct(self) -> Optional[float]:
@@ -116,7 +137,52 @@ class Normalisation:
                 "factors": [f.to_json() for f in self.factors.values()],
                 "unnormalised": dict(self.unnormalised), "sd_process_pct": self.sd_process_pct,
                 "sd_control_pct": self.sd_control_pct, "variance_removed_pct": self.removed_pct,
-                "side_shift_pct": self.side_shift_pct, "note": self.note}
+                "side_shift_pct": self.side_shift_pct, "side_shift_p": self.side_shift_p,
+                "side_shift_alarm": self.side_shift_alarm, "undecided": self.undecided,
+                "interaction": self.interaction, "note": self.note}
+
+
+def kind_of(point: str) -> Optional[str]:
+    """``compute``/``memory`` for a built-in canary's point (its op is the id's first part), else None."""
+    return CANARY_KINDS.get(point.split("/", 1)[0])
+
+
+def interaction(y: np.ndarray, kinds: Sequence, sides: Sequence, alpha: float) -> Optional[dict]:
+    """Do the controls of different kinds disagree within processes? The control-kind x process
+    interaction within sides, as a nested-model F test (least squares on log time, processes
+    every control ran in): ``mu[c] + u[j] + v[kind(c), side(j)]`` against one process effect per
+    kind, ``mu[c] + u[kind(c), j]``. A kind x side difference alone (``v``: a kind of control
+    moved between the sides, or a mode of one kind tied to a side) is not this interaction: it is
+    the moved-control test's. None when not testable (one kind, or no residual df)."""
+    from scipy.stats import f as f_dist
+
+    keep = np.isfinite(y).all(axis=0)
+    y, sides = y[:, keep], [s for s, k in zip(sides, keep) if k]
+    c_rows, j_cols = y.shape
+    labels = [k for k in dict.fromkeys(kinds) if k is not None]
+    if len(labels) < 2 or None in kinds or j_cols < 3:
+        return None
+    kind_i = np.array([labels.index(k) for k in kinds])
+    rows_c, rows_j = np.meshgrid(np.arange(c_rows), np.arange(j_cols), indexing="ij")
+    rows_c, rows_j, obs = rows_c.ravel(), rows_j.ravel(), y.ravel()
+    eye = lambda idx, n: np.eye(n)[idx]  # noqa: E731
+    b_side = np.array([s == "B" for s in sides], float)[rows_j]
+    kind_side = np.column_stack([(kind_i[rows_c] == g) * b_side for g in range(1, len(labels))])
+    small = np.column_stack([eye(rows_c, c_rows), eye(rows_j, j_cols), kind_side])
+    big = np.column_stack([eye(rows_c, c_rows), eye(kind_i[rows_c] * j_cols + rows_j, len(labels) * j_cols)])
+
+    def rss(x):
+        beta, *_ = np.linalg.lstsq(x, obs, rcond=None)
+        return float(((obs - x @ beta) ** 2).sum()), int(np.linalg.matrix_rank(x))
+
+    (rss0, r0), (rss1, r1) = rss(small), rss(big)
+    df1, df2 = r1 - r0, obs.size - r1
+    if df1 <= 0 or df2 <= 0 or rss1 <= 0:
+        return None
+    stat = max(0.0, (rss0 - rss1) / df1) / (rss1 / df2)
+    p = float(f_dist.sf(stat, df1, df2))
+    return {"test": "control kind x process interaction within sides, nested-model F (least squares on log time)",
+            "F": stat, "df": [df1, df2], "p": p, "alpha": alpha, "significant": p < alpha}
 
 
 def default_processes(values: dict) -> dict:
@@ -196,15 +262,24 @@ def _within_var(log_pairs: Sequence) -> float:
     return ss / df if df else 0.0
 
 
-def normalise(values: dict, controls: Sequence[str], processes: Optional[dict] = None, alpha: float = 0.05) -> Normalisation:
+def normalise(values: dict, controls: Sequence[str], processes: Optional[dict] = None, alpha: float = 0.05,
+              kinds: Optional[dict] = None, point_kinds: Optional[dict] = None) -> Normalisation:
     """Estimate every process's factor from ``controls`` and divide it out of ``values``.
 
     :param values: ``{point: (A values per round, B values per round)}``, controls included.
     :param controls: the points known to be the same on both sides.
     :param processes: ``{point: (A process ids per round, B process ids per round)}``; default
         one process per round and side shared by every point (:func:`default_processes`).
-    :param alpha: family level of the moved-control tests (Bonferroni over the controls).
+    :param alpha: family level of the moved-control tests (Bonferroni over the controls), of the
+        control-kind x process interaction test and of the side-shift alarm.
+    :param kinds: ``{control: "compute" | "memory"}``; default :func:`kind_of` (the canaries).
+    :param point_kinds: ``{point: "compute" | "memory"}`` of the points under test (their op's
+        flops per byte); when the controls' kinds disagree within processes, each point known
+        to be of a kind is normalised by that kind's controls alone, the others left as measured.
     :return: a :class:`Normalisation`; with fewer than one usable control, nothing normalised.
+        Nothing is normalised either when the moved controls are not a clear minority (who moved
+        cannot be told) or when controls of different kinds disagree within processes (one
+        factor does not fit every kernel): values as measured, and the reason in ``note``.
     """
     processes = processes or default_processes(values)
     raw = {p: (tuple(map(float, a)), tuple(map(float, b))) for p, (a, b) in values.items()}
@@ -235,6 +310,28 @@ def normalise(values: dict, controls: Sequence[str], processes: Optional[dict] =
         pa, pb = processes[c]
         return la - fit.u[[col[j] for j in pa]], lb - fit.u[[col[j] for j in pb]]
 
+    # one factor for every kernel? (a clock mode of one kind of kernel only)
+    kinds = kinds or {c: kind_of(c) for c in usable}
+    inter = interaction(matrix(usable), [kinds.get(c) for c in usable], [side_of[j] for j in procs], alpha) \
+        if len(usable) > 2 else None
+    if inter and inter["significant"] and point_kinds:
+        # a kind that differs between the sides: moved canaries of that kind, or a mode of that
+        # kind tied to a side -- nothing tells them apart, so no kind's factors are trusted
+        y = matrix(usable)
+        labels = [kinds[c] for c in usable]
+        gap = np.nanmean(y[[i for i, k in enumerate(labels) if k == labels[0]]], axis=0) \
+            - np.nanmean(y[[i for i, k in enumerate(labels) if k != labels[0]]], axis=0)
+        by_side = [gap[[col[j] for j in procs if side_of[j] == s_]] for s_ in "AB"]
+        kind_side = _welch(by_side[0], by_side[1], alpha)
+        if kind_side is not None and not kind_side[1] <= 0.0 <= kind_side[2]:
+            why = (f"controls disagree: the {labels[0]} canaries against the others differ between the sides by "
+                   f"{100.0 * math.expm1(kind_side[0]):+.2f}% and within processes (kind x process interaction "
+                   f"p={inter['p']:.2g}); could not tell which moved; values as measured")
+            moved_kind = tuple(Moved(c, 100.0 * math.expm1(kind_side[0]), 100.0 * math.expm1(kind_side[1]),
+                                     100.0 * math.expm1(kind_side[2])) for c in usable if kinds[c] == labels[0])
+            return Normalisation(dict(values), raw, used=(), moved=moved_kind, undecided=True, interaction=inter,
+                                 note=why)
+        return _per_kind(values, raw, logs, usable, usable, (), kinds, point_kinds, processes, alpha, inter)
     kept, moved = list(usable), []
     while len(kept) >= 2:
         level = alpha / len(kept)
@@ -253,10 +350,18 @@ def normalise(values: dict, controls: Sequence[str], processes: Optional[dict] =
         _, c, (d, lo, hi) = worst
         moved.append(Moved(c, 100.0 * math.expm1(d), 100.0 * math.expm1(lo), 100.0 * math.expm1(hi)))
         kept.remove(c)
+    if moved and 2 * len(moved) >= len(usable):
+        why = (f"controls disagree: {len(moved)} of {len(usable)} moved against the others, could not tell which "
+               "moved; values as measured")
+        return Normalisation(dict(values), raw, used=(), moved=tuple(moved), undecided=True, note=why)
+    if inter and inter["significant"]:
+        why = (f"controls disagree within processes (kind x process interaction F={inter['F']:.2f}, "
+               f"p={inter['p']:.2g}): one factor does not fit every kind of kernel; values as measured")
+        return Normalisation(dict(values), raw, used=(), moved=tuple(moved), interaction=inter, note=why)
     fit = _fit(matrix(kept))
     if fit is None:
         why = "the controls span too few processes to estimate a factor"
-        return Normalisation(dict(values), raw, used=tuple(kept), moved=tuple(moved), note=why)
+        return Normalisation(dict(values), raw, used=tuple(kept), moved=tuple(moved), interaction=inter, note=why)
     factors = {j: Factor(j, float(fit.u[col[j]]), math.sqrt(float(fit.pev[col[j]])), int(fit.n[col[j]])) for j in procs}
     out, unnormalised = {}, {}
     for p, (la, lb) in logs.items():
@@ -281,15 +386,71 @@ def normalise(values: dict, controls: Sequence[str], processes: Optional[dict] =
     a_u = [fit.u[col[j]] for j in procs if side_of[j] == "A"]
     b_u = [fit.u[col[j]] for j in procs if side_of[j] == "B"]
     shift = 100.0 * math.expm1(float(np.mean(b_u) - np.mean(a_u))) if a_u and b_u else None
+    shift_p = _side_p(np.asarray(a_u), np.asarray(b_u))
     return Normalisation(out, raw, factors=factors, used=tuple(kept), moved=tuple(moved), unnormalised=unnormalised,
                          sd_process_pct=100.0 * math.sqrt(fit.s_u2), sd_control_pct=100.0 * math.sqrt(fit.s_e2),
-                         var_before=before, var_after=after, side_shift_pct=shift)
+                         var_before=before, var_after=after, side_shift_pct=shift, side_shift_p=shift_p,
+                         side_shift_alarm=shift_p is not None and shift_p < alpha, interaction=inter)
+
+
+def _per_kind(values, raw, logs, kept, usable, moved, kinds, point_kinds, processes, alpha, inter) -> Normalisation:
+    """Per-kind normalisation: each kind's points by that kind's controls (the interaction test
+    found one factor does not fit every kind); points of no known kind left as measured."""
+    out, factors, unnormalised, used, shifts, ps = {}, {}, {}, [], [], []
+    for kind in dict.fromkeys(kinds[c] for c in kept):
+        ctrl = [c for c in kept if kinds[c] == kind]
+        members = [p for p in values if p in ctrl or (p not in usable and point_kinds.get(p) == kind)]
+        sub = normalise({p: values[p] for p in members}, ctrl, {p: processes[p] for p in members}, alpha,
+                        {c: kind for c in ctrl})
+        if not sub.active:
+            continue
+        out.update(sub.values)
+        unnormalised.update(sub.unnormalised)
+        used += ctrl
+        factors.update({(kind, j): attrs.evolve(f, process=f"{j} [{kind}]") for j, f in sub.factors.items()})
+        if sub.side_shift_pct is not None:
+            shifts.append(sub.side_shift_pct)
+        if sub.side_shift_p is not None:
+            ps.append(sub.side_shift_p)
+    for p in values:
+        if p not in out:
+            out[p] = values[p]
+            if p not in usable:
+                unnormalised[p] = "kind of kernel unknown (no flops/bytes) and the controls' kinds disagree: as measured"
+    targets = [p for p in values if p not in usable]
+    before = _within_var([logs[p] for p in targets])
+    after = _within_var([tuple(np.log(np.asarray(x)) for x in out[p]) for p in targets])
+    shift = max(shifts, key=abs) if shifts else None
+    p_min = min(1.0, min(ps) * len(ps)) if ps else None  # Bonferroni over the kinds
+    note = (f"controls disagree within processes (kind x process interaction F={inter['F']:.2f}, p={inter['p']:.2g}): "
+            "normalised per kind of kernel (compute-bound points by the compute canaries, memory-bound by the memory ones)")
+    return Normalisation(out, raw, factors=factors, used=tuple(used), moved=tuple(moved), unnormalised=unnormalised,
+                         var_before=before, var_after=after, side_shift_pct=shift, side_shift_p=p_min,
+                         side_shift_alarm=p_min is not None and p_min < alpha, interaction=inter, note=note)
+
+
+def _side_p(a_u: np.ndarray, b_u: np.ndarray) -> Optional[float]:
+    """Two-sided Welch p-value of B's process factors against A's (None: not testable)."""
+    from scipy.stats import ttest_ind
+
+    if a_u.size < 2 or b_u.size < 2 or (np.ptp(np.concatenate([a_u, b_u])) == 0.0):
+        return None
+    p = float(ttest_ind(b_u, a_u, equal_var=False).pvalue)
+    return p if math.isfinite(p) else None
 
 
 def summary_lines(norm: Normalisation, mode: str) -> list:
     """The report's lines about the controls (docs/ab.md, "Controls")."""
     if mode == NONE:
         return ["controls: off (--controls none): every point as measured, no process factor taken out"]
+    if norm.undecided:
+        return [f"!!! controls ({mode}) disagree: could not tell which moved "
+                f"({', '.join(m.point for m in norm.moved)} against the others); values as measured"]
+    if norm.disagree and not norm.active:
+        i = norm.interaction
+        return [f"!!! controls ({mode}) disagree within processes: compute- against memory-bound canaries, "
+                f"F({i['df'][0]}, {i['df'][1]}) = {i['F']:.2f}, p = {i['p']:.2g} (one factor does not fit every kind "
+                "of kernel); values as measured"]
     if not norm.active:
         return [f"controls ({mode}): none usable -- {norm.note or 'no control point'}; every point as measured, "
                 "as without controls"]
@@ -301,7 +462,19 @@ def summary_lines(norm: Normalisation, mode: str) -> list:
     facs = sorted(norm.factors.values(), key=lambda f: f.process)
     lines.append("  factors: " + ", ".join(f"{f.process} {f.pct:+.2f}±{100 * f.se:.2f}%" for f in facs))
     if norm.side_shift_pct is not None:
+        if norm.side_shift_alarm:
+            lines.insert(0, f"!!! B's processes differ from A's by the controls: {norm.side_shift_pct:+.2f}% "
+                         f"(Welch p = {norm.side_shift_p:.2g}); a clock mode tied to a side, or a change that reached the "
+                         "controls too: the verdicts as measured are shown beside the normalised ones")
         lines.append(f"  B's processes against A's, by the controls: {norm.side_shift_pct:+.2f}% (taken out; expected about 0)")
+    if norm.disagree:
+        i = norm.interaction
+        lines.insert(0, f"!!! controls disagree within processes: compute- against memory-bound canaries, F({i['df'][0]}, "
+                     f"{i['df'][1]}) = {i['F']:.2f}, p = {i['p']:.2g}; each kind of point normalised by its kind's controls")
+    elif norm.interaction is not None:
+        i = norm.interaction
+        lines.append(f"  compute- against memory-bound controls within processes: F({i['df'][0]}, {i['df'][1]}) = "
+                     f"{i['F']:.2f}, p = {i['p']:.2g} (they agree; one factor for every kernel)")
     for m in norm.moved:
         lines.append(f"!!! control {m.point} MOVED between the sides: {m.delta_pct:+.2f}% [{m.lo_pct:+.2f}, {m.hi_pct:+.2f}]% "
                      "after normalisation; left out of the factors (a finding: it is not the same on both sides)")

@@ -2,6 +2,7 @@
 settings as stored, and the verdicts (the maths is :mod:`zlf.stats`)."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import attrs
@@ -152,10 +153,13 @@ class Decided:
     normalisation: "ctl.Normalisation"
     mode: str
     why: str = ""
+    #: the verdicts on the values as measured, when the controls' side-shift alarm rang (shown
+    #: beside the normalised ones, never silently replaced)
+    raw_results: list = attrs.field(factory=list)
 
 
 def decide(values, settings, noise=None, notes=None, plan=None, frozen=None, mode=ctl.NONE, controls=(), canaries=(),
-           processes=None, why="", control_rows=True) -> Decided:
+           processes=None, why="", control_rows=True, kinds=None) -> Decided:
     """Normalise by the controls' process factors, then the verdict rule (fixed, or one look of
     ``plan``) over every point that is not a canary: the one code path of ``zlf ab``, its
     ``--until-confident`` looks and benchmarks/verdict_sim.py.
@@ -164,9 +168,11 @@ def decide(values, settings, noise=None, notes=None, plan=None, frozen=None, mod
     :param canaries: the controls that are not points under test (their rows are reported apart).
     :param processes: ``{point: (A process ids, B process ids)}``; default one per round and side.
     :param control_rows: analyse the canaries' own rows too (the report shows them).
+    :param kinds: ``{point: "compute" | "memory"}`` (:func:`point_kinds`): used when the controls'
+        kinds disagree within processes (each kind normalised by its own controls).
     """
     used = list(controls) if mode != ctl.NONE else []
-    norm = ctl.normalise(values, used, processes, settings.alpha) if used else ctl.Normalisation(
+    norm = ctl.normalise(values, used, processes, settings.alpha, point_kinds=kinds) if used else ctl.Normalisation(
         dict(values), {p: (tuple(a), tuple(b)) for p, (a, b) in values.items()}, note=why or "no control point")
     family = {p: v for p, v in norm.values.items() if p not in canaries}
     raw = {p: norm.raw[p] for p in family if p not in norm.unnormalised} if norm.active else None
@@ -176,7 +182,13 @@ def decide(values, settings, noise=None, notes=None, plan=None, frozen=None, mod
     else:
         results = stats.look(family, settings, plan, frozen or {}, noise=aa, notes=notes, raw=raw)
     own = {p: v for p, v in norm.values.items() if p in canaries}
-    return Decided(results, stats.analyse(own, settings) if own and control_rows else [], norm, mode, why)
+    as_measured = []
+    if norm.active and norm.side_shift_alarm:
+        measured = {p: norm.raw[p] for p in family}
+        as_measured = (stats.analyse(measured, settings, noise=stats.aa_like(noise or {}, False), notes=notes)
+                       if plan is None else
+                       stats.look(measured, settings, plan, {}, noise=stats.aa_like(noise or {}, False), notes=notes))
+    return Decided(results, stats.analyse(own, settings) if own and control_rows else [], norm, mode, why, as_measured)
 
 
 def controls_of(campaign, values) -> tuple:
@@ -239,8 +251,34 @@ def decide_campaign(campaign, rounds=None):
     settings, noise, plan = settings_of(campaign), noise_of(campaign), spending_plan(campaign)
     mode, controls, canaries, why = controls_of(campaign, values)
     decided = decide(values, settings, noise, blockers, plan, frozen_of(campaign) if plan else None, mode, controls,
-                     canaries, processes, why)
+                     canaries, processes, why, kinds=point_kinds(campaign, values) if controls else None)
     return decided, remarks, excluded, look_level(campaign, rounds)
+
+
+def point_kinds(campaign, values) -> dict:
+    """``{point: "compute" | "memory"}`` from each op's first finished run: a point's flops per
+    byte (its record's TFLOP/s over GB/s, from the op's ``flops`` and ``bytes``) nearer, on a log
+    scale, to the compute canaries' or to the memory canaries'. Empty without both canary kinds;
+    points whose op counts no flops or bytes have no kind."""
+    intensity, owner = {}, point_ops(campaign)
+    for op in campaign.ops:
+        run = next((r for r in campaign.runs if r["op"] == op.name and r["status"] == OK), None)
+        if run is None:
+            continue
+        records, _ = RunDir(campaign.run_dir(run)).records()
+        for rec in records:
+            if rec.point in values and rec.tflops and rec.gbps and rec.tflops > 0 and rec.gbps > 0:
+                intensity[rec.point] = math.log(1000.0 * rec.tflops / rec.gbps)
+    ref = {}
+    for kind in ("compute", "memory"):
+        xs = [x for p, x in intensity.items() if ctl.CANARY_KINDS.get(owner.get(p, "")) == kind]
+        if xs:
+            ref[kind] = sum(xs) / len(xs)
+    if len(ref) < 2 or ref["compute"] <= ref["memory"]:
+        return {}
+    cut = (ref["compute"] + ref["memory"]) / 2.0
+    return {p: "compute" if x >= cut else "memory" for p, x in intensity.items()
+            if ctl.CANARY_KINDS.get(owner.get(p, "")) is None}
 
 
 def point_ops(campaign) -> dict:

@@ -8,8 +8,8 @@ import time
 from .. import stats
 from ..console import clean, clean_lines, paint
 from ..scheduler import Scheduler, gpu_label
-from .analysis import (collect, controls_of, decide, frozen_of, look_level, noise_of, op_rounds, point_ops, settings_of,
-                       spending_plan)
+from .analysis import (collect, controls_of, decide, frozen_of, look_level, noise_of, op_rounds, point_kinds, point_ops,
+                       settings_of, spending_plan)
 from .execute import CampaignJob, campaign_units
 from .guards import wait_until_idle
 from .layout import FAILED, OK, PENDING, RUNNING, SKIPPED, now
@@ -158,17 +158,28 @@ def look(campaign, n: int) -> tuple:
     mode, controls, canaries, why = controls_of(campaign, values)
     return step(values, settings_of(campaign), spending_plan(campaign), frozen_of(campaign),
                 lambda point: owner.get(point, point.split("/")[0]), noise_of(campaign), blockers,
-                mode, controls, canaries, processes, why)
+                mode, controls, canaries, processes, why, point_kinds(campaign, values) if controls else None)
 
 
 def step(values, settings, plan, frozen, group_of, noise=None, notes=None, mode="none", controls=(), canaries=(),
-         processes=None, why="") -> tuple:
-    """:func:`zlf.stats.adaptive_step` with the controls' normalisation: ``(results, frozen, groups)``."""
-    decided = decide(values, settings, noise, notes, plan, frozen, mode, controls, canaries, processes, why, False)
+         processes=None, why="", kinds=None) -> tuple:
+    """:func:`zlf.stats.adaptive_step` with the controls' normalisation: ``(results, frozen, groups)``.
+    A look freezes only verdicts the values as measured give too, and none while the controls
+    cannot tell who moved (their disagreement may be a side's clock mode seen too early)."""
+    decided = decide(values, settings, noise, notes, plan, frozen, mode, controls, canaries, processes, why, False,
+                     kinds)
     results = decided.results
-    frozen = stats.newly_frozen(results, frozen)
+    before, frozen = frozen or {}, stats.newly_frozen(results, frozen)
+    norm = decided.normalisation
+    if norm.undecided or (norm.disagree and not norm.active):
+        frozen = dict(before)  # the controls could not tell who moved: this look decides nothing
+    elif norm.active:  # freeze only what the values as measured decide the same way
+        measured = {r.point: norm.raw[r.point] for r in results if r.point not in before and r.point in frozen}
+        same = {r.point: r.verdict for r in stats.look(measured, settings, plan, {}, notes=notes)} if measured else {}
+        frozen = {p: v for p, v in frozen.items() if p in before or same.get(p) == v[0]}
     n = max((len(a) for a, _ in values.values()), default=0)
-    extend = stats.groups_to_extend(results, group_of) if n < plan.max_rounds else []
+    open_ = [r for r in results if r.verdict == stats.UNSURE or r.point not in frozen]
+    extend = list(dict.fromkeys(group_of(r.point) for r in open_)) if n < plan.max_rounds else []
     return results, frozen, extend
 
 

@@ -180,6 +180,19 @@ def _controls_table(decided, aa, metric, fmt="simple") -> list:
             tabulate(rows(decided.controls, aa), headers=headers(aa, metric), tablefmt=fmt, disable_numparse=True)]
 
 
+def _as_measured_table(decided, results, fmt="simple") -> list:
+    """When the controls' side-shift alarm rang: each point's verdict normalised and as measured,
+    side by side (docs/ab.md, "Controls"): the normalisation never silently replaces them."""
+    if decided is None or not decided.raw_results:
+        return []
+    measured = {r.point: r for r in decided.raw_results}
+    body = [[clean(r.point), r.verdict, change(r.delta_pct), measured[r.point].verdict, change(measured[r.point].delta_pct)]
+            for r in results if r.point in measured]
+    return ["", "!!! B's processes differ from A's by the controls: verdicts normalised and as measured:",
+            tabulate(body, headers=["point", "verdict", "Δ", "as measured", "Δ as measured"], tablefmt=fmt,
+                     disable_numparse=True)]
+
+
 def render(campaign, results, remarks, excluded, alpha, ir_lines, decided=None) -> str:
     """The plain-text summary (stdout and summary.log); ``decided``: the
     :class:`zlf.ab.analysis.Decided` the results come from (its controls and normalisation)."""
@@ -190,8 +203,8 @@ def render(campaign, results, remarks, excluded, alpha, ir_lines, decided=None) 
         parts += [""] + guards
     table = (tabulate(rows(results, aa), headers=headers(aa, campaign.data.get("metric") or metrics.DEFAULT), disable_numparse=True) if results
              else "(no point has a complete pair of rounds)")
-    parts += ["", table] + _controls_table(decided, aa, campaign.data.get("metric") or metrics.DEFAULT) \
-        + _findings(campaign, results, remarks)
+    parts += ["", table] + _as_measured_table(decided, results) \
+        + _controls_table(decided, aa, campaign.data.get("metric") or metrics.DEFAULT) + _findings(campaign, results, remarks)
     problems = _problem_lines(campaign, excluded)
     if problems:
         parts += [""] + problems
@@ -210,6 +223,7 @@ def render_markdown(campaign, results, remarks, excluded, alpha, ir_lines, why_n
     out += ["## Points", ""]
     out.append(md_table(rows(results, aa), headers(aa, campaign.data.get("metric") or metrics.DEFAULT))
                if results else "(no point has a complete pair of rounds)")
+    out += _as_measured_table(decided, results, "github")
     out += _controls_table(decided, aa, campaign.data.get("metric") or metrics.DEFAULT, "github")
     out += ["", *[f"- {line}" for line in _findings(campaign, results, remarks)], ""]
     out.append(f"![per-point delta intervals]({PLOT})" if not why_no_plot else f"(no plot: {why_no_plot})")
@@ -282,7 +296,9 @@ def write(campaign, results, remarks, excluded, alpha, ir_lines, decided=None) -
         "incomplete_ops": campaign.incomplete_ops(),
         "points": [r.to_json() for r in results], "excluded": excluded,
         "controls": ({"mode": decided.mode, **decided.normalisation.to_json(),
-                      "points": [r.to_json() for r in decided.controls]} if decided is not None else None), "guards": list(_guard_lines(campaign, ir_lines)),
+                      "points": [r.to_json() for r in decided.controls],
+                      "as_measured": [{"point": r.point, "verdict": r.verdict, "delta_pct": r.delta_pct}
+                                      for r in decided.raw_results]} if decided is not None else None), "guards": list(_guard_lines(campaign, ir_lines)),
         "flagged_runs": [f"{r['op']}/r{r['round']}_{r['side']}" for r in campaign.runs if r.get("flags")],
         "runs": {s: sum(1 for r in campaign.runs if r["status"] == s) for s in (OK, FAILED, SKIPPED)},
     }
