@@ -66,8 +66,6 @@ def probes(log: Path) -> dict:
 
 
 # ----------------------------------------------------------------------------- forged work / time
-@pytest.mark.xfail(strict=True, reason="ATTACK: the judge's 'never-seen' input sets are predictable from "
-                   "worker.json + the package: a precomputed table is Accepted with a trusted 0.5 ms time")
 def test_predicted_witness_sets_are_not_accepted_with_a_trusted_time(tmp_path, capsys):
     rc, records, _, out, _ = judge(tmp_path, capsys, C / "predict_witness.py", "--cases", "1", pkg=SLOW)
     r = records[0]
