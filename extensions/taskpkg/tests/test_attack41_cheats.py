@@ -79,8 +79,6 @@ def test_predict_witness_honest_twin_is_accepted(tmp_path, capsys, monkeypatch):
     assert rc == 0 and records[0]["extra"]["time_trusted"] is True and records[0]["median_ms"] >= 20, out
 
 
-@pytest.mark.xfail(strict=True, reason="ATTACK: the clocked batch's 3 calls may run concurrently (a thread "
-                   "pool joined at emit): the clock sees 1/3 of the work, a ~7x time lie stays trusted")
 def test_work_overlapped_across_the_clocked_batch_is_not_trusted(tmp_path, capsys):
     rc, records, _, out, _ = judge(tmp_path, capsys, C / "parallel_pool.py", "--cases", "1", pkg=SLOW)
     r = records[0]

@@ -295,7 +295,7 @@ class Checker:
             self.emit("witness_ready", distinct_sets=self.distinct_sets, total_sets=len(self.sets))
             return True
         try:
-            verdict, text, fatal, slot = self.check(str(request.get("check")))
+            verdict, text, fatal, slot = self.check(str(request.get("check")), request.get("slot"))
         except CheckFailed as exc:
             self.emit("result", verdict=V.JUDGE_ERROR, text=str(exc), fatal=True)
             return False
@@ -442,9 +442,10 @@ class Checker:
         slot.set_index = set_index
 
     # ------------------------------------------------------------------ checks
-    def check(self, phase: str) -> tuple:
+    def check(self, phase: str, only=None) -> tuple:
         """``(verdict, text, fatal, slot)`` of a phase: ``first`` (the checked call, slot 0),
-        ``timed`` (every slot after the timed calls), ``final`` (one call on a refreshed slot)."""
+        ``timed`` (every slot after the timed calls), ``final`` (one call on a refreshed slot),
+        ``witness`` (slot ``only`` -- every slot when None -- after a clocked call)."""
         if phase == "first":
             self.arena.unlink()  # the worker has mapped the files (it has called): they go, the mappings stay
             verdict, text, fatal = self.check_slot(0, first=True)
@@ -470,7 +471,7 @@ class Checker:
             verdict, text, fatal = self.check_slot(again, prefix="called again after timing")
             return verdict, text, fatal, None
         if phase == "witness":
-            for j in range(len(self.slots)):
+            for j in range(len(self.slots)) if only is None else [int(only)]:
                 verdict, text, fatal = self.check_slot(j, prefix="in the judge's clocked batch")
                 if verdict != V.ACCEPTED:
                     return verdict, text, fatal, None

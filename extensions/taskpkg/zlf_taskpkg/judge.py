@@ -627,6 +627,7 @@ class CaseState:
         self.base_extra, self.base_markers = {}, []
         self.shared: dict = {}
         self.timing = None
+        self.clocked_calls = 0
         self.clock = None
         self.max_err = None
         self.lost = False
@@ -741,8 +742,10 @@ class CaseState:
         noop = NOOP_ROUNDS if worker.noop_ms is None else 0  # measured once, before any candidate code
         self.send(worker, {"case": self.case, "point": self.point, "outputs": event["outputs"],
                            "slots": event["slots"], "counts": event["counts"], "noop": noop}, False)
-        if noop:
-            worker.noop_ms = [self.clocked(worker, "noop", "noop_done") for _ in range(noop)]
+        if noop:  # per round, the sum of one clocked no-op call per slot (as clock_check clocks)
+            calls = len(event["slots"]) or 1
+            worker.noop_ms = [sum(self.clocked(worker, {"go": "noop"}, "noop_done") for _ in range(calls))
+                              for _ in range(noop)]
         self.expect(worker, ("candidate_start",), False)
         self.started = True
         self.deadline = time.monotonic() + j.time_limit
@@ -780,36 +783,50 @@ class CaseState:
             accepted and self.timing is not None and self.timing.fallback_reason is not None)
         return record, reusable
 
-    def clocked(self, proc: WorkerProcess, order: str, reply: str) -> float:
-        """ms on this process's clock from telling the worker ``{"go": order}`` to its ``reply``."""
+    def clocked(self, proc: WorkerProcess, order: dict, reply: str) -> float:
+        """ms on this process's clock from telling the worker ``order`` to its ``reply``; the
+        reply must name the call (a number the judge gives each order): an extra or stale reply
+        is a Runtime Error, not a stopped clock."""
+        self.clocked_calls += 1
+        call = self.clocked_calls
         start = time.perf_counter()
-        self.send(proc, {"go": order}, False)
-        self.expect(proc, (reply,), False)
-        return (time.perf_counter() - start) * 1e3
+        self.send(proc, {**order, "call": call}, False)
+        event = self.expect(proc, (reply,), False)
+        ms = (time.perf_counter() - start) * 1e3
+        if event.get("call") != call:
+            raise self.over(V.RUNTIME_ERROR, f"the judge's clocked call {call} got a reply that is not its own "
+                            f"({clean(str(event.get('call')))[:40]}): an extra or stale {reply!r} on the judge's pipe")
+        return ms
 
     def clock_check(self) -> tuple:
         """The judge's clocked batches: each round the checker loads input sets the candidate never
-        saw into every slot (outputs poisoned), the worker calls each slot once and synchronises,
-        on this process's clock, and the checker checks every output. ``(verdict, text, fatal)``;
-        :attr:`clock` keeps the times."""
+        saw (seeds it drew itself) into every slot, outputs poisoned; then, slot by slot, the
+        worker calls the candidate once and synchronises, on this process's clock, and the checker
+        checks that slot's output before the next call is ordered. One call at a time: work a call
+        hands to threads cannot overlap the next call's clock, and an output not final when the
+        call reports is a Wrong Answer. ``(verdict, text, fatal)``; :attr:`clock` keeps the times
+        (per round, the sum of its calls' clocks)."""
         j, times = self.j, []
+        calls = len(self.shared.get("slots") or ()) or 1
         for _ in range(WITNESS_ROUNDS):
             self.send(j.checker, {"witness": len(times)}, True)
             ready = self.expect(j.checker, ("witness_ready",), True)
             self.shared["distinct_sets"], self.shared["total_sets"] = ready.get("distinct_sets"), ready.get("total_sets")
-            times.append(self.clocked(j.worker, "batch", "batched"))
-            verdict, text, fatal = self.check("witness")
-            if verdict != V.ACCEPTED:
-                return verdict, text, fatal
-        calls = len(self.shared.get("slots") or ()) or 1
+            total = 0.0
+            for slot in range(calls):
+                total += self.clocked(j.worker, {"go": "batch", "slot": slot}, "batched")
+                verdict, text, fatal = self.check("witness", slot=slot)
+                if verdict != V.ACCEPTED:
+                    return verdict, text, fatal
+            times.append(total)
         noop = j.worker.noop_ms or [0.0]
         self.clock = speed.clock_bound(times, noop, calls, j.slack_ms(), TRUST_FACTOR)
         return V.ACCEPTED, "", False
 
-    def check(self, phase: str, with_slot: bool = False):
+    def check(self, phase: str, with_slot: bool = False, slot: Optional[int] = None):
         if phase == "first":
             self.phase.set("checking", self.deadline)
-        self.send(self.j.checker, {"check": phase}, True)
+        self.send(self.j.checker, {"check": phase, **({"slot": slot} if slot is not None else {})}, True)
         event = self.expect(self.j.checker, ("checked",), True)
         if phase == "first":
             self.max_err = event.get("max_rel_err")
