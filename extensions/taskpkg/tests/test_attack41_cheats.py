@@ -98,8 +98,6 @@ def test_time_cheats_on_a_slow_package_are_refused(tmp_path, capsys, cheat):
         assert min(r["extra"]["clock_check"]["batch_ms"]) >= 3 * 15.0
 
 
-@pytest.mark.xfail(strict=True, reason="ATTACK: a 0 ms time (clocks stopped) is Accepted, trusted and not "
-                   "suspicious: speed.reasons() skips times <= 0 and the clock bound is 0 below the slack")
 def test_a_stopped_clock_is_not_a_trusted_zero(tmp_path, capsys):
     rc, records, _, out, _ = judge(tmp_path, capsys, C / "zero_clock.py", "--cases", "1")
     r = records[0]
@@ -108,8 +106,6 @@ def test_a_stopped_clock_is_not_a_trusted_zero(tmp_path, capsys):
     assert rc == 1
 
 
-@pytest.mark.xfail(strict=True, reason="ATTACK: negative samples make sanitize_timing drop the timing; the case "
-                   "is Accepted with no time, no timer, time_trusted True and exit 0, dodging the clock check")
 def test_a_clock_running_backwards_does_not_pass_without_a_time(tmp_path, capsys):
     rc, records, _, out, _ = judge(tmp_path, capsys, C / "backwards_clock.py", "--cases", "1", pkg=SLOW)
     r = records[0]

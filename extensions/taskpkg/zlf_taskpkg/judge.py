@@ -356,7 +356,9 @@ class Judge:
         value = ms(d.get("value_ms"))
         if value is None:
             return None
-        samples = [v for v in (ms(x) for x in list(d.get("samples_ms") or ())[:100000]) if v is not None]
+        samples = [ms(x) for x in list(d.get("samples_ms") or ())[:100000]]
+        if None in samples:  # a clock that ran backwards (or a forged sample): no time is taken from it
+            return None
         timer = d.get("timer") if d.get("timer") in self.timer_names() else self.timer.timer
         extra = d.get("extra") if isinstance(d.get("extra"), dict) else {}
         calls = d.get("calls_per_sample")
@@ -610,7 +612,7 @@ class CaseOver(Exception):
 JUDGE_FIELDS = frozenset({"verdict", "case", "arg_shapes", "case_seed", "baseline_ms", "baseline_timer",
                           "baseline_samples", "speedup", "judge_output", "input_sets", "distinct_input_sets",
                           "io_bytes", "floor_ms", "suspicious", "sandbox", "clock_check", "generated_input_sets",
-                          "time_trusted", "time_not_trusted"})
+                          "time_trusted", "time_not_trusted", "timing_rejected"})
 
 
 class CaseState:
@@ -627,6 +629,7 @@ class CaseState:
         self.base_extra, self.base_markers = {}, []
         self.shared: dict = {}
         self.timing = None
+        self.timing_rejected = None
         self.clocked_calls = 0
         self.clock = None
         self.max_err = None
@@ -760,6 +763,9 @@ class CaseState:
             self.send(worker, {"go": "time"}, False)
             timed = self.expect(worker, ("timed",), False)
             self.timing = j.sanitize_timing(timed.get("timing"))
+            if self.timing is None:  # an Accepted case without a time is not a trusted one (speed.trust)
+                self.timing_rejected = ("its timer reported no finite, non-negative duration "
+                                        "(a clock that stood still or ran backwards)")
             self.timed = timed
             self.phase.set("checking", self.deadline)
             verdict, text2, fatal, slot = self.check("timed", with_slot=True)
@@ -776,7 +782,8 @@ class CaseState:
         accepted = verdict == V.ACCEPTED
         extra = {**self.base_extra, **extra, "input_sets": self.shared.get("input_sets"),
                  "distinct_input_sets": self.shared.get("distinct_sets"),
-                 "generated_input_sets": self.shared.get("total_sets"), "clock_check": self.clock}
+                 "generated_input_sets": self.shared.get("total_sets"), "clock_check": self.clock,
+                 "timing_rejected": self.timing_rejected if accepted else None}
         record = V.case_record(self.point, verdict, text, self.timing if accepted else None, self.baseline,
                                self.max_err, extra=extra, markers=self.base_markers + markers)
         reusable = verdict in (V.ACCEPTED, V.WRONG_ANSWER) and not fatal and not self.lost and not (
