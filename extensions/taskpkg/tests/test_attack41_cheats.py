@@ -180,6 +180,42 @@ def test_later_honest_run_is_untouched_after_the_probes(probe_run, tmp_path, cap
     assert not (VECADD / "planted.py").exists() and not (VECADD / "userns_planted").exists()
 
 
+@pytest.fixture
+def unix_server(monkeypatch):
+    """A Unix socket listening under /tmp (outside any folder the worker is given)."""
+    import shutil
+    import socket
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="zlf-atk41-sock-", dir="/tmp"))
+    path = folder / "listen.sock"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(4)
+    monkeypatch.setenv("ATK41_UNIX_SOCKET", str(path))
+    yield server, path
+    server.close()
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@needs_bwrap
+def test_a_unix_socket_under_tmp_is_out_of_reach(tmp_path, capsys, unix_server):
+    import socket
+
+    server, path = unix_server
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:  # it is connectable from outside
+        client.connect(str(path))
+        server.accept()[0].close()
+    rc, records, run_dir, out, _ = judge(tmp_path, capsys, C / "unix_socket.py", "--cases", "1",
+                                         "--sandbox", "bwrap")
+    found = probes(run_dir / "task" / "worker-case1.log")
+    assert rc == 0 and records[0]["extra"]["sandbox"] == "bwrap", out
+    assert found["unix_socket"].startswith("held"), found
+    server.setblocking(False)
+    with pytest.raises(BlockingIOError):  # no connection from the sandbox is pending
+        server.accept()
+
+
 # ----------------------------------------------------------------------------- what the record says
 @pytest.mark.parametrize("mode", ["none", pytest.param("auto", marks=needs_bwrap),
                                   pytest.param("bwrap", marks=needs_bwrap)])

@@ -474,12 +474,19 @@ class Judge:
         if self.worker is None or self.checker is None:
             self._retire_worker(kill=True)
             task = self.rundir.path / TASK_DIR
-            self.place = sandbox.Place(task / "worker")
+            self.place = sandbox.Place(task / "worker", visible=self.worker_reads())
             self.checker = WorkerProcess(self.spec_path, task / f"checker-case{case}.log", case, "zlf_taskpkg.checker",
                                          place=self.place)
             self.worker = WorkerProcess(self.spec_path, task / f"worker-case{case}.log", case, place=self.place,
                                         mode=self.sandbox, share_pid=self.sharing == IPC)
         return self.checker, self.worker
+
+    def worker_reads(self) -> list:
+        """What the worker reads besides its Python: the run directory (its spec, the config), the
+        package, the candidate's folder and compiled library (bound back under bwrap's /tmp)."""
+        paths = [self.rundir.path, self.package.root, self.candidate.path.parent]
+        library = getattr(self.candidate, "library", None)
+        return paths + ([Path(library).parent] if library else [])
 
     def _retire_worker(self, kill: bool = False) -> None:
         pair, self.worker, self.checker = (self.worker, self.checker), None, None
