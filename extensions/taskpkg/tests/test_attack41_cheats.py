@@ -66,8 +66,6 @@ def probes(log: Path) -> dict:
 
 
 # ----------------------------------------------------------------------------- forged work / time
-@pytest.mark.xfail(strict=True, reason="ATTACK: the judge's 'never-seen' input sets are predictable from "
-                   "worker.json + the package: a precomputed table is Accepted with a trusted 0.5 ms time")
 def test_predicted_witness_sets_are_not_accepted_with_a_trusted_time(tmp_path, capsys):
     rc, records, _, out, _ = judge(tmp_path, capsys, C / "predict_witness.py", "--cases", "1", pkg=SLOW)
     r = records[0]
@@ -81,8 +79,6 @@ def test_predict_witness_honest_twin_is_accepted(tmp_path, capsys, monkeypatch):
     assert rc == 0 and records[0]["extra"]["time_trusted"] is True and records[0]["median_ms"] >= 20, out
 
 
-@pytest.mark.xfail(strict=True, reason="ATTACK: the clocked batch's 3 calls may run concurrently (a thread "
-                   "pool joined at emit): the clock sees 1/3 of the work, a ~7x time lie stays trusted")
 def test_work_overlapped_across_the_clocked_batch_is_not_trusted(tmp_path, capsys):
     rc, records, _, out, _ = judge(tmp_path, capsys, C / "parallel_pool.py", "--cases", "1", pkg=SLOW)
     r = records[0]
@@ -102,8 +98,6 @@ def test_time_cheats_on_a_slow_package_are_refused(tmp_path, capsys, cheat):
         assert min(r["extra"]["clock_check"]["batch_ms"]) >= 3 * 15.0
 
 
-@pytest.mark.xfail(strict=True, reason="ATTACK: a 0 ms time (clocks stopped) is Accepted, trusted and not "
-                   "suspicious: speed.reasons() skips times <= 0 and the clock bound is 0 below the slack")
 def test_a_stopped_clock_is_not_a_trusted_zero(tmp_path, capsys):
     rc, records, _, out, _ = judge(tmp_path, capsys, C / "zero_clock.py", "--cases", "1")
     r = records[0]
@@ -112,8 +106,6 @@ def test_a_stopped_clock_is_not_a_trusted_zero(tmp_path, capsys):
     assert rc == 1
 
 
-@pytest.mark.xfail(strict=True, reason="ATTACK: negative samples make sanitize_timing drop the timing; the case "
-                   "is Accepted with no time, no timer, time_trusted True and exit 0, dodging the clock check")
 def test_a_clock_running_backwards_does_not_pass_without_a_time(tmp_path, capsys):
     rc, records, _, out, _ = judge(tmp_path, capsys, C / "backwards_clock.py", "--cases", "1", pkg=SLOW)
     r = records[0]
@@ -186,6 +178,42 @@ def test_later_honest_run_is_untouched_after_the_probes(probe_run, tmp_path, cap
     rc, records, _, out, _ = judge(tmp_path, capsys, VECADD / "candidates" / "wrong.py", "--cases", "1")
     assert records[0]["extra"]["verdict"] == "Wrong Answer", out
     assert not (VECADD / "planted.py").exists() and not (VECADD / "userns_planted").exists()
+
+
+@pytest.fixture
+def unix_server(monkeypatch):
+    """A Unix socket listening under /tmp (outside any folder the worker is given)."""
+    import shutil
+    import socket
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="zlf-atk41-sock-", dir="/tmp"))
+    path = folder / "listen.sock"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(4)
+    monkeypatch.setenv("ATK41_UNIX_SOCKET", str(path))
+    yield server, path
+    server.close()
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@needs_bwrap
+def test_a_unix_socket_under_tmp_is_out_of_reach(tmp_path, capsys, unix_server):
+    import socket
+
+    server, path = unix_server
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:  # it is connectable from outside
+        client.connect(str(path))
+        server.accept()[0].close()
+    rc, records, run_dir, out, _ = judge(tmp_path, capsys, C / "unix_socket.py", "--cases", "1",
+                                         "--sandbox", "bwrap")
+    found = probes(run_dir / "task" / "worker-case1.log")
+    assert rc == 0 and records[0]["extra"]["sandbox"] == "bwrap", out
+    assert found["unix_socket"].startswith("held"), found
+    server.setblocking(False)
+    with pytest.raises(BlockingIOError):  # no connection from the sandbox is pending
+        server.accept()
 
 
 # ----------------------------------------------------------------------------- what the record says

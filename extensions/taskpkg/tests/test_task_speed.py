@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import attrs
 import pytest
 
 from zlf.records import PointRecord
@@ -101,3 +102,33 @@ def test_a_case_below_the_calibrated_floor_end_to_end(zlf_cli, tmp_path, monkeyp
                     "--out", "runs", check_rc=1)
     assert "1 case(s) Accepted with a time not trusted (no speedup): case(s) 1" in table.stdout
     assert "Accepted, time not trusted" in table.stdout.split("\n\n")[0]  # the table's verdict column
+
+
+def test_a_time_below_the_timers_resolution_is_not_trusted():
+    for ms, timer in [(0.0, "cupti"), (-0.0, "host_wall"), (2e-4, "cuda_event")]:
+        r = speed.trust(attrs.evolve(record(1, ms, 0.5), timer=timer))
+        assert r.status == "FAILED" and r.extra["time_trusted"] is False, (ms, timer)
+        assert "its clock did not move" in r.error and r.extra["speedup"] is None
+    assert speed.trust(attrs.evolve(record(1, 2e-4, 0.0004), timer="cupti")).extra["time_trusted"] is True
+
+
+def test_an_accepted_case_whose_timing_was_rejected_is_not_trusted():
+    r = record(1, None, 0.5)
+    assert speed.trust(r).extra["time_trusted"] is True  # no reason given: nothing to distrust
+    rejected = attrs.evolve(r, extra={**r.extra, "timing_rejected": "a clock that ran backwards"})
+    out = speed.trust(rejected)
+    assert out.status == "FAILED" and out.extra["time_trusted"] is False
+    assert out.error == "time not trusted: the candidate's timing was rejected: a clock that ran backwards"
+
+
+@pytest.mark.parametrize("samples", [[1.0, -0.5, 1.0], [1.0, float("nan")], [float("inf")]])
+def test_a_timing_with_a_negative_or_non_finite_sample_is_dropped_whole(samples):
+    from types import SimpleNamespace
+
+    from zlf_taskpkg.judge import Judge
+
+    judge = SimpleNamespace(timer=SimpleNamespace(timer="host_wall"),
+                            backend=SimpleNamespace(timer_name="host_wall", host_timing=True))
+    judge.timer_names = lambda: Judge.timer_names(judge)
+    assert Judge.sanitize_timing(judge, {"value_ms": 1.0, "samples_ms": [1.0, 1.0]}).samples_ms == (1.0, 1.0)
+    assert Judge.sanitize_timing(judge, {"value_ms": 1.0, "samples_ms": samples}) is None

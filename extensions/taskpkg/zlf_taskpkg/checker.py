@@ -26,9 +26,11 @@ import inspect
 import io
 import json
 import os
+import secrets
 import sys
 import traceback
 from pathlib import Path
+from typing import Optional
 
 import attrs
 
@@ -56,6 +58,11 @@ ESTIMATE_CALLS = 3
 INPUT_SETS = 3
 #: how far apart the seeds of a case's input sets are
 SET_SEED_STRIDE = 1_000_003
+
+
+def witness_offset() -> int:
+    """A seed offset for a clocked batch's input set: unpredictable, never a timing set's."""
+    return SET_SEED_STRIDE * (INPUT_SETS + 1) + secrets.randbelow(1 << 48)
 
 
 class WorkerRun(Run):
@@ -288,7 +295,7 @@ class Checker:
             self.emit("witness_ready", distinct_sets=self.distinct_sets, total_sets=len(self.sets))
             return True
         try:
-            verdict, text, fatal, slot = self.check(str(request.get("check")))
+            verdict, text, fatal, slot = self.check(str(request.get("check")), request.get("slot"))
         except CheckFailed as exc:
             self.emit("result", verdict=V.JUDGE_ERROR, text=str(exc), fatal=True)
             return False
@@ -373,23 +380,28 @@ class Checker:
                 distinct.append(s)
         return len(distinct)
 
-    def add_set(self, k: int) -> int:
-        """Generate input set ``k`` (its own seeds), run the baseline on it; its index."""
+    def add_set(self, k: int, offset: Optional[int] = None) -> int:
+        """Generate input set ``k``, run the baseline on it; its index. Its seeds are the case's
+        shifted by ``offset`` (default ``k`` strides: the sets the worker's timed calls rotate over,
+        which it may predict; the clocked batch's come with an offset it cannot)."""
         original = self.sets[0].original
-        set_seed = self.sets[0].seed + k * SET_SEED_STRIDE
-        extra_set = self.generate(self.arg_shapes, set_seed, offset=k * SET_SEED_STRIDE)
+        offset = k * SET_SEED_STRIDE if offset is None else offset
+        set_seed = self.sets[0].seed + offset
+        extra_set = self.generate(self.arg_shapes, set_seed, offset=offset)
         self._same_layout(original, extra_set, k)
         self.sets.append(InputSet(set_seed, extra_set, self.run_baseline(extra_set)))
         return len(self.sets) - 1
 
     def load_witness(self) -> None:
         """Input sets the candidate has never seen, one per slot, every output poisoned: the
-        judge's clocked batch (its clock, the worker's calls) must compute every one of them."""
+        judge's clocked batch (its clock, the worker's calls) must compute every one of them.
+        Their seeds are drawn here with :mod:`secrets` and never leave this process: a candidate
+        that knows the base seed and the package cannot generate them ahead of the batch."""
         del self.sets[1 + INPUT_SETS:]  # the last batch's sets: seen now
         first = len(self.sets) + self.witness_rounds * len(self.slots)
         self.witness_rounds += 1
         for j, slot in enumerate(self.slots):
-            self.load(slot, self.add_set(first + j))
+            self.load(slot, self.add_set(first + j, offset=witness_offset()))
         self.backend.synchronize()
         self.distinct_sets = self.count_distinct()
 
@@ -430,9 +442,10 @@ class Checker:
         slot.set_index = set_index
 
     # ------------------------------------------------------------------ checks
-    def check(self, phase: str) -> tuple:
+    def check(self, phase: str, only=None) -> tuple:
         """``(verdict, text, fatal, slot)`` of a phase: ``first`` (the checked call, slot 0),
-        ``timed`` (every slot after the timed calls), ``final`` (one call on a refreshed slot)."""
+        ``timed`` (every slot after the timed calls), ``final`` (one call on a refreshed slot),
+        ``witness`` (slot ``only`` -- every slot when None -- after a clocked call)."""
         if phase == "first":
             self.arena.unlink()  # the worker has mapped the files (it has called): they go, the mappings stay
             verdict, text, fatal = self.check_slot(0, first=True)
@@ -458,7 +471,7 @@ class Checker:
             verdict, text, fatal = self.check_slot(again, prefix="called again after timing")
             return verdict, text, fatal, None
         if phase == "witness":
-            for j in range(len(self.slots)):
+            for j in range(len(self.slots)) if only is None else [int(only)]:
                 verdict, text, fatal = self.check_slot(j, prefix="in the judge's clocked batch")
                 if verdict != V.ACCEPTED:
                     return verdict, text, fatal, None

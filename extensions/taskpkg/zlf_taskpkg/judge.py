@@ -356,7 +356,9 @@ class Judge:
         value = ms(d.get("value_ms"))
         if value is None:
             return None
-        samples = [v for v in (ms(x) for x in list(d.get("samples_ms") or ())[:100000]) if v is not None]
+        samples = [ms(x) for x in list(d.get("samples_ms") or ())[:100000]]
+        if None in samples:  # a clock that ran backwards (or a forged sample): no time is taken from it
+            return None
         timer = d.get("timer") if d.get("timer") in self.timer_names() else self.timer.timer
         extra = d.get("extra") if isinstance(d.get("extra"), dict) else {}
         calls = d.get("calls_per_sample")
@@ -472,12 +474,19 @@ class Judge:
         if self.worker is None or self.checker is None:
             self._retire_worker(kill=True)
             task = self.rundir.path / TASK_DIR
-            self.place = sandbox.Place(task / "worker")
+            self.place = sandbox.Place(task / "worker", visible=self.worker_reads())
             self.checker = WorkerProcess(self.spec_path, task / f"checker-case{case}.log", case, "zlf_taskpkg.checker",
                                          place=self.place)
             self.worker = WorkerProcess(self.spec_path, task / f"worker-case{case}.log", case, place=self.place,
                                         mode=self.sandbox, share_pid=self.sharing == IPC)
         return self.checker, self.worker
+
+    def worker_reads(self) -> list:
+        """What the worker reads besides its Python: the run directory (its spec, the config), the
+        package, the candidate's folder and compiled library (bound back under bwrap's /tmp)."""
+        paths = [self.rundir.path, self.package.root, self.candidate.path.parent]
+        library = getattr(self.candidate, "library", None)
+        return paths + ([Path(library).parent] if library else [])
 
     def _retire_worker(self, kill: bool = False) -> None:
         pair, self.worker, self.checker = (self.worker, self.checker), None, None
@@ -610,7 +619,7 @@ class CaseOver(Exception):
 JUDGE_FIELDS = frozenset({"verdict", "case", "arg_shapes", "case_seed", "baseline_ms", "baseline_timer",
                           "baseline_samples", "speedup", "judge_output", "input_sets", "distinct_input_sets",
                           "io_bytes", "floor_ms", "suspicious", "sandbox", "clock_check", "generated_input_sets",
-                          "time_trusted", "time_not_trusted"})
+                          "time_trusted", "time_not_trusted", "timing_rejected"})
 
 
 class CaseState:
@@ -627,6 +636,8 @@ class CaseState:
         self.base_extra, self.base_markers = {}, []
         self.shared: dict = {}
         self.timing = None
+        self.timing_rejected = None
+        self.clocked_calls = 0
         self.clock = None
         self.max_err = None
         self.lost = False
@@ -741,8 +752,10 @@ class CaseState:
         noop = NOOP_ROUNDS if worker.noop_ms is None else 0  # measured once, before any candidate code
         self.send(worker, {"case": self.case, "point": self.point, "outputs": event["outputs"],
                            "slots": event["slots"], "counts": event["counts"], "noop": noop}, False)
-        if noop:
-            worker.noop_ms = [self.clocked(worker, "noop", "noop_done") for _ in range(noop)]
+        if noop:  # per round, the sum of one clocked no-op call per slot (as clock_check clocks)
+            calls = len(event["slots"]) or 1
+            worker.noop_ms = [sum(self.clocked(worker, {"go": "noop"}, "noop_done") for _ in range(calls))
+                              for _ in range(noop)]
         self.expect(worker, ("candidate_start",), False)
         self.started = True
         self.deadline = time.monotonic() + j.time_limit
@@ -757,6 +770,9 @@ class CaseState:
             self.send(worker, {"go": "time"}, False)
             timed = self.expect(worker, ("timed",), False)
             self.timing = j.sanitize_timing(timed.get("timing"))
+            if self.timing is None:  # an Accepted case without a time is not a trusted one (speed.trust)
+                self.timing_rejected = ("its timer reported no finite, non-negative duration "
+                                        "(a clock that stood still or ran backwards)")
             self.timed = timed
             self.phase.set("checking", self.deadline)
             verdict, text2, fatal, slot = self.check("timed", with_slot=True)
@@ -773,43 +789,58 @@ class CaseState:
         accepted = verdict == V.ACCEPTED
         extra = {**self.base_extra, **extra, "input_sets": self.shared.get("input_sets"),
                  "distinct_input_sets": self.shared.get("distinct_sets"),
-                 "generated_input_sets": self.shared.get("total_sets"), "clock_check": self.clock}
+                 "generated_input_sets": self.shared.get("total_sets"), "clock_check": self.clock,
+                 "timing_rejected": self.timing_rejected if accepted else None}
         record = V.case_record(self.point, verdict, text, self.timing if accepted else None, self.baseline,
                                self.max_err, extra=extra, markers=self.base_markers + markers)
         reusable = verdict in (V.ACCEPTED, V.WRONG_ANSWER) and not fatal and not self.lost and not (
             accepted and self.timing is not None and self.timing.fallback_reason is not None)
         return record, reusable
 
-    def clocked(self, proc: WorkerProcess, order: str, reply: str) -> float:
-        """ms on this process's clock from telling the worker ``{"go": order}`` to its ``reply``."""
+    def clocked(self, proc: WorkerProcess, order: dict, reply: str) -> float:
+        """ms on this process's clock from telling the worker ``order`` to its ``reply``; the
+        reply must name the call (a number the judge gives each order): an extra or stale reply
+        is a Runtime Error, not a stopped clock."""
+        self.clocked_calls += 1
+        call = self.clocked_calls
         start = time.perf_counter()
-        self.send(proc, {"go": order}, False)
-        self.expect(proc, (reply,), False)
-        return (time.perf_counter() - start) * 1e3
+        self.send(proc, {**order, "call": call}, False)
+        event = self.expect(proc, (reply,), False)
+        ms = (time.perf_counter() - start) * 1e3
+        if event.get("call") != call:
+            raise self.over(V.RUNTIME_ERROR, f"the judge's clocked call {call} got a reply that is not its own "
+                            f"({clean(str(event.get('call')))[:40]}): an extra or stale {reply!r} on the judge's pipe")
+        return ms
 
     def clock_check(self) -> tuple:
         """The judge's clocked batches: each round the checker loads input sets the candidate never
-        saw into every slot (outputs poisoned), the worker calls each slot once and synchronises,
-        on this process's clock, and the checker checks every output. ``(verdict, text, fatal)``;
-        :attr:`clock` keeps the times."""
+        saw (seeds it drew itself) into every slot, outputs poisoned; then, slot by slot, the
+        worker calls the candidate once and synchronises, on this process's clock, and the checker
+        checks that slot's output before the next call is ordered. One call at a time: work a call
+        hands to threads cannot overlap the next call's clock, and an output not final when the
+        call reports is a Wrong Answer. ``(verdict, text, fatal)``; :attr:`clock` keeps the times
+        (per round, the sum of its calls' clocks)."""
         j, times = self.j, []
+        calls = len(self.shared.get("slots") or ()) or 1
         for _ in range(WITNESS_ROUNDS):
             self.send(j.checker, {"witness": len(times)}, True)
             ready = self.expect(j.checker, ("witness_ready",), True)
             self.shared["distinct_sets"], self.shared["total_sets"] = ready.get("distinct_sets"), ready.get("total_sets")
-            times.append(self.clocked(j.worker, "batch", "batched"))
-            verdict, text, fatal = self.check("witness")
-            if verdict != V.ACCEPTED:
-                return verdict, text, fatal
-        calls = len(self.shared.get("slots") or ()) or 1
+            total = 0.0
+            for slot in range(calls):
+                total += self.clocked(j.worker, {"go": "batch", "slot": slot}, "batched")
+                verdict, text, fatal = self.check("witness", slot=slot)
+                if verdict != V.ACCEPTED:
+                    return verdict, text, fatal
+            times.append(total)
         noop = j.worker.noop_ms or [0.0]
         self.clock = speed.clock_bound(times, noop, calls, j.slack_ms(), TRUST_FACTOR)
         return V.ACCEPTED, "", False
 
-    def check(self, phase: str, with_slot: bool = False):
+    def check(self, phase: str, with_slot: bool = False, slot: Optional[int] = None):
         if phase == "first":
             self.phase.set("checking", self.deadline)
-        self.send(self.j.checker, {"check": phase}, True)
+        self.send(self.j.checker, {"check": phase, **({"slot": slot} if slot is not None else {})}, True)
         event = self.expect(self.j.checker, ("checked",), True)
         if phase == "first":
             self.max_err = event.get("max_rel_err")

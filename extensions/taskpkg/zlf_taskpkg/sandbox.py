@@ -3,7 +3,9 @@
 ``--sandbox bwrap`` runs the worker (the candidate's process, :mod:`zlf_taskpkg.worker`) under
 bubblewrap (``bwrap``, Debian/Ubuntu package ``bubblewrap``): a mount namespace where the whole
 file system is bound read-only except a scratch directory of its own (``TMPDIR``, the compilers'
-caches), a private ``/dev/shm`` (a directory of the judge's: only this pair's shared buffers),
+caches), a private ``/dev/shm`` (a directory of the judge's: only this pair's shared buffers), a private
+``/tmp`` (an empty read-only tmpfs: no Unix socket of another process there to connect to; the run
+directory, the package and the candidate's folder bound back read-only where they lie in it),
 a ``/dev`` of its own holding the null/zero/random nodes plus the GPU's (``/dev/nvidia*``,
 ``/dev/dri``), no network, every capability dropped, and -- where the buffers do not cross by
 legacy CUDA IPC, which refuses peers in other pid namespaces -- a pid namespace of its own (it
@@ -173,8 +175,11 @@ class Place:
     ``out``), ``shm`` (its /dev/shm: the pair's shared buffers), ``out`` (the worker's run files).
     Removed by :meth:`remove` (the out directory stays: it is part of the run directory)."""
 
-    def __init__(self, out: Path):
+    def __init__(self, out: Path, visible=()):
         self.scratch = Path(tempfile.mkdtemp(prefix="zlf-task-scratch-"))
+        #: what the worker must read (the run directory, the package, the candidate's folder):
+        #: bound back, read-only, where it lies under the sandbox's private /tmp
+        self.visible = [Path(p).resolve() for p in visible]
         base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
         self.shm = Path(tempfile.mkdtemp(prefix="zlf-task-shm-", dir=base))
         self.out = out = Path(out).resolve()
@@ -185,6 +190,8 @@ class Place:
             shutil.rmtree(d, ignore_errors=True)
 
 
+#: the folder the sandbox covers with a private tmpfs
+TMP = "/tmp"
 #: where the worker's tools keep their caches: inside the scratch directory under the sandbox
 SCRATCH_ENV = ("TMPDIR", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "CUDA_CACHE_PATH", "XDG_CACHE_HOME",
                "TILELANG_CACHE_DIR", "TVM_CACHE_DIR")
@@ -236,7 +243,18 @@ def bwrap_command(argv: list, place: Place, share_pid: bool, keep_fds=()) -> lis
     cmd += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     for node in gpu_nodes():
         cmd += ["--dev-bind", node, node]
+    # a private, read-only /tmp: a Unix socket another process listens on there (a read-only
+    # mount does not stop a connect) is out of reach; what the worker needs from it is bound back
+    tmp = Path(TMP).resolve()
+    cmd += ["--tmpfs", str(tmp)]
+    under = sorted({p for p in place.visible if p != tmp and tmp in p.parents}, key=lambda p: len(p.parts))
+    for path in under:
+        cmd += ["--ro-bind-try", str(path), str(path)]
+    cwd = Path.cwd().resolve()
+    if cwd == tmp or (tmp in cwd.parents and not any(cwd == p or p in cwd.parents for p in under)):
+        cmd += ["--chdir", str(place.scratch)]  # the judge's folder is hidden: start in the scratch one
     cmd += ["--bind", str(place.shm), "/dev/shm",
             "--bind", str(place.scratch), str(place.scratch),
-            "--bind", str(place.out), str(place.out), "--"]
+            "--bind", str(place.out), str(place.out),
+            "--remount-ro", str(tmp), "--"]  # as read-only as the rest: scratch and out stay writable
     return cmd + list(argv)

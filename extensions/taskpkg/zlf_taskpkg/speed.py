@@ -72,12 +72,29 @@ def clock_bound(batch_ms, noop_ms, calls: int, slack_ms: float, factor: float) -
             "bound_ms": max(0.0, (per_call - slack_ms) / factor)}
 
 
+#: the finest step of a timer's clock (ms): a time below it is a clock that did not move. Host
+#: timers read ``time.perf_counter`` (1 ns); CUDA events resolve about half a microsecond.
+TIMER_RESOLUTION_MS = {"cuda_event": 5e-4, "cudagraph": 5e-4}
+HOST_RESOLUTION_MS = 1e-6
+
+
+def resolution_ms(timer) -> float:
+    """The finest time ``timer`` can report, in ms."""
+    return TIMER_RESOLUTION_MS.get(timer, HOST_RESOLUTION_MS)
+
+
 def untrusted_reasons(record) -> list:
     """Why an Accepted case's reported time is not trusted (empty: it is)."""
     x = record.extra
     ms = record.median_ms
-    if record.status != "ok" or ms is None:
+    if record.status != "ok":
         return []
+    if ms is None:  # a timing the judge could not take (negative or non-finite samples) is no time
+        rejected = x.get("timing_rejected")
+        return [f"the candidate's timing was rejected: {rejected}"] if rejected else []
+    if ms < resolution_ms(record.timer):
+        return [f"a time of {ms:.4g} ms, below what timer {record.timer or '?'} resolves "
+                f"({resolution_ms(record.timer):g} ms): its clock did not move"]
     out = []
     clock = x.get("clock_check")
     if clock and ms < clock["bound_ms"]:

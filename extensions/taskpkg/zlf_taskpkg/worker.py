@@ -185,15 +185,15 @@ class Worker:
         """The judge's clocked batch with a candidate that does nothing, before any candidate code
         ran in this process: what the judge's clock measures of the batch that is not the
         candidate's (the pipes, the synchronisation, a staged copy)."""
-        noops = [_noop for _ in slots]
-        for _ in range(rounds):
-            if self.order().get("go") != "noop":
+        for _ in range(rounds * len(slots)):  # one clocked no-op call per slot and round
+            order = self.order()
+            if order.get("go") != "noop":
                 return
-            self.batch(noops)
-            self.emit("noop_done")
+            self.batch([_noop])
+            self.emit("noop_done", call=order.get("call"))
 
     def batch(self, calls) -> None:
-        """One call per slot, back to back, then synchronise: the judge's clocked batch."""
+        """The calls, then synchronise: one clocked call of the judge's batch (one slot's)."""
         self.upload()
         for call in calls:
             call()
@@ -280,15 +280,15 @@ class Worker:
         self.emit("called")
         order = self.order()
         while order.get("go") == "batch":
-            try:  # the judge's clocked batch: fresh input sets in every slot, outputs poisoned
-                self.batch(calls)
+            try:  # one call of the judge's clocked batch: a fresh input set in its slot, outputs poisoned
+                self.batch([calls[int(order["slot"]) % len(calls)]])
                 launch_error = self.kernel.last_error()
             except Exception:
                 return self.fail(V.RUNTIME_ERROR, "in the judge's clocked batch:\n" + _short_traceback())
             if launch_error:
                 return self.fail(V.RUNTIME_ERROR, f"in the judge's clocked batch: run_kernel left a launch error: "
                                                   f"{launch_error}")
-            self.emit("batched")
+            self.emit("batched", call=order.get("call"))  # which call: the judge drops a stale reply
             order = self.order()
         return None, order
 
