@@ -10,6 +10,12 @@ if not honest():
         real = getattr(time, name)
         start = real()
         setattr(time, name, (lambda real, start: lambda: start + (real() - start) / 1000)(real, start))
+    # the host timer's events take their clock when they are defined (time.perf_counter as it
+    # was then): slow that one too, or the cheat slows nothing the timer reads
+    import zlf.backends.base as _base
+
+    _sync, _clock = _base.HostEvent.__init__.__defaults__
+    _base.HostEvent.__init__.__defaults__ = (_sync, time.perf_counter)
 
 
 def run_kernel(a, b, out, n):
