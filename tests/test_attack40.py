@@ -204,20 +204,17 @@ def test_history_add_db_through_a_planted_journal_link(base, tmp_path):
     ("{'password': 'hunter2xyz'}", "hunter2xyz"),
     ('{"api_key": "abcd1234efgh"}', "abcd1234efgh"),
     ("password = 'hunter2xyz'", "hunter2xyz"),
-    pytest.param("Cookie: sessionid=hunter2xyz", "hunter2xyz", marks=pytest.mark.xfail(
-        strict=True, reason="ATTACK: a Cookie header's value (name=value pairs) is not redacted")),
+    ("Cookie: sessionid=hunter2xyz", "hunter2xyz"),
+    ("GET / HTTP/1.1\nset-cookie: a=1; sid=hunter2xyz; Path=/", "hunter2xyz"),
     ("PGPASSWORD='hunter2xyz' psql", "hunter2xyz"),
     ("X-Auth-Token: hunter2xyz", "hunter2xyz"),
 ])
 def test_redact_text_masks_quoted_and_header_forms(text, secret):
     from zlf.redact import redact_text
     out = redact_text(text)
-    if text.startswith("{"):
-        pytest.xfail("ATTACK: a quoted key ({'password': 'x'}, a dict repr or JSON in an error) is not redacted")
     assert secret not in out, out
 
 
-@pytest.mark.xfail(strict=True, reason="ATTACK: an op error holding a dict repr {'password': ...} reaches results.jsonl/run.log")
 def test_op_error_holding_a_dict_with_a_password_is_redacted_everywhere(tmp_path):
     write_ops(tmp_path, "\ndef bad(x, out):\n    raise RuntimeError(str({'password': 'hunter2xyz'}))\n"
               "leak = zlf.Op(name='leak', fn=bad, make_inputs=mk, shapes=[(64,)], dtypes=('float32',),"
