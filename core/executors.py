@@ -29,7 +29,6 @@ import queue
 import shutil
 import signal
 import socket
-import stat
 import subprocess
 import sys
 import tarfile
@@ -39,7 +38,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from .procs import Terminated, die_with_parent, python_child_env
+from .procs import Terminated, die_with_parent, is_private_dir, python_child_env
 from .config import parse_gpus  # noqa: F401  (parsed with the run's options)
 from .errors import UsageError
 from .rundir import RunDir, inside, safe_name
@@ -454,8 +453,7 @@ def private_dir(name: str) -> Path:
         pass
     except OSError:
         return Path(tempfile.mkdtemp(prefix=f"{name}-"))
-    st = os.lstat(base)
-    if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077:
+    if is_private_dir(base):
         return base
     return Path(tempfile.mkdtemp(prefix=f"{name}-"))
 

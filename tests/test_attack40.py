@@ -312,9 +312,15 @@ def test_bytecode_cache_open_to_others_is_not_used(tmp_path, monkeypatch):
     monkeypatch.setattr(procs, "_bytecode_kept", lambda: False)
     monkeypatch.setattr(procs, "_file_size_limited", lambda: False)
     env = procs.python_child_env({}, folder=folder)
-    if env.get("PYTHONPYCACHEPREFIX") == str(folder):
-        pytest.xfail("ATTACK: python_child_env hands children a world-writable PYTHONPYCACHEPREFIX (planted .pyc runs)")
     assert env.get("PYTHONPYCACHEPREFIX") != str(folder)
+    link = tmp_path / "linked"
+    real = tmp_path / "real"
+    real.mkdir(mode=0o700)
+    link.symlink_to(real)
+    assert procs.python_child_env({}, folder=link).get("PYTHONPYCACHEPREFIX") != str(link)
+    fresh = tmp_path / "fresh"
+    assert procs.python_child_env({}, folder=fresh)["PYTHONPYCACHEPREFIX"] == str(fresh)
+    assert fresh.stat().st_mode & 0o777 == 0o700
 
 
 def test_task_cache_dir_that_is_a_link_is_not_trusted(tmp_path):
