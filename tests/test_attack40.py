@@ -244,11 +244,13 @@ def test_history_db_url_password_never_printed(base, tmp_path):
     assert "hunter2xyz" not in p.stdout + p.stderr
 
 
-@pytest.mark.xfail(strict=True, reason="ATTACK: --ray-address password printed on the progress line; no ray[client] is a traceback")
 def test_ray_address_password_never_printed(tmp_path):
     write_ops(tmp_path)
     p = zlf("run", "ops.py", *FAST, "--out", "runs", "--executor", "ray", "--gpus", "0",
             "--ray-address", "ray://admin:hunter2xyz@127.0.0.1:1", cwd=tmp_path, timeout=200)
+    assert p.returncode == 2, p.stderr
+    no_tb(p)
+    assert p.stderr.strip().splitlines()[-1].startswith("zlf: error: cannot start Ray"), p.stderr
     assert "hunter2xyz" not in p.stdout + p.stderr
     for f in (tmp_path / "runs").rglob("*") if (tmp_path / "runs").exists() else []:
         if f.is_file():
