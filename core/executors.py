@@ -29,7 +29,6 @@ import queue
 import shutil
 import signal
 import socket
-import stat
 import subprocess
 import sys
 import tarfile
@@ -39,9 +38,10 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from .procs import Terminated, die_with_parent, python_child_env
+from .procs import Terminated, die_with_parent, is_private_dir, python_child_env
 from .config import parse_gpus  # noqa: F401  (parsed with the run's options)
 from .errors import UsageError
+from .redact import redact_text
 from .rundir import RunDir, inside, safe_name
 
 #: placeholder for the job's root directory in a run spec (replaced where the run executes).
@@ -454,8 +454,7 @@ def private_dir(name: str) -> Path:
         pass
     except OSError:
         return Path(tempfile.mkdtemp(prefix=f"{name}-"))
-    st = os.lstat(base)
-    if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077:
+    if is_private_dir(base):
         return base
     return Path(tempfile.mkdtemp(prefix=f"{name}-"))
 
@@ -504,7 +503,7 @@ class RayPool:
         self.capacity = 0
 
     def describe(self) -> str:
-        where = self.address or f"a local Ray instance with {len(self.gpus) or 'the detected'} GPU(s)"
+        where = redact_text(self.address) if self.address else f"a local Ray instance with {len(self.gpus) or 'the detected'} GPU(s)"
         return f"Ray tasks of one GPU each on {where}"
 
     def _init(self):
@@ -515,12 +514,14 @@ class RayPool:
         if ray.is_initialized():
             return ray, False
         kwargs = dict(include_dashboard=False, log_to_driver=False, configure_logging=False)
-        if self.address:
-            ray.init(address=self.address, **kwargs)
-        else:
-            if self.gpus:
-                kwargs["num_gpus"] = len(self.gpus)  # on a CPU machine: fake GPU resources (tests)
-            ray.init(**kwargs)
+        if self.gpus and not self.address:
+            kwargs["num_gpus"] = len(self.gpus)  # on a CPU machine: fake GPU resources (tests)
+        try:
+            ray.init(address=self.address, **kwargs) if self.address else ray.init(**kwargs)
+        except Exception as exc:  # a cluster that cannot be reached, ray[client] missing ...: one line
+            where = redact_text(self.address) if self.address else "a local Ray instance"
+            why = redact_text(" ".join(str(exc).split()) or type(exc).__name__)
+            raise UsageError(f"cannot start Ray tasks on {where}: {why}") from None
         return ray, True
 
     def run(self, job, scheduler) -> None:

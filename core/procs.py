@@ -16,6 +16,7 @@ import ctypes
 import importlib.util
 import os
 import signal
+import stat
 import sys
 import threading
 import time
@@ -229,6 +230,17 @@ def _file_size_limited() -> bool:
     return resource.getrlimit(resource.RLIMIT_FSIZE)[0] != resource.RLIM_INFINITY
 
 
+def is_private_dir(path) -> bool:
+    """Whether ``path`` is a folder of this user's only: a directory (not a link to one) that
+    this user owns and no one else may write to or read (no group or other permission bits).
+    What a cache whose files zlf runs (bytecode, compiled kernels) must be."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077
+
+
 def python_child_env(env: dict, folder: Optional[Path] = None) -> dict:
     """``env`` for a Python child of zlf, which keeps its compiled bytecode between processes.
 
@@ -237,7 +249,8 @@ def python_child_env(env: dict, folder: Optional[Path] = None) -> dict:
     source trees), every one of them compiles torch, Triton and FlagGems from source again (on an
     H200 machine without bytecode caches, 2,231 of a FlagGems run's 2,503 modules: 9.5 s of its 19).
     There the child writes and reads its bytecode in zlf's cache directory
-    (``PYTHONPYCACHEPREFIX``; the source trees stay untouched). A ``PYTHONPYCACHEPREFIX`` already
+    (``PYTHONPYCACHEPREFIX``; the source trees stay untouched), only while that folder is this
+    user's alone (:func:`is_private_dir`): a ``.pyc`` planted there would run in every child. A ``PYTHONPYCACHEPREFIX`` already
     set is left alone, as is an environment that keeps bytecode; so is everything when the
     cache directory cannot be made. Timing is unaffected: bytecode is what Python runs anyway.
 
@@ -259,11 +272,12 @@ def python_child_env(env: dict, folder: Optional[Path] = None) -> dict:
 
         folder = cache_dir() / PYCACHE_DIR
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        folder.mkdir(mode=0o700, exist_ok=True)
     except OSError:
         return env
-    if not os.access(folder, os.W_OK):
-        return env
+    if not is_private_dir(folder) or not os.access(folder, os.W_OK):
+        return env  # bytecode another user could plant would run in every child
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     env["PYTHONPYCACHEPREFIX"] = str(folder)
     return env

@@ -11,6 +11,8 @@ from typing import Any, Optional
 
 import attrs
 
+from .redact import redact_text
+
 STATUS_OK = "ok"
 STATUS_FAILED = "FAILED"
 STATUS_OOM = "OOM"
@@ -88,9 +90,16 @@ class Timing:
         return cls(value_ms=statistics.median(samples), timer=timer, samples_ms=samples, **kw)
 
 
+def _text(value):
+    """A record's text as every reader sees it (the console table, results.jsonl, a received
+    record): credentials masked where the record is made, not only where it is written."""
+    return redact_text(value) if isinstance(value, str) else value
+
+
 @attrs.frozen
 class PointRecord:
-    """One line of results.jsonl."""
+    """One line of results.jsonl. Its texts (an error, a fallback reason, an op's printed
+    markers) hold no credential: :func:`zlf.redact.redact_text` is applied as it is made."""
 
     point: str
     op: str
@@ -98,15 +107,15 @@ class PointRecord:
     dtype: str
     status: str
     variant: str = ""
-    error: Optional[str] = None
+    error: Optional[str] = attrs.field(default=None, converter=_text)
     timer: Optional[str] = None
     median_ms: Optional[float] = None
     samples: tuple = attrs.field(converter=tuple, factory=tuple)
     gbps: Optional[float] = None
     tflops: Optional[float] = None
-    markers: tuple = attrs.field(converter=tuple, factory=tuple)
+    markers: tuple = attrs.field(converter=lambda lines: tuple(_text(line) for line in lines), factory=tuple)
     l2: Optional[str] = None
-    fallback_reason: Optional[str] = None
+    fallback_reason: Optional[str] = attrs.field(default=None, converter=_text)
     max_rel_err: Optional[float] = None
     extra: dict = attrs.field(factory=dict)
     #: host wall-clock per call (ms) when the timer measured device time only (see ``Timing.wall_ms``).
@@ -116,7 +125,7 @@ class PointRecord:
     clock: Optional[dict] = None
     #: ``--check warn``: the reference check's error of a point that was timed anyway (status ok);
     #: tables and ``zlf compare`` mark the point ``UNCHECKED``.
-    unchecked: Optional[str] = None
+    unchecked: Optional[str] = attrs.field(default=None, converter=_text)
 
     def to_json(self) -> dict:
         d = attrs.asdict(self, recurse=False)

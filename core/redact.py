@@ -66,6 +66,14 @@ _ASSIGNMENT = re.compile(r"(?=(?P<name>(?<![\w-])[A-Za-z_][\w.-]*|(?<![\w-])--?[
 #: HTTP header (``X-Api-Key``):
 #: ``KeyError: 'x'`` or ``KeyboardInterrupt`` name no credential.
 _PLAIN_NAME = re.compile(r"^-{0,2}([A-Z0-9_.-]+|[a-z0-9_.-]+|[A-Z][a-z0-9]*(-[A-Z][a-z0-9]*)+)$")
+#: a quoted key and its value, as a dict repr or JSON writes them (``{'password': 'x'}``,
+#: ``{"api_key": "x"}``): the quotes make it a key whatever its case (``"apiKey"``).
+_QUOTED_KEY = re.compile(r"(?P<q>[\"'])(?P<name>[A-Za-z_][\w.-]*)(?P=q)\s*[:=]\s*"
+                         r"(?P<value>\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'|[^\s,}\]\)]+)")
+#: an HTTP header line (``Cookie: a=1; b=2``, ``Authorization: ...``, ``set-cookie: ...``): a
+#: credential-named header's value runs to the end of its line.
+_HEADER = re.compile(r"^[ \t]*(?P<name>[A-Z][a-z0-9]*(?:-[A-Z][a-z0-9]*)*|[a-z0-9]+(?:-[a-z0-9]+)*|[A-Z0-9]+(?:-[A-Z0-9]+)*)"
+                     r":[ \t]*(?P<value>[^\r\n]*?)[ \t]*$", re.M)
 #: a URL's query parameter (``?api_key=...&``).
 _QUERY = re.compile(r"[?&;](?P<name>[^=&#\s?;]+)=(?P<value>[^&#\s;'\"]*)")
 #: an HTTP authorization scheme and its credential.
@@ -211,6 +219,15 @@ def _redact_text(text: str) -> str:
                 spans.append((m.start("value") + 1, m.end("value") - 1))
             else:
                 spans.append((m.start("value"), m.end("value")))
+    for m in _QUOTED_KEY.finditer(text):
+        name, value = m.group("name"), m.group("value")
+        if secret_name(name) and name.lower() not in _FORMAT_KEYS and _masks(name, value.strip("\"'")):
+            quoted = value[:1] in "\"'" and len(value) >= 2
+            spans.append((m.start("value") + quoted, m.end("value") - quoted))
+    for m in _HEADER.finditer(text):
+        name = m.group("name")
+        if m.group("value") and secret_name(name) and name.lower() not in _FORMAT_KEYS and _masks(name, m.group("value")):
+            spans.append((m.start("value"), m.end("value")))
     for m in _WORD.finditer(text):
         if secret_value(m.group()):
             spans.append((m.start(), m.end()))

@@ -17,20 +17,26 @@ from .redact import REDACTED
 #: names that start a process differently or load code, whatever follows: the dynamic loader,
 #: every interpreter's start-up variables, shells.
 REFUSED_PREFIXES = ("LD_", "DYLD_", "PYTHON", "PERL", "RUBY", "NODE_", "JAVA_", "JDK_", "BASH_", "GCONV_", "GLIBC_",
-                    "MALLOC_", "LIBGL_", "GIO_", "GTK_", "QT_", "SSL_", "OPENSSL_", "GIT_", "PIP_", "CONDA_", "VIRTUAL_ENV")
+                    "MALLOC_", "LIBGL_", "GIO_", "GTK_", "QT_", "SSL_", "OPENSSL_", "GIT_", "PIP_", "CONDA_", "VIRTUAL_ENV",
+                    "NVCC_", "CLANG_", "GCC_", "LLVM_")
 #: whole names that do.
 REFUSED_NAMES = {"PATH", "ENV", "SHELL", "HOME", "IFS", "PS4", "PROMPT_COMMAND", "TMPDIR", "LOCPATH", "NLSPATH",
                  "HOSTALIASES", "RESOLV_HOST_CONF", "EDITOR", "VISUAL", "PAGER", "BROWSER", "ZLF_EXTENSIONS",
-                 "ZLF_DISABLE", "CC", "CXX", "LD", "CFLAGS", "CXXFLAGS", "LDFLAGS", "CPATH", "NVCC_PREPEND_FLAGS",
+                 "ZLF_DISABLE", "CC", "CXX", "CPP", "FC", "AR", "AS", "NM", "LD", "HOSTCC", "HOSTCXX", "CUDAHOSTCXX", "CFLAGS", "CXXFLAGS", "LDFLAGS", "CPATH", "NVCC_PREPEND_FLAGS",
                  "NVCC_APPEND_FLAGS"}
 #: parts of a name that say its value is code, a command or a place to load something from
 #: (``CUDA_INJECTION64_PATH``, ``TRITON_PTXAS_PATH``, ``TRITON_CACHE_DIR``, ``CUDA_HOME``,
 #: ``TRITON_OVERRIDE_DIR``, ``TORCH_EXTENSIONS_DIR``, ``ZLF_TASK_CACHE``).
 REFUSED_PARTS = ("PRELOAD", "INJECTION", "PATH", "_DIR", "_HOME", "_ROOT", "_LIB", "_BIN", "_EXE", "_CMD",
-                 "COMMAND", "PLUGIN", "_FILE", "CACHE", "OVERRIDE", "_PREFIX", "_SCRIPT", "_HOOK", "_MODULE")
+                 "COMMAND", "PLUGIN", "_FILE", "CACHE", "OVERRIDE", "_PREFIX", "_SCRIPT", "_HOOK", "_MODULE",
+                 "FLAGS", "_OPTIONS", "_OPTS", "_ARGS", "COMPILER", "LINKER")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: a value that is a path, a URL or a shell construct.
 _NOT_A_SWITCH = re.compile(r"[/\\~$`;|&<>(){}\n\r\0]|^\.|://")
+#: a compiler option in a value that names a program or a library to run (``-ccbin=cc``,
+#: ``--compiler-bindir cc``, ``-Bdir``, ``-fplugin=x.so``, ``-Xclang -load``, ``-fuse-ld=ld``).
+_NAMES_A_PROGRAM = re.compile(r"(?:^|[\s,=])(?:-ccbin|--compiler-bindir|--linker|-B|-fplugin|-fpass-plugin|-load|-Xclang"
+                              r"|-Xcompiler|-Xlinker|-Wl,|-fuse-ld|-specs|-wrapper|--?driver-mode)")
 
 
 def refused_variable(name, value) -> str:
@@ -46,6 +52,8 @@ def refused_variable(name, value) -> str:
         return "names code or a place to load it from"
     if REDACTED in value:
         return "redacted in the record"
+    if _NAMES_A_PROGRAM.search(value):
+        return "its value is a compiler option naming a program"
     if _NOT_A_SWITCH.search(value) or len(value) > 256:
         return "its value is a path or a command, not a switch"
     return ""

@@ -128,12 +128,15 @@ def test_bisect_resume_runs_no_interpreter_named_by_bisect_json(tmp_path):
     ("TRITON_REMOTE_CACHE_BACKEND", "evil_mod:Backend"),   # idem
     ("ZLF_HISTORY_DB", "postgresql://u@h/db"),
     ("TORCH_NVCC_FLAGS", "-ccbin=evilcc"),                  # names a program nvcc runs
+    ("NVCC_CCBIN", "evilcc"),
+    ("CUDAFLAGS", "-O3"),
+    ("TRITON_SWITCH", "-ccbin=evilcc"),                     # the value names a program, whatever the name
+    ("TRITON_SWITCH", "-O3 -Xclang -load"),
+    ("TRITON_SWITCH", "-fplugin=evil"),
 ])
 def test_replayable_environment_refuses_variables_that_name_code(name, value):
     from zlf.trust import replayable_environment
     ok, refused = replayable_environment({name: value}, ("TRITON_", "ZLF_", "TORCH_"))
-    if name == "TORCH_NVCC_FLAGS":
-        pytest.xfail("ATTACK: TORCH_NVCC_FLAGS=-ccbin=PROG passes refused_variable: a recorded value names a program")
     assert name not in ok, refused
 
 
@@ -201,20 +204,17 @@ def test_history_add_db_through_a_planted_journal_link(base, tmp_path):
     ("{'password': 'hunter2xyz'}", "hunter2xyz"),
     ('{"api_key": "abcd1234efgh"}', "abcd1234efgh"),
     ("password = 'hunter2xyz'", "hunter2xyz"),
-    pytest.param("Cookie: sessionid=hunter2xyz", "hunter2xyz", marks=pytest.mark.xfail(
-        strict=True, reason="ATTACK: a Cookie header's value (name=value pairs) is not redacted")),
+    ("Cookie: sessionid=hunter2xyz", "hunter2xyz"),
+    ("GET / HTTP/1.1\nset-cookie: a=1; sid=hunter2xyz; Path=/", "hunter2xyz"),
     ("PGPASSWORD='hunter2xyz' psql", "hunter2xyz"),
     ("X-Auth-Token: hunter2xyz", "hunter2xyz"),
 ])
 def test_redact_text_masks_quoted_and_header_forms(text, secret):
     from zlf.redact import redact_text
     out = redact_text(text)
-    if text.startswith("{"):
-        pytest.xfail("ATTACK: a quoted key ({'password': 'x'}, a dict repr or JSON in an error) is not redacted")
     assert secret not in out, out
 
 
-@pytest.mark.xfail(strict=True, reason="ATTACK: an op error holding a dict repr {'password': ...} reaches results.jsonl/run.log")
 def test_op_error_holding_a_dict_with_a_password_is_redacted_everywhere(tmp_path):
     write_ops(tmp_path, "\ndef bad(x, out):\n    raise RuntimeError(str({'password': 'hunter2xyz'}))\n"
               "leak = zlf.Op(name='leak', fn=bad, make_inputs=mk, shapes=[(64,)], dtypes=('float32',),"
@@ -227,14 +227,15 @@ def test_op_error_holding_a_dict_with_a_password_is_redacted_everywhere(tmp_path
     assert "hunter2xyz" not in p.stdout + p.stderr
 
 
-@pytest.mark.xfail(strict=True, reason="ATTACK: zlf history keeps a --label value holding a GitHub token verbatim (db and export)")
 def test_history_label_holding_a_token_is_not_kept(base, tmp_path):
     tok = "ghp_" + "aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3zA5"
-    p = zlf("history", "add", base, "--label", f"compiler={tok}", cwd=tmp_path)
+    p = zlf("history", "add", base, "--label", f"compiler={tok}", "--label", "db_password=hunter2xyz", cwd=tmp_path)
     no_tb(p)
     e = zlf("history", "export", "--format", "json", cwd=tmp_path)
-    assert tok not in e.stdout + e.stderr + p.stdout + p.stderr
+    assert p.returncode == 0, p.stderr
+    assert tok not in e.stdout + e.stderr + p.stdout + p.stderr and "hunter2xyz" not in e.stdout
     assert tok.encode() not in (tmp_path / "hist.sqlite").read_bytes()
+    assert b"hunter2xyz" not in (tmp_path / "hist.sqlite").read_bytes()
 
 
 def test_history_db_url_password_never_printed(base, tmp_path):
@@ -244,11 +245,13 @@ def test_history_db_url_password_never_printed(base, tmp_path):
     assert "hunter2xyz" not in p.stdout + p.stderr
 
 
-@pytest.mark.xfail(strict=True, reason="ATTACK: --ray-address password printed on the progress line; no ray[client] is a traceback")
 def test_ray_address_password_never_printed(tmp_path):
     write_ops(tmp_path)
     p = zlf("run", "ops.py", *FAST, "--out", "runs", "--executor", "ray", "--gpus", "0",
             "--ray-address", "ray://admin:hunter2xyz@127.0.0.1:1", cwd=tmp_path, timeout=200)
+    assert p.returncode == 2, p.stderr
+    no_tb(p)
+    assert p.stderr.strip().splitlines()[-1].startswith("zlf: error: cannot start Ray"), p.stderr
     assert "hunter2xyz" not in p.stdout + p.stderr
     for f in (tmp_path / "runs").rglob("*") if (tmp_path / "runs").exists() else []:
         if f.is_file():
@@ -312,9 +315,15 @@ def test_bytecode_cache_open_to_others_is_not_used(tmp_path, monkeypatch):
     monkeypatch.setattr(procs, "_bytecode_kept", lambda: False)
     monkeypatch.setattr(procs, "_file_size_limited", lambda: False)
     env = procs.python_child_env({}, folder=folder)
-    if env.get("PYTHONPYCACHEPREFIX") == str(folder):
-        pytest.xfail("ATTACK: python_child_env hands children a world-writable PYTHONPYCACHEPREFIX (planted .pyc runs)")
     assert env.get("PYTHONPYCACHEPREFIX") != str(folder)
+    link = tmp_path / "linked"
+    real = tmp_path / "real"
+    real.mkdir(mode=0o700)
+    link.symlink_to(real)
+    assert procs.python_child_env({}, folder=link).get("PYTHONPYCACHEPREFIX") != str(link)
+    fresh = tmp_path / "fresh"
+    assert procs.python_child_env({}, folder=fresh)["PYTHONPYCACHEPREFIX"] == str(fresh)
+    assert fresh.stat().st_mode & 0o777 == 0o700
 
 
 def test_task_cache_dir_that_is_a_link_is_not_trusted(tmp_path):

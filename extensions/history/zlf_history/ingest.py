@@ -13,7 +13,7 @@ from pathlib import Path
 
 from zlf import readers
 from zlf.errors import UsageError
-from zlf.redact import redact_argv, redact_value
+from zlf.redact import redact, redact_argv, redact_value
 from zlf.rundir import META, RESULTS, RunDir
 
 CAMPAIGN = "campaign.json"
@@ -27,18 +27,20 @@ def now() -> str:
 
 
 def parse_labels(items) -> dict:
-    """``["compiler=abc", "gems=v5"]`` as a dict; a malformed label is one line."""
+    """``["compiler=abc", "gems=v5"]`` as a dict; a malformed label is one line. A value holding
+    a credential (by its key's name or its own form, :func:`zlf.redact.redact`) is kept masked:
+    labels are stored and exported."""
     found = {}
     for item in items or ():
         key, sep, value = str(item).partition("=")
         if not sep or not _LABEL_KEY.match(key):
-            raise UsageError(f"--label {item!r}: expected KEY=VALUE with KEY of letters, digits, _ . - (at most 64)")
+            raise UsageError(f"--label {redact_value(item)!r}: expected KEY=VALUE with KEY of letters, digits, _ . - (at most 64)")
         if len(value) > 512 or any(ord(c) < 32 or ord(c) == 127 for c in value):
             raise UsageError(f"--label {key}: the value must be at most 512 printable characters")
         if key in found and found[key] != value:
             raise UsageError(f"--label {key} given twice with different values")
         found[key] = value
-    return found
+    return redact(found)
 
 
 def env_identity(meta: dict) -> dict:
