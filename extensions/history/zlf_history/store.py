@@ -170,7 +170,11 @@ class Store:
         if url.startswith("sqlite"):
             # a second writer waits this long for the first, then gets one line, not a hang
             kwargs["connect_args"] = {"timeout": float(os.environ.get("ZLF_HISTORY_LOCK_TIMEOUT", "10"))}
-        self.engine = sa.create_engine(url, **kwargs)
+        try:
+            self.engine = sa.create_engine(url, **kwargs)
+        except ImportError as exc:  # the driver of a postgresql:// URL is an optional dependency
+            raise UsageError(f"--db {shown(self.db)}: its database driver is not installed ({exc.name or exc}): "
+                             "pip install 'zlf-history[postgres]'") from None
         if url.startswith("sqlite"):
             @sa.event.listens_for(self.engine, "connect")
             def _foreign_keys(dbapi_conn, _record):
