@@ -148,8 +148,10 @@ def test_judge_owned_fields_are_the_judges(tmp_path, capsys, monkeypatch, honest
 # ----------------------------------------------------------------------------- 5., 6. times
 TIME_CHEATS = ["slow_clock.py",     # 5: its process's clocks run 1000x slow
                "side_thread.py",    # 5: the work on a thread, after the call returned
-               "skip_written.py",   # 6: an output that is not poison is taken as done
-               "content_cache.py"]  # 6: a cache keyed on the inputs' content
+               "content_cache.py"]  # 6: a cache keyed on the inputs' content (the timed calls' sets repeat)
+#: 6: skip the work where the answer is left in the output: every timed call finds poison instead
+SKIP_CHEATS = ["skip_written.py",       # an output that is not poison is taken as done
+               "skip_same_buffers.py"]  # ... on buffers an earlier call had
 
 
 @pytest.mark.parametrize("candidate", TIME_CHEATS)
@@ -167,7 +169,19 @@ def test_a_forged_time_is_not_trusted(tmp_path, capsys, candidate):
     assert meta["task"]["summary"]["time_not_trusted_cases"] == [1]
 
 
-@pytest.mark.parametrize("candidate", TIME_CHEATS + ["forge_fields.py"])
+@pytest.mark.parametrize("candidate", SKIP_CHEATS)
+def test_an_answer_left_in_the_output_is_never_there_for_a_timed_call(tmp_path, capsys, candidate):
+    """Before every timed call its outputs are poisoned and its inputs hold the next input set:
+    a candidate that returns early where the answer is already there does its work every call,
+    and its time is its work's."""
+    rc, records, _, out = judge(tmp_path, capsys, CHEATS / candidate, "--cases", "1")
+    r = records[0]
+    assert rc == 0 and r["extra"]["verdict"] == "Accepted" and r["extra"]["time_trusted"] is True, out
+    assert r["median_ms"] >= 20.0  # its 20 ms of work, in every timed call
+    assert r["extra"]["fresh_calls"]["prepared_calls"] >= len(r["samples"])
+
+
+@pytest.mark.parametrize("candidate", TIME_CHEATS + SKIP_CHEATS + ["forge_fields.py"])
 def test_the_honest_twin_keeps_a_trusted_time(tmp_path, capsys, monkeypatch, candidate):
     monkeypatch.setenv("FORGE_HONEST", "1")
     rc, records, _, out = judge(tmp_path, capsys, CHEATS / candidate, "--cases", "1")

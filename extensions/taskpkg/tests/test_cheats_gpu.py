@@ -67,3 +67,24 @@ def test_gpu_cheats_are_refused_or_not_trusted(zlf_cli, tmp_path, cheat, timer_a
         if x["verdict"] != "Accepted" or x["time_trusted"] is False:
             continue
         assert r["median_ms"] >= 0.5 * honest[x["case"]], (cheat, x["case"], r["median_ms"], honest, x["clock_check"])
+
+
+#: torch's kernels for the judge's preparation of a timed call (the input copy, the output poison)
+PREPARATION_KERNELS = ("copy", "fill", "FillFunctor", "elementwise_kernel")
+
+
+@pytest.mark.parametrize("timer_args", [(), ("--ext", "cudagraph", "--timer", "cudagraph"), ("--timer", "core")],
+                         ids=["default", "cudagraph", "events"])
+def test_every_timed_call_is_prepared_and_the_preparation_is_not_timed(zlf_cli, tmp_path, timer_args):
+    """Every timed call gets the next input set and poisoned outputs first; under CUPTI the copy
+    and fill kernels of that preparation are in no sample (the candidate's kernels alone)."""
+    proc, records, _ = run(zlf_cli, tmp_path, PAGED_KV / "candidates" / "better_triton.py", "--cases", "1,12",
+                           "--reuse-worker", *timer_args)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for r in records:
+        x = r["extra"]
+        assert x["verdict"] == "Accepted" and x["time_trusted"] is True
+        assert x["fresh_calls"]["prepared_calls"] >= len(r["samples"]) and x["fresh_calls"]["input_sets"] == 3
+        if r["timer"] == "cupti":
+            names = x["cupti"]["kernel_names"]
+            assert names and not any(k.lower() in n.lower() for n in names for k in PREPARATION_KERNELS), names

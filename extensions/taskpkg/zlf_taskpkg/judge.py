@@ -80,7 +80,7 @@ DEVICE_SLACK_MS = 0.2
 HOST_SLACK_MS = 5.0
 #: what of a worker's timing the judge takes: a duration, its samples, and (below) the timer's
 #: own diagnostics; the timer's name only from :meth:`Judge.timer_names`
-TIMING_EXTRA_KEYS = ("cudagraph", "cupti", "task_timer")
+TIMING_EXTRA_KEYS = ("cudagraph", "cupti", "task_timer", "fresh_calls")
 GPU_TIMERS = ("cuda_event", "cudagraph", "cupti", "host_sync")
 
 _TIMEOUT = object()

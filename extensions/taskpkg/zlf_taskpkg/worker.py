@@ -33,8 +33,10 @@ import sys
 import traceback
 from pathlib import Path
 
+import attrs
+
 from zlf.config import RunConfig
-from zlf.ops import Op
+from zlf.ops import Op, outside, poison_tensors
 from zlf.records import Point
 from zlf.rundir import RunDir
 from zlf.session import Session
@@ -48,21 +50,36 @@ from .shared import Staging, open_shared
 
 #: the folder the worker writes its run files into (set by the judge)
 OUT_ENV = "ZLF_TASK_WORKER_OUT"
+#: what the record says of the timed calls' preparation
+FRESH_CALLS_HOW = ("before every timed call, outside the timed region: the next input set copied into the "
+                   "call's input buffers and its outputs poisoned")
 
 class Rotation:
     """The timed callable: call ``i`` runs the candidate on slot ``i % len(calls)``. Every slot
     holds its own input set and output buffers (the checker's shared memory), so a captured graph
     replays the calls in the order they were made; :attr:`last` is the slot of the last call
     made, :attr:`last_captured` that of the last call made while a graph was being captured,
-    :attr:`captured` the slots a capture has seen."""
+    :attr:`captured` the slots a capture has seen.
 
-    def __init__(self, calls, slots, capturing=None):
+    Fresh calls (:meth:`prepare`, run by the timer before every timed call through
+    :class:`FreshBackend`): the slot the next call uses gets the next of the case's input sets
+    copied into its input buffers, from copies kept on the device (:meth:`keep_sets`), and its
+    outputs poisoned -- so no timed call finds its answer already in its output buffer, or its
+    inputs' pointers tied to the result of an earlier call."""
+
+    def __init__(self, calls, slots, capturing=None, outputs=()):
         self.calls, self.slots = calls, slots
         self.capturing = capturing or _capturing
         self.count = 0
         self.last = self.last_captured = None
         self.captured: set = set()
         self.view = LastArgs(self)
+        self.outputs = tuple(outputs)
+        self.sets: list = []
+        #: per slot: which of :attr:`sets` its inputs hold now, and how often it was prepared
+        self.holding = list(range(len(slots)))
+        self.loads = [0] * len(slots)
+        self.prepared = 0
 
     def __call__(self):
         j = self.count % len(self.calls)
@@ -72,6 +89,68 @@ class Rotation:
             self.last_captured = j
             self.captured.add(j)
         return self.calls[j]()
+
+    def keep_sets(self, sources=None) -> None:
+        """Copies of the inputs of ``sources`` (the checker's slots, one input set each; default
+        this rotation's slots) as the checker loaded them, on their device: what :meth:`prepare`
+        rotates through this rotation's slots. Made once, before timing; slot ``j`` holds set
+        ``j`` (the set of ``sources[j]``) then."""
+        sources = self.slots if sources is None else sources
+        self.sets = [[a.clone() if _is_tensor(a) and i not in self.outputs else None for i, a in enumerate(slot)]
+                     for slot in sources]
+        self.holding = list(range(len(self.slots)))
+
+    def prepare(self) -> None:
+        """Before the next call: its slot gets the input set after the one it held last time
+        (a device-to-device copy) and its outputs poisoned (NaN, an integer's largest value)."""
+        if not self.sets:
+            return
+        j = self.count % len(self.calls)
+        self.loads[j] += 1
+        k = (j + self.loads[j]) % len(self.sets)
+        slot = self.slots[j]
+        if k != self.holding[j]:
+            for dst, src in zip(slot, self.sets[k]):
+                if src is not None:
+                    dst.copy_(src)
+            self.holding[j] = k
+        poison_tensors(slot[i] for i in self.outputs if i < len(slot) and _is_tensor(slot[i]))
+        self.prepared += 1
+
+
+class FreshBackend:
+    """The backend as the timer sees it: the same in every way (and equal to it, so a kernel
+    timer offered for the backend is offered for it too), except that ``flush_l2`` -- which every
+    timer calls before each timed call, outside the timed region: core's event timer before its
+    start event, the CUPTI timer inside its ``flush`` window, whose activity records count for
+    no call, the graph timer as a node its flush-only graph subtracts -- also prepares the next
+    call (:meth:`Rotation.prepare`). The L2 itself is flushed only when the run asked for it."""
+
+    def __init__(self, backend, rotation, flush: bool, op=None):
+        self._backend, self._rotation, self._flush, self._op = backend, rotation, flush, op
+
+    def __getattr__(self, name):
+        return getattr(self._backend, name)
+
+    def __hash__(self):
+        return hash(self._backend)
+
+    def __eq__(self, other):
+        return other is self or other == self._backend
+
+    def flush_l2(self) -> None:
+        if self._flush:
+            self._backend.flush_l2()
+        with outside(self._op):  # the judge's tensor work, not the candidate's
+            self._rotation.prepare()
+
+
+def _is_tensor(x) -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return isinstance(x, torch.Tensor)
 
 
 def _capturing() -> bool:
@@ -152,6 +231,7 @@ class Worker:
         point = Point(op=p["op"], shape=tuple(p["shape"]), dtype=p["dtype"], variant=p["variant"])
         self.point_json = p
         outputs = request["outputs"]
+        self.outputs = tuple(outputs)
         self.staging = Staging(self.backend.device)
         slots = [open_shared(text, self.staging) for text in request["slots"]]
         self.staging.upload()  # staged: the checker's inputs, canaries and poison onto the device
@@ -212,6 +292,23 @@ class Worker:
             self.staging.download()
             self.backend.synchronize()
 
+    def time_fresh(self, kind, rotation, point, op, budget):
+        """The candidate's timing with every timed call prepared (:class:`FreshBackend`): the
+        timer is told to flush before each call -- its hook for work between calls, outside the
+        timed region -- and the record keeps the L2 policy the run asked for."""
+        run, real = self.run, self.run.backend
+        flush = budget.flush(real)
+        run.backend = FreshBackend(real, rotation, flush, op)
+        try:
+            timing = time_candidate(run, kind, rotation, point, op, rotation.view, budget.with_changes(flush_l2=True))
+        finally:
+            run.backend = real
+        if timing is None:
+            return None
+        fresh = {"prepared_calls": rotation.prepared, "input_sets": len(rotation.sets),
+                 "how": FRESH_CALLS_HOW}
+        return attrs.evolve(timing, l2="flush" if flush else "warm", extra={**timing.extra, "fresh_calls": fresh})
+
     def fail(self, verdict: str, text: str, **fields):
         self.emit("result", verdict=verdict, text=text, **fields)
         return (verdict, text), None
@@ -246,16 +343,19 @@ class Worker:
         order = self.order()
         if order.get("go") != "time":
             return None, order  # the checker's verdict ends the case
-        # Timed only now that the result was checked (by the checker); the timed calls rotate over
-        # the slots, whose inputs the checker refreshed.
-        rotation = Rotation(calls, slots)
+        # Timed only now that the result was checked (by the checker). The timed calls are made
+        # in slot 0, each with the next of the input sets the checker loaded into the slots
+        # copied in and its outputs poisoned (Rotation.prepare): the other slots are never
+        # called (their outputs stay the checker's poison), so when a call begins no buffer of
+        # this process holds the answer for its inputs.
+        rotation = Rotation(calls[:1], slots[:1], outputs=self.outputs)
         try:
             self.upload()  # staged: the refreshed slots (never inside the timed calls)
-            for call in calls:  # every slot is called at least once, whatever the timer's budget
-                call()
+            rotation.keep_sets(slots)  # the input sets the timed calls rotate over, as the checker loaded them
+            calls[0]()  # called at least once, whatever the timer's budget
             backend.synchronize()
-            timing = time_candidate(self.run, cand["kind"], rotation, point, op, rotation.view,
-                                    budget_for(backend, self.config.timing, rotation, counts))
+            timing = self.time_fresh(cand["kind"], rotation, point, op,
+                                     budget_for(backend, self.config.timing, rotation, counts))
             self.kernel.last_error()  # a failed graph capture leaves its error here; the timer handled it
             backend.synchronize()
             self.download()
