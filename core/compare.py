@@ -490,17 +490,24 @@ def verdict_cell(row: Row, threshold_pct: float, colour: bool) -> str:
     return paint(text, c) if colour and c else text
 
 
+#: the human table's optional columns, after :func:`table_headers`' first six (kept where some row has a value)
+OPTIONAL_COLUMNS = ("gbps_B", "tflops_B", "pct_ceiling_B", "clock_differs", "markers", "ir")
+
+
+def table_headers(metric: str = metrics.DEFAULT) -> tuple:
+    """Every column the human table can have, in order; the first six are always there."""
+    name = "median_ms" if metric == metrics.DEFAULT else metric
+    return ("point", "verdict", f"{name}_A", f"{name}_B", "change", "timer") + OPTIONAL_COLUMNS
+
+
 def table_rows(cmp: Comparison, colour: bool = False) -> tuple:
     """``(headers, rows)`` of the human table; metric columns appear only where some row has a value.
     The headers are the field names of the csv and json outputs (``median_ms_A``, ``gbps_B`` ...),
     but ``change``: ``delta_pct`` for people (``+30.0%``, ``386× slower``, console.change)."""
     t = cmp.threshold.pct
-    name = "median_ms" if cmp.metric == metrics.DEFAULT else cmp.metric
-    col_a, col_b = f"{name}_A", f"{name}_B"
-    columns = {
-        "point": [], "verdict": [], col_a: [], col_b: [], "change": [], "timer": [],
-        "gbps_B": [], "tflops_B": [], "pct_ceiling_B": [], "clock_differs": [], "markers": [], "ir": [],
-    }
+    all_headers = table_headers(cmp.metric)
+    col_a, col_b = all_headers[2:4]
+    columns = {h: [] for h in all_headers}
     for r in cmp.rows:
         columns["point"].append(clean(r.point))
         columns["verdict"].append(verdict_cell(r, t, colour))
@@ -514,7 +521,7 @@ def table_rows(cmp: Comparison, colour: bool = False) -> tuple:
         columns["pct_ceiling_B"].append(ceiling_cell(r.b, cmp.b.ceilings))
         columns["markers"].append(clean(markers_cell(r)))
         columns["ir"].append(clean(r.ir or ""))
-    always = ("point", "verdict", col_a, col_b, "change", "timer")
+    always = all_headers[:6]
     keep = [h for h, vals in columns.items() if h in always or (h == "ir" and cmp.ir_column) or any(vals)]
     return keep, [list(vals) for vals in zip(*(columns[h] for h in keep))]
 
