@@ -48,7 +48,21 @@ class ArgumentParser(argparse.ArgumentParser):
         if "unrecognized arguments" in message and self.not_active:
             message += (f" (options of extensions that are not active here are unavailable: "
                         f"{', '.join(self.not_active)})")
-        self.exit(2, f"zlf: error: {message} (see {self.prog} --help)\n")
+        self.exit(2, f"zlf: error: {message} (see {self._help_of()} --help)\n")
+
+    def _help_of(self) -> str:
+        """The prog of the (sub)command the command line names: the top parser reports the
+        arguments no subcommand took, and ``zlf --help`` does not list a command's flags."""
+        parser = self
+        for arg in self.argv:
+            if arg.startswith("-"):
+                continue
+            sub = next((a.choices[arg] for a in parser._actions
+                        if isinstance(a, argparse._SubParsersAction) and arg in a.choices), None)
+            if sub is None:
+                break
+            parser = sub
+        return parser.prog
 
     def _elsewhere(self, message: str) -> str:
         if not message.startswith("unrecognized arguments: "):

@@ -115,7 +115,7 @@ class Summary:
             head += f"; geomean time B/A {g:.3f} ({overall})"
         out = [head, f"threshold ±{t.pct:.1f}%: {t.how}"]
         if self.regressions:
-            worst = ", ".join(f"{r.point} {percent(r.delta_pct, sign=True)}" for r in self.regressions[:5])
+            worst = ", ".join(f"{r.point} {change(r.delta_pct)}" for r in self.regressions[:5])
             more = f" (+{len(self.regressions) - 5} more)" if len(self.regressions) > 5 else ""
             out.append(f"largest regressions: {worst}{more}")
         if self.mixed_timers:
@@ -276,7 +276,7 @@ def gate(rows, max_slower_pct: float, threshold_pct: Optional[float] = None) -> 
 
 
 def gate_reason(row: Row) -> str:
-    return percent(row.delta_pct, sign=True) if row.comparable else row.status
+    return change(row.delta_pct) if row.comparable else row.status
 
 
 # ----------------------------------------------------------------------------- run directories
@@ -490,30 +490,38 @@ def verdict_cell(row: Row, threshold_pct: float, colour: bool) -> str:
     return paint(text, c) if colour and c else text
 
 
+#: the human table's optional columns, after :func:`table_headers`' first six (kept where some row has a value)
+OPTIONAL_COLUMNS = ("gbps_B", "tflops_B", "pct_ceiling_B", "clock_differs", "markers", "ir")
+
+
+def table_headers(metric: str = metrics.DEFAULT) -> tuple:
+    """Every column the human table can have, in order; the first six are always there."""
+    name = "median_ms" if metric == metrics.DEFAULT else metric
+    return ("point", "verdict", f"{name}_A", f"{name}_B", "change", "timer") + OPTIONAL_COLUMNS
+
+
 def table_rows(cmp: Comparison, colour: bool = False) -> tuple:
     """``(headers, rows)`` of the human table; metric columns appear only where some row has a value.
-    The headers are the field names of the csv and json outputs (``median_ms_A``, ``gbps_B`` ...)."""
+    The headers are the field names of the csv and json outputs (``median_ms_A``, ``gbps_B`` ...),
+    but ``change``: ``delta_pct`` for people (``+30.0%``, ``386× slower``, console.change)."""
     t = cmp.threshold.pct
-    name = "median_ms" if cmp.metric == metrics.DEFAULT else cmp.metric
-    col_a, col_b = f"{name}_A", f"{name}_B"
-    columns = {
-        "point": [], "verdict": [], col_a: [], col_b: [], "delta_pct": [], "timer": [],
-        "gbps_B": [], "tflops_B": [], "pct_ceiling_B": [], "clock_differs": [], "markers": [], "ir": [],
-    }
+    all_headers = table_headers(cmp.metric)
+    col_a, col_b = all_headers[2:4]
+    columns = {h: [] for h in all_headers}
     for r in cmp.rows:
         columns["point"].append(clean(r.point))
         columns["verdict"].append(verdict_cell(r, t, colour))
         columns[col_a].append(number(metrics.value(r.a, cmp.metric)) if r.a else "")
         columns[col_b].append(number(metrics.value(r.b, cmp.metric)) if r.b else "")
         columns["clock_differs"].append(f"differs: {r.clock}" if r.clock else "")
-        columns["delta_pct"].append(change(r.delta_pct) if r.comparable else "")  # 386× slower, not +3.8e+04%
+        columns["change"].append(change(r.delta_pct) if r.comparable else "")  # 386× slower, not +3.8e+04%
         columns["timer"].append(clean(timer_cell(r)))
         columns["gbps_B"].append(number(r.b.gbps) if r.b else "")
         columns["tflops_B"].append(number(r.b.tflops) if r.b else "")
         columns["pct_ceiling_B"].append(ceiling_cell(r.b, cmp.b.ceilings))
         columns["markers"].append(clean(markers_cell(r)))
         columns["ir"].append(clean(r.ir or ""))
-    always = ("point", "verdict", col_a, col_b, "delta_pct", "timer")
+    always = all_headers[:6]
     keep = [h for h, vals in columns.items() if h in always or (h == "ir" and cmp.ir_column) or any(vals)]
     return keep, [list(vals) for vals in zip(*(columns[h] for h in keep))]
 

@@ -13,7 +13,7 @@ from typing import Optional
 import attrs
 
 from . import __version__
-from .console import Progress, clean_lines
+from .console import Progress, clean_lines, duration
 from .errors import one_line as _one_line
 from .ops import check_output, outside, point_inputs, poison
 from .procs import EXIT_HUNG, PointTimeLimit, PointWatch, stop_word
@@ -435,10 +435,11 @@ def execute(run: Run, progress: Optional[Progress] = None, start: int = 0) -> li
             run.rundir.append(record)
             run.records.append(record)
             run.tell("end", index=index)
-            outcome = record.status if record.median_ms is None else f"{record.status} {record.median_ms:.4g} ms"
-            run.log.info(f"{record.point} {outcome}" + (f" ({record.error})" if record.error else ""))
-            if progress:
-                progress.step(record.point, outcome)
+            logged = record.status if record.median_ms is None else f"{record.status} {record.median_ms:.4g} ms"
+            run.log.info(f"{record.point} {logged}" + (f" ({record.error})" if record.error else ""))
+            if progress:  # in the table's unit (2.07 µs), the log keeps ms
+                progress.step(record.point, record.status if record.median_ms is None
+                              else f"{record.status} {duration(record.median_ms)}")
         run.status = "complete"
     except KeyboardInterrupt as exc:
         run.status = stop_word(exc)

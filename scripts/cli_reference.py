@@ -41,7 +41,7 @@ json`); a prefix of a flag is never expanded (`--warmup` is not `--warmup-ms`).
 | CI gate on slower points | `--fail-if-slower [PCT]` (PCT default 0): `compare`, `ab` | `--fail-on-slower` (`ab`) |
 | label of the directory a command creates | `--name LABEL`: `run`, `task`, `ab`, `ir`, `sweep` | `--label LABEL` (`ab`) |
 | output format | `--format table\\|markdown\\|csv\\|json`: `run`, `task`, `compare`, `ab`, `ops`, `plugins`, `calibrate`, `sweep` | `--json` |
-| where output goes | `--out`: the folder that receives what the command creates, default `runs/` (a run, campaign or sweep directory under it: `run`, `task`, `ab`, `ir`, `sweep`; `profile/` under it: `profile`; `triage/` under it, default the campaign: `triage`); `report --out` takes a folder or `FILE.md`; `ir-diff --out DIR` is the diff folder itself (default `runs/ir-diff_<timestamp>`) | |
+| where output goes | `--out`: the folder that receives what the command creates: a run, campaign, sweep or bisect directory under it, default `runs/` (`run`, `task`, `ab`, `ir`, `sweep`, `history bisect`); `profile/` under it, default the run directory (`.` for an op): `profile`; `triage/` under it, default the campaign: `triage`; `report --out` takes a folder or `FILE.md`; `ir-diff --out DIR` is the diff folder itself (default `runs/ir-diff_<timestamp>`) | |
 | a change of B against A | `delta_pct` = (B − A) / A, positive is slower: `compare`, `ab`, `report`, `triage`; `zlf task` reports `speedup` = baseline / candidate, above 1 is faster | |
 | numbers | every numeric flag takes a finite number in its range (`nan`, `inf`, `1e300` s are refused in one line, exit 2) | |
 
@@ -51,7 +51,11 @@ beyond the threshold). `zlf compare`'s json keeps `"unchanged"` (the old word fo
 next to `"same"` in its summary for a release.
 
 Fields carry the names of results.jsonl in every format: `median_ms`, `gbps`, `tflops`
-(`_A` / `_B` per side in `compare` and `ab`), `delta_pct`, `verdict`.
+(`median_ms_A` / `median_ms_B` per side in `compare`), `delta_pct`, `verdict`; `zlf ab` and
+`zlf report` of a campaign name a side's geometric mean over the rounds `gmean_ms_A` /
+`gmean_ms_B` (`gmean_cycles_A` ... with `--metric`). The human tables write `delta_pct` for
+people under `change` (`+30.0%`, `300× slower` beyond a factor of two); csv and json keep the
+number.
 
 Extensions are named by their entry point (`--ext task`), installed by their distribution
 (`pip install zlf-taskpkg`); `zlf plugins` shows both. An extension's options appear only on the

@@ -672,3 +672,18 @@ def test_a_shared_run_directory_is_split_per_op_with_its_ir_shapes(tmp_path):
     meta = RunDir(dest).meta()
     assert meta["ops"] == ["neg"] and meta["status"] == "complete" and meta["shared_process"]["status"] == "crashed"
     assert list(RunDir(dest).shapes()) == ["neg"]
+
+
+def test_plan_line_counts_the_named_ops_and_one_process_per_round_and_side(tmp_path, monkeypatch):
+    from zlf.ab.cli import plan_line
+    from zlf.ab.layout import SHARED_PROCESS
+
+    data = campaign_data(tmp_path, ops=("relu", "canary_matmul", "canary_add"), rounds_first=3, max_rounds=3,
+                         canary_ops=["canary_matmul", "canary_add"])
+    data["process"] = SHARED_PROCESS
+    c = ab.Campaign.create(tmp_path / "o", "t", data)
+    for k in (1, 2, 3):
+        c.add_round(k)
+    # before round 1 A has run, a run that will read it (autotune replay) names its own op's directory
+    monkeypatch.setattr(ab.Campaign, "origin", lambda self, run: (run["op"],))
+    assert plan_line(c) == "1 op (+2 control ops) x 3 rounds x 2 sides; 6 processes to go"

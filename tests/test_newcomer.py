@@ -72,6 +72,6 @@ def test_compare_says_a_386x_regression_as_a_factor(tmp_path):
     side = compare.Side("A", tmp_path, (), 0, {})
     cmp = compare.Comparison(side, side, tuple(compare.sort_rows(rows)), compare.summarize(rows, threshold), (), False)
     headers, table = compare.table_rows(cmp)
-    cells = {row[0]: row[headers.index("delta_pct")] for row in table}
+    cells = {row[0]: row[headers.index("change")] for row in table}
     assert cells == {"k/1": "386× slower", "k/2": "+30.0%"}
     assert "(B 22.4× slower)" in cmp.summary.lines()[0]  # geomean of 386 and 1.3

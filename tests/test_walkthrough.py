@@ -37,3 +37,53 @@ def test_normalise_hides_machine_paths_and_timestamps(tmp_path):
             "not referenced in /root/.pyenv/versions/3.11.7/lib/python3.11/site-packages/triton")
     assert script.normalise(text, tmp_path) == ("run dir: ./runs/relu_<YYYYmmdd-HHMMSS>\nstarted <timestamp>\n"
                                                 "not referenced in <site-packages>/triton")
+
+
+def _tables(page: str) -> list:
+    """``[(command, [column header, ...])]``: each table header line in the page's outputs (a
+    plain table's cells are 2+ spaces apart, a markdown table's between pipes)."""
+    import re
+
+    found, command = [], None
+    for line in page.split("\n"):
+        if line.startswith("$ "):
+            command = line[2:]
+        elif command and line.startswith("point "):
+            found.append((command, re.split(r"\s{2,}", line.strip())))
+        elif command and line.startswith("| point "):
+            found.append((command, [c.strip() for c in line.strip().strip("|").split("|")]))
+    return found
+
+
+def _expected_columns(command: str, columns: list) -> list:
+    """What the command prints now, from the header constants in code."""
+    from zlf import compare
+    from zlf.ab import report as ab_report
+    from zlf.console import RUN_HEADERS
+
+    words = command.split()
+    campaign = any("ab_" in w for w in words[2:]) and len(words) == 3
+    if words[1] == "ab" or (words[1] == "report" and campaign):
+        return ab_report.headers(aa="--aa" in words or (words[1] == "report" and "ab_aa_" in words[2]))
+    if words[1] == "compare" or (words[1] == "report" and len(words) >= 4):
+        headers = compare.table_headers()
+        return list(headers[:6]) + [h for h in headers[6:] if h in columns]
+    if words[1] in ("run", "report"):
+        return list(RUN_HEADERS)
+    raise AssertionError(f"no known table for {command!r}")
+
+
+def test_walkthrough_tables_have_the_columns_the_commands_print():
+    script = _script()
+    tables = _tables(script.PAGE.read_text())
+    assert any(c.startswith("zlf ab") for c, _ in tables) and any(c.startswith("zlf compare") for c, _ in tables)
+    for command, columns in tables:
+        assert columns == _expected_columns(command, columns), \
+            f"docs/walkthrough.md is stale ({command}): run python scripts/walkthrough.py"
+
+
+def test_walkthrough_table_check_sees_an_old_header():
+    old = ("$ zlf ab --aa --rounds 3 --name aa my_ops.py::relu\n"
+           "point   median_ms_A   median_ms_B   delta_pct   verdict\n")
+    (command, columns), = _tables(old)
+    assert columns != _expected_columns(command, columns)

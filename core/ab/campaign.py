@@ -421,6 +421,16 @@ class Campaign(Execution):
             groups.setdefault((r["round"], r["side"], self.origin(r)), []).append(r)
         return list(groups.values())
 
+    def processes_left(self) -> int:
+        """How many processes the pending runs still take: one per round and side whose ops
+        share one, one per run that runs alone (an op that failed is skipped without one). By
+        round and side, not :meth:`shared_groups`: before round 1 A has run, the runs that will
+        read it name their own directories, which would split its groups."""
+        failed = self.failed_ops()
+        pending = [r for r in self.runs if r["status"] in (PENDING, RUNNING) and r["op"] not in failed]
+        shared = {(r["round"], r["side"]) for r in pending if self.shares(r)}
+        return len(shared) + sum(1 for r in pending if not self.shares(r))
+
     def shared_key(self, runs: list) -> str:
         """A fresh ``_shared/r<k>_<side>[-n]`` for one process of ``runs`` (never reused: a
         process re-run after a crash keeps the first one's log)."""

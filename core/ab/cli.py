@@ -320,6 +320,20 @@ def _print_dry_run(data, a, b, ops, guard, configs) -> None:
         warn(line)
 
 
+def plan_line(campaign) -> str:
+    """``1 op (+2 control ops) x 3 rounds x 2 sides; 6 processes``: the ops the user named, the
+    canaries apart, and the processes still to run (a shared process runs a round's ops at once)."""
+    canaries = set(campaign.data.get("statistics", {}).get("canary_ops") or ())
+    own = sum(1 for o in campaign.ops if o.name not in canaries)
+    controls = len(campaign.ops) - own
+    left = campaign.processes_left()
+    ops = f"{own} op{'s' if own != 1 else ''}"
+    if controls:
+        ops += f" (+{controls} control op{'s' if controls != 1 else ''})"
+    return (f"{ops} x {campaign.planned_rounds()} rounds x 2 sides; "
+            f"{left} process{'es' if left != 1 else ''} to go")
+
+
 def main(args, session) -> int:
     if args.resume:
         campaign = _resume(args, session)
@@ -331,10 +345,8 @@ def main(args, session) -> int:
     d["context"] = session.hooks.campaign_context(data=d) or d.get("context") or []
     printer = Printer(campaign)
     a, b = campaign.sides["A"], campaign.sides["B"]
-    pending = sum(1 for r in campaign.runs if r["status"] in (PENDING, RUNNING))
     printer.line("\n  ".join([f"campaign {campaign.path}", f"A: {a.describe()}", f"B: {b.describe()}",
-                              f"{len(campaign.ops)} op(s) x {campaign.planned_rounds()} rounds x 2 sides; "
-                              f"{pending} run(s) to go", *d["context"]]))
+                              plan_line(campaign), *d["context"]]))
     busy = busy_backend(session, d.get("backend"), d.get("device", 0)) if d.get("require_idle") else None
     scaled = _scaled(d, session)
     if scaled is not None:

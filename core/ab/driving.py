@@ -16,26 +16,46 @@ from .layout import FAILED, OK, PENDING, RUNNING, SKIPPED, now
 
 
 class Printer:
-    """Progress lines on stderr: one per finished run, with the time left."""
+    """Progress lines on stderr: one per finished process (a shared process of a round and side
+    is one line, its ops named), with the processes left and the time left."""
 
     def __init__(self, campaign):
         self.campaign = campaign
         self.t0 = time.monotonic()
         self.seconds = []
+        self.finished = 0
 
     def done(self, run) -> None:
-        runs = self.campaign.runs
-        finished = sum(1 for r in runs if r["status"] in (OK, FAILED, SKIPPED))
-        if run.get("seconds"):
-            self.seconds.append(run["seconds"])
-        left = len(runs) - finished
+        """One run that ran alone (or was skipped without a process)."""
+        self._print([run], clean(run["op"]))
+
+    def process(self, runs: list) -> None:
+        """The runs of one shared process that it measured: one line, the canaries counted apart."""
+        canaries = set(self.campaign.data.get("statistics", {}).get("canary_ops") or ())
+        own = [r["op"] for r in runs if r["op"] not in canaries]
+        controls = len(runs) - len(own)
+        names = ", ".join(clean(o) for o in own) or "controls"
+        if own and controls:
+            names += f" (+{controls} control op{'s' if controls > 1 else ''})"
+        self._print(runs, names)
+
+    def _print(self, runs: list, names: str) -> None:
+        run = runs[0]
+        seconds = max((r.get("seconds") or 0 for r in runs), default=0)
+        if run["status"] != SKIPPED:
+            self.finished += 1
+            if seconds:
+                self.seconds.append(seconds)
+        left = self.campaign.processes_left()
+        total = self.finished + left
         eta = f", ~{_clock(left * sum(self.seconds) / len(self.seconds))} left" if self.seconds and left else ""
         what = {OK: paint("ok", "green", sys.stderr), FAILED: paint("FAILED", "red", sys.stderr)}.get(run["status"], run["status"])
-        took = f" {run['seconds']:.1f}s" if run.get("seconds") else ""
+        took = f" {seconds:.1f}s" if seconds else ""
         error = f" ({clean(run['error'])})" if run.get("error") else ""
-        flags = paint(" [busy/throttled]", "yellow", sys.stderr) if run.get("flags") else ""
+        flags = paint(" [busy/throttled]", "yellow", sys.stderr) if any(r.get("flags") for r in runs) else ""
         where = f" on {gpu_label(run['gpu'])}" if run.get("gpu") else ""
-        print(f"[{finished}/{len(runs)}] {clean(run['op'])} r{run['round']}_{run['side']} {what}{where}{took}{flags}{error}"
+        count = f"[{self.finished}/{total}]" if run["status"] != SKIPPED else "[skipped]"
+        print(f"{count} r{run['round']}_{run['side']} {names} {what}{where}{took}{flags}{error}"
               f"  (elapsed {_clock(time.monotonic() - self.t0)}{eta})", file=sys.stderr, flush=True)
 
     def line(self, text: str) -> None:
@@ -72,10 +92,12 @@ def run_pending(campaign, printer, busy=None, idle_wait=60.0) -> None:
                               f"{run['op']} r{run['round']}_{run['side']}: {'; '.join(warnings)}")
         if campaign.shares(run):
             group = next(g for g in campaign.shared_groups() if run in g)
-            for r in campaign.execute_shared(group):
-                if r["status"] == OK:
-                    printer.done(r)
-                elif r.get("alone") and r.get("shared_error"):
+            ran = campaign.execute_shared(group)
+            measured = [r for r in ran if r["status"] == OK]
+            if measured:
+                printer.process(measured)
+            for r in ran:
+                if r["status"] != OK and r.get("alone") and r.get("shared_error"):
                     printer.line(f"{r['op']} r{r['round']}_{r['side']}: {r['shared_error']}; its round runs alone")
             continue
         campaign.execute(run)

@@ -420,10 +420,11 @@ class CampaignJob:
                 if run["status"] == RUNNING:
                     run.update(worker)
             filed = self.campaign.file_shared(key, runs, outcome)
+            measured = [run for run in runs if run["status"] == OK and run.get("process") == key]
+            if measured:
+                self.printer.process(measured)
             for run in runs:
-                if run["status"] == OK and run.get("process") == key:
-                    self.printer.done(run)
-                elif run.get("alone") and run.get("shared_error", "").find(key) >= 0:
+                if run not in measured and run.get("alone") and run.get("shared_error", "").find(key) >= 0:
                     self.printer.line(f"{run['op']} r{run['round']}_{run['side']}: {run['shared_error']}; its round runs alone")
             return filed  # the unit goes on: a failed op's round is re-run alone in a later batch
         run = self._runs[key]

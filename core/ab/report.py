@@ -5,24 +5,26 @@ Reads only the campaign's state and the statistics; never a kernel, never a run 
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 from tabulate import tabulate
 
 from .. import controls as ctl
 from .. import metrics, stats
-from ..console import change, clean, clean_lines, md_cell, md_table
+from ..console import change, clean, percent, clean_lines, md_cell, md_table
 from ..redact import redact, redact_text
 from ..rundir import write_atomic
 from .guards import switch_guard_messages
 from .layout import FAILED, OK, PLOT, REPORT, SKIPPED, SUMMARY_JSON, SUMMARY_LOG, now
 
-#: the field names of zlf compare and of zlf ab --format csv/json (zlf.output.CAMPAIGN_FIELDS);
-#: a column that joins two fields names both (``delta_lo_pct..delta_hi_pct``)
-#: ``gmean_ms_A/B``: the geometric means over the rounds the estimate keeps, whose ratio is
-#: ``delta_pct``; ``sd_pct_A/B``: each side's standard deviation of one process's time as the
-#: interval uses it (``run-to-run noise`` pools them). docs/ab.md, "Output".
-HEADERS = ["point", "gmean_ms_A", "gmean_ms_B", "delta_pct", "delta_lo_pct..delta_hi_pct", "sd_pct_A/B",
+#: the columns of the table; the numbers are the fields of zlf compare and of zlf ab --format
+#: csv/json (zlf.output.CAMPAIGN_FIELDS): ``gmean_ms_A/B``: the geometric means over the rounds
+#: the estimate keeps, whose ratio is ``delta_pct``; ``change`` and ``interval``: ``delta_pct`` and
+#: ``delta_lo_pct..delta_hi_pct`` for people (a signed percent within a factor of two, ``300× slower``
+#: beyond, console.change); ``sd_pct_A/B``: each side's standard deviation of one process's time as
+#: the interval uses it (``run-to-run noise`` pools them). docs/ab.md, "Output".
+HEADERS = ["point", "gmean_ms_A", "gmean_ms_B", "change", "interval", "sd_pct_A/B",
            "flips/rounds", "mde_pct", "rounds_needed", "verdict"]
 #: the rule in one place, printed under every table (docs/ab.md explains it).
 RULE = ("verdict rule (B against A), one threshold delta (--min-effect): interval = t-interval of the "
@@ -38,11 +40,13 @@ PLOT_REACH = 4.0
 
 
 def _p(value, digits=2, sign=True) -> str:
+    """A percentage for people, never in exponent notation (two rounds and a Holm t-quantile can
+    give absurd widths: a factor there, ``300× slower``, as console.change writes it)."""
     if value is None:
         return "-"
-    if abs(value) >= 1000:  # two rounds and a Bonferroni t-quantile can give absurd widths: keep it short
-        return f"{value:+.2g}%" if sign else f"{value:.2g}%"
-    return f"{value:+.{digits}f}%" if sign else f"{value:.{digits}f}%"
+    if sign:
+        return change(value, digits)
+    return percent(value, digits) if abs(value) < 1000 else f"{value:,.0f}%"
 
 
 def _ms(value) -> str:
@@ -52,7 +56,7 @@ def _ms(value) -> str:
 def rows(results, aa=False) -> list:
     out = []
     for r in results:
-        interval = "-" if r.delta_lo_pct is None else f"[{_p(r.delta_lo_pct)[:-1]}, {_p(r.delta_hi_pct)[:-1]}]%"
+        interval = "-" if r.delta_lo_pct is None else f"[{_p(r.delta_lo_pct)}, {_p(r.delta_hi_pct)}]"
         noise = f"{_p(r.sd_a_pct, 2, False)} / {_p(r.sd_b_pct, 2, False)}"
         delta = r.delta_pct if r.delta_pct is not None else r.delta_median_pct
         needed = "-" if r.rounds < stats.MIN_ROUNDS else (str(r.rounds_needed) if r.rounds_needed else f">{stats.MAX_PLAN_ROUNDS}")
@@ -159,7 +163,7 @@ def _findings(campaign, results, remarks) -> list:
         spreads = sorted(r.noise_pct for r in results if r.noise_pct is not None and r.rounds >= 2)
         if spreads:
             lines.append(f"A/A run-to-run noise (standard deviation of one process's time): median "
-                         f"{_p(spreads[len(spreads) // 2], 2, False)}, max {_p(spreads[-1], 2, False)} "
+                         f"{_p(statistics.median(spreads), 2, False)}, max {_p(spreads[-1], 2, False)} "
                          "(give this campaign to --noise-from: its variance is pooled into later intervals)")
     short = [r for r in results if r.rounds < stats.MIN_ROUNDS]
     if short:

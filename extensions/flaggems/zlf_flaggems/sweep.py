@@ -45,7 +45,7 @@ examples:
 status: ok (every point ok), failed (a point FAILED), refused (FlagGems skips it here, or zlf
         refused it: exit 2), hung (killed past --op-time-limit, or a point hung past --time-limit),
         compile_limit (a point ran past --time-limit in its first FlagGems call: Triton compiling,
-        FlagGems tuning; give it --compile-time-limit; or the op ran past --op-time-limit while
+        FlagGems tuning; give it --flaggems-compile-time-limit; or the op ran past --op-time-limit while
         Triton still compiled kernels, the last within 60 s: give it --op-time-limit), crashed
         (a point killed its process: zlf run filed it and went on; or any other exit)
 exit codes: 0 the sweep ran (whatever its ops did), 2 bad input, 130 interrupted (SIGINT), 143
