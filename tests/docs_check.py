@@ -293,8 +293,10 @@ _LINK = re.compile(r"(?<!!)\[[^\]\n]*\]\(([^)\s]+)\)")
 
 
 def slug(heading: str) -> str:
-    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
-    text = re.sub(r"[`*_]", "", heading.strip()).lower()
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens. Emphasis
+    marks go; an underscore inside a word or a code span (``test_hostile_input.py``) stays."""
+    parts = re.split(r"(`[^`]*`)", heading.strip())
+    text = "".join(p[1:-1] if p.startswith("`") else re.sub(r"\*|(?<!\w)_|_(?!\w)", "", p) for p in parts).lower()
     text = re.sub(r"[^\w\- ]", "", text)
     return text.replace(" ", "-")
 
