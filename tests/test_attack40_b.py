@@ -239,8 +239,7 @@ def _task(tmp_path, pkg, *extra):
 
 
 @pytest.mark.skipif(not PKG.exists(), reason="no vecadd package")
-@pytest.mark.parametrize("meta", [b'{"name": "x", "cases": 1e400}', pytest.param(b"[" * 100000, marks=pytest.mark.xfail(
-    strict=True, reason="ATTACK: a task meta.json nested 100000 deep is a RecursionError traceback")), b'{"name": "x\\u0000\\n../../y"}',
+@pytest.mark.parametrize("meta", [b'{"name": "x", "cases": 1e400}', b"[" * 100000, b'{"name": "x\\u0000\\n../../y"}',
                                   b'{"name": 5}'], ids=["inf", "deep", "nul_name", "int_name"])
 def test_task_metadata_hostile_is_one_line_or_a_plain_name(tmp_path, meta):
     pkg = _task_pkg(tmp_path)

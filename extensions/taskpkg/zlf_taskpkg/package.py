@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import io
-import json
 import os
 import re
 import sys
@@ -26,9 +25,8 @@ from pathlib import Path
 from typing import Optional
 
 import attrs
-import yaml
 
-from zlf import UsageError
+from zlf import UsageError, readers
 from zlf.rundir import safe_name
 
 PROBLEM_FUNCTIONS = ("getNumOfTestcases", "getTestCaseSize", "genTestCase", "baseline", "check")
@@ -69,18 +67,14 @@ def no_exit(what: str):
 
 
 def _load_metadata(root: Path) -> tuple:
+    """The package's metadata (JSON or YAML) through zlf's bounded reader: a regular file of
+    limited size, strict UTF-8, finite numbers, bounded nesting and YAML expansion; else one line."""
     for name in METADATA_FILES:
         path = root / name
         if not path.is_file():
             continue
-        try:
-            text = path.read_bytes().decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise UsageError(f"task package metadata {str(path)!r} is not UTF-8 text (byte {exc.start})") from None
-        try:
-            data = json.loads(text) if name.endswith(".json") else yaml.safe_load(text)
-        except (json.JSONDecodeError, yaml.YAMLError) as exc:
-            raise UsageError(f"task package metadata {str(path)!r} is not valid: {str(exc).splitlines()[0]}") from exc
+        what = "task package metadata"
+        data = readers.read_json(path, what=what) if name.endswith(".json") else readers.read_yaml(path, what=what)
         if not isinstance(data, dict):
             raise UsageError(f"task package metadata {str(path)!r} must be a mapping")
         return data, path
