@@ -342,7 +342,10 @@ KILLERS = {
     "thread_exit": "import threading; t = threading.Thread(target=lambda: os._exit(7)); t.start(); t.join()",
     "closerange": "os.closerange(3, 4096)",
     "sigterm_self": "os.kill(os.getpid(), signal.SIGTERM)",
+    "sigint_self": "os.kill(os.getpid(), signal.SIGINT)",
 }
+#: the cause a signal the op sent its own worker is recorded as (zlf sent none: not a stop of the run)
+SIGNALLED = {"sigterm_self": "worker died: SIGTERM (signal 15)", "sigint_self": "worker died: SIGINT (signal 2)"}
 BROKEN: dict = {}
 
 
@@ -362,6 +365,8 @@ def test_an_op_that_hurts_its_process_costs_only_its_point(tmp_path, kind):
     assert by["killer/128/float32"]["status"] == "ok"
     if kind != "closerange":
         assert by["killer/64/float32"]["status"] == "FAILED"
+    if kind in SIGNALLED:
+        assert by["killer/64/float32"]["error"] == SIGNALLED[kind]
     meta = json.loads((d / "meta.json").read_text())
     assert meta["status"] not in ("running",), meta["status"]
 
