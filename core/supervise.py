@@ -18,8 +18,10 @@ that holds the interpreter and ignores signals) is killed by the parent once the
 :func:`~zlf.procs.hard_hang_grace` late: its FAILED record, meta.json ``hung`` and exit 124, as
 when the watchdog stops the run itself. Ctrl-C, SIGTERM and SIGHUP of the parent are passed on to
 the worker, which stops as a run always stopped (130 or 143); one that does not stop within
-:data:`STOP_GRACE_S` is killed and the parent writes meta.json's status. The worker leads a process
-group of its own: whatever an op started and left behind is killed with it.
+:data:`STOP_GRACE_S` is killed and the parent writes meta.json's status; a SIGTERM or SIGINT the
+worker gets that the parent did not pass on (an op signalling its own process) is the point's death.
+The worker leads a process group of its own, and the parent is a child subreaper (Linux): whatever
+an op started and left behind, in the group or detached from it, is killed when the worker ends.
 
 Only the ``zlf`` program supervises (:func:`zlf.cli.main` with the process's own command line):
 ``zlf.cli.main(argv)`` called inside another program runs the points in that program's process,
