@@ -7,6 +7,10 @@ point that never returns is stopped at its time limit.
   KeyboardInterrupt, so every path that keeps finished work on Ctrl-C keeps it on SIGTERM too.
 * :class:`PointWatch` -- the per-point time limit of ``zlf run``: SIGALRM interrupts a hang in
   Python code; a watchdog thread handles a hang that cannot be interrupted (inside a C call).
+* :func:`become_subreaper` and :func:`kill_descendants` -- orphans of this process's descendants
+  (a double fork, ``setsid``) come back to it (Linux), where the end of a worker finds and kills them.
+* :func:`leave_if_forked` -- a copy of a process made by an op's ``os.fork()`` that returned into
+  zlf ends at once, before it writes or times anything.
 * :func:`python_child_env` -- the environment of a Python child zlf starts (a campaign's runs, a
   sweep's ops, a judge's workers): it keeps its compiled bytecode where the environment keeps none.
 """
@@ -24,6 +28,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
 EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143
 #: exit code of a run stopped by the watchdog: a point hung where it could not be interrupted.
@@ -88,6 +93,88 @@ def kill_group(proc, sig: int = signal.SIGKILL) -> None:
         proc.wait()
     except Exception:
         pass
+
+
+def become_subreaper() -> bool:
+    """Make this process the reaper of its orphaned descendants (Linux ``PR_SET_CHILD_SUBREAPER``):
+    a process that detached from its parent (double fork, ``setsid``) becomes this process's child
+    when its parent dies, where :func:`kill_descendants` finds it. False where the kernel has no
+    such request (not Linux): orphans go to init, out of reach, and only a process group kill
+    (``killpg``) stops what an op started."""
+    if _prctl is None:
+        return False
+    return _prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+
+
+def children_map() -> dict:
+    """``{ppid: [pid, ...]}`` of every process this process can see (``/proc``; {} without it)."""
+    kids: dict = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return kids
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # the comm field may hold spaces and parentheses: the fields after its last ')'
+        fields = stat[stat.rfind(b")") + 2:].split()
+        if len(fields) > 1:
+            kids.setdefault(int(fields[1]), []).append(int(entry))
+    return kids
+
+
+def descendants(pid: int, kids: Optional[dict] = None) -> list:
+    """Every live descendant of ``pid``, each after its parent."""
+    kids = children_map() if kids is None else kids
+    out, todo = [], list(kids.get(pid, ()))
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(kids.get(p, ()))
+    return out
+
+
+def kill_descendants(keep=(), rounds: int = 10) -> list:
+    """Kill (SIGKILL) and reap every descendant of this process but ``keep`` (pids of processes
+    still in use) and theirs: what a finished worker left running, however it detached -- orphans
+    come back to this process where it is a subreaper (:func:`become_subreaper`). A process that
+    forked while the others were being killed is found by the next look, up to ``rounds`` of them.
+    Returns the pids killed."""
+    me, killed = os.getpid(), []
+    for _ in range(rounds):
+        kids = children_map()
+        spared = set(keep)
+        for k in keep:
+            spared.update(descendants(k, kids))
+        victims = [p for p in descendants(me, kids) if p not in spared]
+        if not victims:
+            break
+        for p in victims:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        for p in victims:  # each after its parent: once a parent is reaped, its children are ours
+            try:
+                os.waitpid(p, 0)
+            except (ChildProcessError, OSError):
+                pass
+        killed.extend(victims)
+    return killed
+
+
+def leave_if_forked(owner: int) -> None:
+    """End this process at once (``os._exit``, nothing flushed, no exit function run) when it is
+    not ``owner`` but a copy of it: an op that calls ``os.fork()`` and returns in both processes
+    brings a second zlf into the run, which must write nothing (no record, no meta.json, no
+    event to a supervising parent) and time nothing."""
+    if os.getpid() != owner:
+        os._exit(0)
 
 
 # ----------------------------------------------------------------------------- point time limit

@@ -16,7 +16,7 @@ from . import __version__
 from .console import Progress, clean_lines, duration
 from .errors import one_line as _one_line
 from .ops import check_output, outside, point_inputs, poison
-from .procs import EXIT_HUNG, PointTimeLimit, PointWatch, stop_word
+from .procs import EXIT_HUNG, PointTimeLimit, PointWatch, leave_if_forked, stop_word
 from .redact import redact_text, safe_environment
 from .records import STATUS_FAILED, STATUS_OK, STATUS_OOM, PointRecord, jsonable_options
 from .rundir import LOG, RunDir, disk_full
@@ -149,6 +149,8 @@ class Run:
         self.watch = PointWatch(None, self._hung)  # armed by execute() with --time-limit
         #: the pipe to the supervising parent (:class:`zlf.supervise.Link`), None without one
         self.link = None
+        #: the process running the points: a copy an op's os.fork() returns into ends at once
+        self.pid = os.getpid()
         self.meta = {
             "zlf_version": __version__,
             "command": list(argv if argv is not None else sys.argv),
@@ -349,6 +351,7 @@ def run_point(run: Run, planned) -> PointRecord:
             poison(inputs, op.outputs)
             with run.launch_window(point):
                 returned = op.fn(*inputs)
+                leave_if_forked(run.pid)
                 backend.synchronize()
             with outside(op):
                 max_err, error = check_output(op, inputs, returned, point.dtype)
@@ -362,6 +365,7 @@ def run_point(run: Run, planned) -> PointRecord:
                 with (run.clock_sampler.window() if run.clock_sampler else contextlib.nullcontext()) as window:
                     timing = run.time_point(lambda: op.fn(*inputs), point, op=op, inputs=inputs,
                                             call_on=(lambda args: lambda: op.fn(*args)) if op.copies else None)
+                leave_if_forked(run.pid)
                 clock = window.summary() if window is not None else None
     except KeyboardInterrupt:
         raise
@@ -429,7 +433,10 @@ def execute(run: Run, progress: Optional[Progress] = None, start: int = 0) -> li
         record_device(run)
         run.save_meta()
         run.log.info(f"backend {run.backend.name} on {run.meta['device_name']}; {len(run.plan)} points")
+        recorded = {r.point for r in run.records}  # a fresh worker's: a point never gets two records
         for index, planned in enumerate(run.plan[start:], start):
+            if planned.point.id in recorded:
+                continue
             run.tell("begin", index=index, limit=run.watch.limit)
             record = run_point(run, planned)
             run.rundir.append(record)

@@ -28,6 +28,7 @@ import yaml
 
 from . import readers
 from .errors import UsageError
+from .procs import leave_if_forked
 from .records import PointRecord
 from .redact import redact
 
@@ -228,6 +229,8 @@ class RunDir:
         self.path = Path(os.path.abspath(path))
         #: the path as given (relative to where zlf started): what messages show
         self.shown = Path(path)
+        #: the process that writes here: a copy made by an op's os.fork() writes nothing (it ends)
+        self.owner = os.getpid()
 
     # ------------------------------------------------------------------ writing
     @classmethod
@@ -255,6 +258,7 @@ class RunDir:
     def append(self, record: PointRecord) -> None:
         """Add one record line; when it cannot be written whole (a full disk), the file is cut
         back to the records before it and the error raised."""
+        leave_if_forked(self.owner)
         data = memoryview((json.dumps(redact(record.to_json()), default=str) + "\n").encode())
         path = self.path / RESULTS
         # os-level writes: a buffered file would retry the failed write when it is closed
@@ -310,6 +314,7 @@ class RunDir:
         give back the reserve and try again, then compactly, and as the last resort overwrite the
         old file in place (its blocks are already ours): a state file that says how the run ended
         beats one that says "running"."""
+        leave_if_forked(self.owner)
         path = self.path / name
         meta = redact(meta)  # a record is for sharing: no credential, by name or by value
         text = json.dumps(meta, indent=2, sort_keys=sort_keys, default=str) + "\n"

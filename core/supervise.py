@@ -18,8 +18,10 @@ that holds the interpreter and ignores signals) is killed by the parent once the
 :func:`~zlf.procs.hard_hang_grace` late: its FAILED record, meta.json ``hung`` and exit 124, as
 when the watchdog stops the run itself. Ctrl-C, SIGTERM and SIGHUP of the parent are passed on to
 the worker, which stops as a run always stopped (130 or 143); one that does not stop within
-:data:`STOP_GRACE_S` is killed and the parent writes meta.json's status. The worker leads a process
-group of its own: whatever an op started and left behind is killed with it.
+:data:`STOP_GRACE_S` is killed and the parent writes meta.json's status; a SIGTERM or SIGINT the
+worker gets that the parent did not pass on (an op signalling its own process) is the point's death.
+The worker leads a process group of its own, and the parent is a child subreaper (Linux): whatever
+an op started and left behind, in the group or detached from it, is killed when the worker ends.
 
 Only the ``zlf`` program supervises (:func:`zlf.cli.main` with the process's own command line):
 ``zlf.cli.main(argv)`` called inside another program runs the points in that program's process,
@@ -31,6 +33,7 @@ import atexit
 import ctypes
 import datetime as _dt
 import json
+import mmap
 import os
 import selectors
 import signal
@@ -41,12 +44,17 @@ import traceback
 from pathlib import Path
 from typing import Callable, Optional
 
-from .procs import EXIT_HUNG, Terminated, die_with_parent, hard_hang_grace, stop_code, stop_word
+from .procs import (EXIT_HUNG, Terminated, become_subreaper, children_map, die_with_parent, hard_hang_grace,
+                    kill_descendants, leave_if_forked, stop_code, stop_word)
 from .records import STATUS_FAILED, STATUS_OK, STATUS_OOM, PointRecord
 from .rundir import LOG, RESULTS, RunDir, disk_full
 
 #: how long a worker told to stop (Ctrl-C, SIGTERM, SIGHUP) has before it is killed
 STOP_GRACE_S = 10.0
+#: exit code of a worker whose pipe to the parent was closed under it (an op that closed the
+#: worker's descriptors): it ends after the point's record, and a fresh worker goes on
+EXIT_LINK_LOST = 75
+LINK_LOST = "worker lost its pipe to zlf (an op closed its descriptors)"
 
 
 def fork_safe() -> bool:
@@ -70,22 +78,48 @@ def death_cause(status: int) -> str:
         except ValueError:
             name = "signal"
         return f"worker died: {name} (signal {sig})"
+    if os.WEXITSTATUS(status) == EXIT_LINK_LOST:
+        return LINK_LOST
     return f"worker died: exit code {os.waitstatus_to_exitcode(status)}"
 
 
+def _identity(fd: int):
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
 class Link:
-    """The worker's end of the pipe to its parent: one JSON line per event."""
+    """The worker's end of the pipe to its parent: one JSON line per event.
+
+    Only the worker writes to it: a copy of the worker made by an op's ``os.fork()`` ends here
+    (:func:`~zlf.procs.leave_if_forked`). A pipe an op closed (``os.closerange``), or whose number
+    now names another file, is never written to: the link is ``lost``, and a worker that finds it
+    lost when a point begins or ends exits (:data:`EXIT_LINK_LOST`; the point's record is written
+    by then), so that the parent, which no longer hears what runs, goes on in a fresh worker."""
 
     def __init__(self, fd: int):
         self.fd = fd
+        self.owner = os.getpid()
+        self.identity = _identity(fd)
+        self.lost = False
 
     def send(self, event: str, **fields) -> None:
+        leave_if_forked(self.owner)
+        if not self.lost and _identity(self.fd) != self.identity:
+            self.lost = True
+        if self.lost:
+            if event in ("begin", "end"):
+                os._exit(EXIT_LINK_LOST)
+            return
         data = memoryview((json.dumps({"event": event, **fields}, default=str) + "\n").encode())
         try:
             while data:
                 data = data[os.write(self.fd, data):]
-        except OSError:  # the parent is gone; this worker dies with it (PR_SET_PDEATHSIG)
-            pass
+        except OSError:  # the parent is gone (this worker dies with it: PR_SET_PDEATHSIG), or the pipe closed
+            self.lost = True
 
 
 def point_fields(point) -> dict:
@@ -209,6 +243,10 @@ class Supervisor:
         self.deaths: list = []
         self._mismatch = None
         self._passed_on = _PassedOn()
+        #: set by the parent before it passes a stop on: a SIGTERM or SIGINT the worker gets while
+        #: it is not set came from elsewhere (an op signalling its own process) and kills the worker
+        self._told = mmap.mmap(-1, 1)
+        self._children_before: set = set()
 
     # ------------------------------------------------------------------ the parent
     def run(self) -> int:
@@ -217,6 +255,9 @@ class Supervisor:
         if threading.current_thread() is threading.main_thread():
             previous = signal.signal(signal.SIGHUP, _hangup)  # a closed terminal stops the run, as SIGTERM does
         self._passed_on.install()
+        # what an op leaves running after its worker ends, however it detached, comes back here
+        become_subreaper()
+        self._children_before = set(children_map().get(os.getpid(), ()))
         try:
             while True:
                 self.began_any, self.final = False, None
@@ -241,6 +282,7 @@ class Supervisor:
                 stream.flush()
             except (AttributeError, OSError, ValueError):
                 pass
+        self._told[0] = 0
         pid = os.fork()
         if pid == 0:  # the worker
             os.close(read)
@@ -283,6 +325,8 @@ class Supervisor:
                 os.killpg(pid, signal.SIGKILL)  # what its ops left running
             except (ProcessLookupError, PermissionError):
                 pass
+            # and what left the worker's process group (setsid) or its parent (a double fork)
+            kill_descendants(keep=self._children_before)
             sel.close()
             os.close(fd)
             if pidfd is not None:
@@ -326,6 +370,7 @@ class Supervisor:
         self.stopping = exc
         if self.kill_at is None:
             self.kill_at = self.clock() + STOP_GRACE_S
+        self._told[0] = 1
         try:
             os.kill(pid, signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT)
         except ProcessLookupError:
@@ -386,9 +431,11 @@ class Supervisor:
 
     def _file_death(self, rd: RunDir, status: int, cause: str) -> Optional[int]:
         _cut_torn_line(rd.path / RESULTS)
-        records, _ = rd.records()
+        records, _ = rd.records()  # the source of truth: what has a record is never run again
         done = {r.point for r in records}
         point = self.plan[self.current] if self.current is not None else None
+        after = self.current + 1 if self.current is not None else self.next
+        self.next = next((i for i in range(after, len(self.plan)) if self.plan[i]["id"] not in done), len(self.plan))
         if self.stopping is not None:  # stopped by the user, and the worker did not finish its files
             word = stop_word(self.stopping)
             self._finish(rd, records, word, f"the worker was killed {STOP_GRACE_S:g} s after it was told to stop")
@@ -412,18 +459,19 @@ class Supervisor:
                  f"run dir: {self.shown}")
             return 1
         death = {"cause": cause}
+        recorded = point is not None and point["id"] in done
         if point is not None:
             death["point"] = point["id"]
-            if point["id"] not in done:  # a point never gets two records
+            if not recorded:  # a point never gets two records
                 records.append(self._failed(rd, point, cause))
-            self.next, self.current = self.current + 1, None
+            self.current = None
         self.deaths.append(death)
         meta = self._meta(rd)
         meta.update(worker_deaths=list(self.deaths), counts=_counts(records))
         rd.write_meta(meta)
-        where = f"at point {point['id']}" if point else "between points"
+        where = f"after point {point['id']}" if recorded else f"at point {point['id']}" if point else "between points"
         self._log(rd, f"WARNING {cause} {where}; the run goes on in a fresh worker")
-        _say(f"zlf: {cause} {where}" + (" (its record: FAILED)" if point else "")
+        _say(f"zlf: {cause} {where}" + (" (its record: FAILED)" if point and not recorded else "")
              + "; the run goes on in a fresh worker")
         return None
 
@@ -461,6 +509,16 @@ class Supervisor:
             pass
 
     # ------------------------------------------------------------------ the worker
+    def _stop_signal(self, signum, frame) -> None:
+        """The worker's SIGINT and SIGTERM: a stop the parent passed on stops the run as it always
+        did (130, 143); one the parent did not send (an op that signals its own process) kills
+        the worker, which costs the point running and nothing else."""
+        if self._told[0]:
+            raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        os._exit(128 + signum)  # not reached: the signal's default ends the process
+
     def _worker(self, fd: int, resume: Optional[dict], preexec) -> None:
         """The forked worker: run ``body``, say how it ended, exit (never returns)."""
         code = 1
@@ -471,7 +529,8 @@ class Supervisor:
             atexit._clear()  # the parent's exit functions are the parent's to run
             self._passed_on.restore()
             signal.signal(signal.SIGHUP, signal.SIG_DFL)  # an op's SIGHUP kills the worker, not the run
-            signal.signal(signal.SIGINT, signal.default_int_handler)
+            signal.signal(signal.SIGINT, self._stop_signal)
+            signal.signal(signal.SIGTERM, self._stop_signal)
             code = self.body(link, resume)
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)

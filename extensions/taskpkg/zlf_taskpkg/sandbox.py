@@ -21,19 +21,18 @@ what that leaves open; the run's meta.json, run.log and stderr say it too.
 """
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import ctypes.util
 import glob
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 from pathlib import Path
 from typing import Optional
 
 from zlf import UsageError
+from zlf.procs import become_subreaper, children_map as _children_map, descendants, kill_descendants  # noqa: F401
 
 AUTO, BWRAP, NONE = "auto", "bwrap", "none"
 CHOICES = (AUTO, BWRAP, NONE)
@@ -50,7 +49,6 @@ SHARED_PID = ("the pid namespace is shared (legacy CUDA IPC refuses peers in oth
 INSTALL = "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap)"
 
 PR_SET_DUMPABLE = 4
-PR_SET_CHILD_SUBREAPER = 36
 
 _libc = None
 
@@ -67,64 +65,17 @@ def _prctl(option: int, value: int) -> bool:
     return _libc.prctl(option, value, 0, 0, 0) == 0
 
 
-def become_subreaper() -> bool:
-    """Make this process the reaper of its orphaned descendants (Linux): a helper that detached
-    from a case (double fork, setsid) becomes this process's child, where it can be found."""
-    return _prctl(PR_SET_CHILD_SUBREAPER, 1)
-
-
 def make_undumpable() -> bool:
     """No core dumps, and /proc/<pid>/mem and ptrace closed to processes without CAP_SYS_PTRACE."""
     return _prctl(PR_SET_DUMPABLE, 0)
 
 
 # ----------------------------------------------------------------------------- processes
-def _children_map() -> dict:
-    """``{ppid: [pid, ...]}`` of every process this process can see."""
-    kids: dict = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        # the comm field may hold spaces and parentheses: the fields after its last ')'
-        fields = stat[stat.rfind(b")") + 2:].split()
-        if len(fields) > 1:
-            kids.setdefault(int(fields[1]), []).append(int(entry))
-    return kids
-
-
-def descendants(pid: int, kids: Optional[dict] = None) -> list:
-    """Every live descendant of ``pid`` (children first)."""
-    kids = _children_map() if kids is None else kids
-    out, todo = [], list(kids.get(pid, ()))
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        todo.extend(kids.get(p, ()))
-    return out
-
-
 def kill_survivors(keep=()) -> list:
     """Kill (SIGKILL) and reap every descendant of this process but ``keep`` (pids of the
     processes the judge still uses) and theirs: what a finished case left running, however it
     detached -- orphans come back to this process, a subreaper. Returns the pids killed."""
-    me = os.getpid()
-    kids = _children_map()
-    spared = set(keep)
-    for k in keep:
-        spared.update(descendants(k, kids))
-    victims = [p for p in descendants(me, kids) if p not in spared]
-    for p in victims:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(p, signal.SIGKILL)
-    for p in victims:  # our own children are reaped here; the others by their parents (killed too)
-        with contextlib.suppress(ChildProcessError, OSError):
-            os.waitpid(p, 0)
-    return victims
+    return kill_descendants(keep)
 
 
 # ----------------------------------------------------------------------------- bubblewrap
