@@ -116,7 +116,6 @@ def _git_repo(d: Path) -> list:
     return shas
 
 
-@pytest.mark.xfail(strict=True, reason="ATTACK: bisect --resume passes bisect.json's ab_args (--a-python) to zlf ab: a file becomes a command")
 def test_bisect_resume_runs_no_interpreter_named_by_bisect_json(tmp_path):
     shas = _git_repo(tmp_path / "repo")
     evil = tmp_path / "evil.sh"

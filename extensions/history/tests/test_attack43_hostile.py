@@ -20,6 +20,7 @@ import pytest
 
 from zlf.testing import write_run_dir
 from zlf_history.store import Store
+from history_fixtures import history_db, postgres_server  # noqa: F401  (fixtures)
 
 POINT = "add/5000/float32"
 

@@ -13,6 +13,7 @@ import pytest
 from zlf.testing import write_run_dir
 from zlf_history import changes
 from zlf_history.store import Store
+from history_fixtures import history_db, postgres_server  # noqa: F401  (fixtures)
 
 POINT = "add/5000/float32"
 OTHER = "add/1024/float32"

@@ -92,8 +92,11 @@ def test_work_overlapped_across_the_clocked_batch_is_not_trusted(tmp_path, capsy
 def test_time_cheats_on_a_slow_package_are_refused(tmp_path, capsys, cheat):
     rc, records, _, out, _ = judge(tmp_path, capsys, C / cheat, "--cases", "1", pkg=SLOW)
     r = records[0]
-    assert rc == 1, out
     assert not forged_but_trusted(r), (r["median_ms"], r["extra"].get("clock_check"), out)
+    if rc == 0:  # every timed call is now prepared (fresh inputs, poisoned outputs): a cheat that
+        # can skip nothing pays for its work, and an honest time is no forgery
+        assert r["extra"]["verdict"] == "Accepted" and r["median_ms"] >= 15.0, out
+        return
     if r["extra"]["verdict"] == "Accepted":  # then the judge's clock saw the real work
         assert min(r["extra"]["clock_check"]["batch_ms"]) >= 3 * 15.0
 

@@ -947,7 +947,7 @@ def judge(args, session) -> int:
     try:
         records = j.execute()
     except KeyboardInterrupt as exc:
-        print(f"\n{stop_word(exc)}; finished cases kept\nrun dir: {j.rundir.path}", file=sys.stderr)
+        print(f"\n{stop_word(exc)}; finished cases kept\nrun dir: {j.rundir.shown}", file=sys.stderr)
         return stop_code(exc)
     except OSError as exc:
         if not disk_full(exc):
@@ -984,5 +984,5 @@ def judge(args, session) -> int:
         print(clean(f"sandbox: {j.sandbox}: not protected: {j.not_protected()}"), file=out)
     if j.backend.host_timing:
         print(paint("note: cpu backend: times are host wall-clock, not GPU kernel times", "dim", out), file=out)
-    print(f"run dir: {j.rundir.path}", file=out)
+    print(f"run dir: {j.rundir.shown}", file=out)
     return 0 if all_good(s) else 1

@@ -1,4 +1,7 @@
-"""The history tests run against SQLite always, and against a real PostgreSQL server where one can
+"""Fixtures of the history tests (imported by the test modules that use them: a ``conftest.py``
+here would shadow the suite's own ``tests/conftest.py``, both imported as ``conftest``).
+
+The history tests run against SQLite always, and against a real PostgreSQL server where one can
 be had: ``ZLF_TEST_POSTGRES_URL`` names one (CI starts it), else a throwaway cluster is started
 from the machine's PostgreSQL binaries (``initdb``, as the ``postgres`` user when we are root)."""
 from __future__ import annotations
