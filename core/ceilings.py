@@ -8,7 +8,6 @@ figures: a kernel at 90% of what a plain copy reaches has little left to gain.
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 from typing import Optional
@@ -18,6 +17,7 @@ import attrs
 from . import readers
 from .errors import UsageError
 from .rundir import write_atomic
+from .procs import cache_dir  # noqa: F401  (zlf's cache directory; its home is procs, which hands it to children)
 
 CEILINGS_DIR = "ceilings"
 #: what a cached ceilings file must hold before a table divides by it (zlf.readers checks it)
@@ -36,13 +36,6 @@ SCHEMA = {
 }
 
 
-def cache_dir() -> Path:
-    """zlf's cache directory; not created here."""
-    if os.environ.get("ZLF_CACHE_DIR"):
-        return Path(os.environ["ZLF_CACHE_DIR"]).expanduser()
-    if os.environ.get("XDG_CACHE_HOME"):
-        return Path(os.environ["XDG_CACHE_HOME"]).expanduser() / "zlf"
-    return Path.home() / ".cache" / "zlf"
 
 
 def device_key(device_name: str) -> str:

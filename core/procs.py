@@ -168,6 +168,15 @@ def kill_descendants(keep=(), rounds: int = 10) -> list:
     return killed
 
 
+def cache_dir() -> Path:
+    """zlf's cache directory (ceilings, child bytecode); not created here."""
+    if os.environ.get("ZLF_CACHE_DIR"):
+        return Path(os.environ["ZLF_CACHE_DIR"]).expanduser()
+    if os.environ.get("XDG_CACHE_HOME"):
+        return Path(os.environ["XDG_CACHE_HOME"]).expanduser() / "zlf"
+    return Path.home() / ".cache" / "zlf"
+
+
 def leave_if_forked(owner: int) -> None:
     """End this process at once (``os._exit``, nothing flushed, no exit function run) when it is
     not ``owner`` but a copy of it: an op that calls ``os.fork()`` and returns in both processes
@@ -355,8 +364,6 @@ def python_child_env(env: dict, folder: Optional[Path] = None) -> dict:
     if env.get("PYTHONPYCACHEPREFIX") or _bytecode_kept():
         return env
     if folder is None:
-        from .ceilings import cache_dir
-
         folder = cache_dir() / PYCACHE_DIR
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
