@@ -133,7 +133,9 @@ def test_an_aa_campaign_on_the_cpu_times_the_canaries_and_reports_the_factors(tm
     ctl = doc["controls"]
     assert ctl["mode"] == "auto" and ctl["active"] and len(ctl["used"]) == 4
     assert {p["point"].split("/")[0] for p in ctl["points"]} == {"canary_matmul", "canary_add"}
-    assert len(ctl["factors"]) == 6 and all(f["process"].startswith("_shared/r") for f in ctl["factors"])
+    # one factor per process, or one per process and kind when the canary kinds disagree (on a
+    # loaded CPU the interaction test can fire: which one is the machine's doing, not the code's)
+    assert len(ctl["factors"]) in (6, 12) and all(f["process"].startswith("_shared/r") for f in ctl["factors"])
     assert [p["point"].split("/")[0] for p in doc["points"]] == ["add", "add"]  # canaries are no verdicts
     assert all(p["normalised"] for p in doc["points"])
     assert "controls (auto): 4 point(s)" in proc.stdout and "factors: _shared/r1_A" in proc.stdout
