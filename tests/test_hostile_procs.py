@@ -353,7 +353,7 @@ def test_resume_refuses_an_old_campaign_it_cannot_read_in_one_line(tmp_path, env
 @pytest.mark.extensions("task")
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
 def test_killed_judge_leaves_no_worker(tmp_path, zlf_plain_processes, env, hang, sig):
-    proc = spawn(["task", PKG, "--candidate", hang, "--ext", "task", "--backend", "cpu", "--time-limit", "100",
+    proc = spawn(["task", PKG, "--candidate", hang, "--ext", "task", "--backend", "cpu", "--time-limit", "100", "--sandbox", "none",
                   "--out", tmp_path / "runs"], tmp_path, env)
     worker = worker_of(proc.pid)
     wait_for((tmp_path / "candidate_runs").exists, CEILING, "the candidate to run")
