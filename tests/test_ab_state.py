@@ -1,4 +1,5 @@
-"""campaign.json read through typed views (``zlf.ab.Statistics``, ``Driving``, ``Look``)."""
+"""campaign.json read through typed views (``zlf.ab.Statistics``, ``Driving``, ``Look``) and the
+``zlf ab`` command line as the campaign hooks receive it (``zlf.ab.CampaignOptions``)."""
 from __future__ import annotations
 
 import json
@@ -8,8 +9,10 @@ from pathlib import Path
 import pytest
 
 from zlf import ab, stats
-from zlf.ab import CAMPAIGN, Campaign, Driving, Look
+from zlf.ab import CAMPAIGN, Campaign, CampaignOptions, Driving, Look
+from zlf.config import RunConfig
 from zlf.testing import campaign_data
+from zlf.testing import extension_hooks as real_hooks
 
 #: campaign.json of an adaptive campaign (2 rounds, then up to 3; --fail-if-slower 5;
 #: --controls none), written by the zlf before the typed views
@@ -68,3 +71,32 @@ def test_a_look_is_stored_as_it_was():
                               "ops_extended": ["add"], "at": "t"}
     assert Look.from_json(look.to_json()) == look
 
+
+def test_the_campaign_hooks_receive_the_command_line_typed():
+    """``campaign_setup`` / ``after_campaign`` get a CampaignOptions: the campaign options typed
+    as their arguments declare them, the run settings a RunConfig."""
+    from zlf.cli import build_parser
+
+    hooks = real_hooks("profile", "history")
+    parser = build_parser(hooks)
+    args = parser.parse_args(["ab", "--switch", "X", "--triage-calls", "4", "--history-label", "k=v",
+                              "--dtype", "float16", "--a-env", "Y=1", "add", "softmax"])
+    options = CampaignOptions.from_args(args, hooks)
+    assert options.campaign.get("triage_calls") == 4 and options.triage_calls == 4
+    assert options.campaign.get("history_label") == ("k=v",) and options.get("triage") is False
+    assert isinstance(options.run, RunConfig) and options.run.dtypes == ("float16",)
+    assert (options.ops, options.switch, options.a_env, options.aa) == (("add", "softmax"), "X", ("Y=1",), False)
+    with pytest.raises(AttributeError, match="no active extension declared option 'nope'"):
+        options.nope
+
+
+def test_a_campaign_option_of_the_wrong_type_is_one_line():
+    from types import SimpleNamespace
+
+    from zlf.config import ConfigError, Option, OptionSet
+
+    hooks = SimpleNamespace(option_sets=(), campaign_option_sets=(OptionSet("x", (Option("calls", "--calls", "int", 3),)),))
+    args = SimpleNamespace(calls="many", ops=[], aa=False, switch=None, a_env=[], b_env=[], a_python=None,
+                           b_python=None, resume=None)
+    with pytest.raises(ConfigError, match="option --calls of extension 'x': expected int"):
+        CampaignOptions.from_args(args, hooks)

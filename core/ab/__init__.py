@@ -25,7 +25,7 @@ _EXPORTS = {
     "analysis": ("collect", "analyse", "load_noise", "settings_of", "spending_plan", "look_level", "noise_of"),
     "guards": ("switch_guard", "switch_guard_messages", "default_switch_sources", "find_references",
                "campaign_guards", "busy_backend", "wait_until_idle"),
-    "extending": ("RunNeed", "CampaignPlan", "SOURCE"),
+    "extending": ("RunNeed", "CampaignPlan", "CampaignOptions", "SOURCE"),
 }
 _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
 

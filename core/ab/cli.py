@@ -29,7 +29,7 @@ from . import report
 from .analysis import decide_campaign, load_noise
 from .campaign import Campaign, Driving, OpSpec, Statistics, key_path
 from .driving import Printer, Scaled, Stopped, drive
-from .extending import CampaignPlan
+from .extending import CampaignOptions, CampaignPlan
 from .guards import busy_backend, campaign_guards, switch_guard, switch_guard_messages
 from .layout import (CONFIGS, C_COMPLETE, C_DISK_FULL, C_INTERRUPTED, C_RUNNING, PENDING, PER_OP, RUNNING, SHARED, SHARED_PROCESS,
                      SUMMARY_LOG, now)
@@ -175,7 +175,7 @@ def check_ray_address(scale) -> None:
 def _plan(args, session) -> CampaignPlan:
     """The ops from the OP arguments, then what the extensions set (``campaign_setup``)."""
     plan = CampaignPlan(ops=[OpSpec.parse(t) for t in (args.ops or ["add", "softmax", "matmul"])])
-    session.hooks.campaign_setup(plan=plan, options=args, session=session)
+    session.hooks.campaign_setup(plan=plan, options=CampaignOptions.from_args(args, session.hooks), session=session)
     _check_ops(plan.ops)
     return plan
 
@@ -504,7 +504,7 @@ def _delta(r) -> float:
 
 def _after_campaign(campaign, results, args, session) -> None:
     """Extensions' work on the finished campaign (``after_campaign``): after every timing run."""
-    session.hooks.after_campaign(campaign, results, args, session)
+    session.hooks.after_campaign(campaign, results, CampaignOptions.from_args(args, session.hooks), session)
 
 
 def _preflight(driving: Driving, session) -> None:
