@@ -7,15 +7,15 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sqlite3
 import stat
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+
+from process_tools import gone_within
 
 # written against a full install: every test runs with every extension of this repository active
 # (the extensions' session of make test), and is skipped in core's own session
@@ -427,24 +427,7 @@ def test_a_setsid_child_of_an_op_does_not_outlive_the_run(tmp_path):
     p = zlf("run", "ops.py::spawner", *FAST, "--out", "runs", cwd=tmp_path)
     no_tb(p)
     pid = int(pidfile.read_text())
-    gone = _gone_within(pid, 120)  # killed when the run ended: gone as soon as the kernel has it
-    if not gone:
-        os.kill(pid, signal.SIGKILL)
-    assert gone, "the op's setsid child outlived the run"
-
-
-def _gone_within(pid: int, ceiling: float) -> bool:
-    """Whether ``pid`` ends (or is a zombie) within ``ceiling`` seconds: a ceiling for a loaded
-    machine, never a measured time (the wait returns as soon as it is gone)."""
-    deadline = time.monotonic() + ceiling
-    while time.monotonic() < deadline:
-        try:
-            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
-                return True
-        except (OSError, IndexError):
-            return True
-        time.sleep(0.05)
-    return False
+    assert gone_within(pid), "the op's setsid child outlived the run"  # killed when the run ended
 
 
 def test_an_op_that_forks_gives_no_point_two_records(tmp_path):

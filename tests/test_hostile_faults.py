@@ -13,12 +13,12 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 
 from conftest import read_records
+from process_tools import CEILING, alive, only_dir, wait_for
 
 OPS = textwrap.dedent('''
     import ctypes, os, signal, subprocess, sys, time, torch, zlf
@@ -113,52 +113,27 @@ def run_ops(ops, names, tmp_path, env, *extra, out="runs", **kw):
                 "--out", out, *extra], tmp_path, env, **kw)
 
 
-def only_dir(parent: Path) -> Path:
-    dirs = [d for d in parent.iterdir() if d.is_dir()]
-    assert len(dirs) == 1, dirs
-    return dirs[0]
-
-
 def outcome(run_dir: Path) -> tuple:
     records = [(r["op"], r["status"], r["error"]) for r in read_records(run_dir)]
     return records, json.loads((run_dir / "meta.json").read_text())
 
 
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
-
-
-#: how long a test waits for what it looks for (the op running, a stopped zlf ending): a ceiling
-#: for a machine loaded many times over, never a measured time; the waits return at once
-CEILING = 300
+#: how long a signalled zlf gets to end (process_tools.CEILING for the rest)
+ENDING = 300
 
 
 def ended(proc: subprocess.Popen, runs: Path) -> str:
     """``proc``'s stderr once it ends; past the ceiling the test fails with what was still
     running and the run's log (a hang to diagnose, not a slow machine), leaving nothing behind."""
     try:
-        return proc.communicate(timeout=CEILING)[1]
+        return proc.communicate(timeout=ENDING)[1]
     except subprocess.TimeoutExpired:
         tree = subprocess.run(["ps", "-o", "pid,ppid,stat,wchan:20,args", "--ppid", str(proc.pid), "-p", str(proc.pid)],
                               capture_output=True, text=True).stdout
         logs = "".join(p.read_text(errors="replace")[-3000:] for p in runs.glob("*/run.log"))
         os.killpg(proc.pid, signal.SIGKILL) if os.getpgid(proc.pid) == proc.pid else proc.kill()
         _, err = proc.communicate()
-        pytest.fail(f"zlf still running {CEILING} s after the signal\n{tree}\nstderr:\n{err[-2000:]}\nrun.log:\n{logs}")
-
-
-def wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    pytest.fail(f"timed out waiting for {what}")
+        pytest.fail(f"zlf still running {ENDING} s after the signal\n{tree}\nstderr:\n{err[-2000:]}\nrun.log:\n{logs}")
 
 
 # ----------------------------------------------------------------------------- an op that kills its process
