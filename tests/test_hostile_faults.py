@@ -467,3 +467,53 @@ def test_on_cuda_a_fresh_worker_after_a_death_uses_the_device(tmp_path, env, ops
                        ("z_ok", "ok", None)]
     timers = [r["timer"] for r in read_records(only_dir(tmp_path / "runs")) if r["status"] == "ok"]
     assert all(t != "host_wall" for t in timers), timers  # timed on the device by both workers
+
+
+# ----------------------------------------------------------------------------- a stop never slept through
+SIGNAL_WHILE_WAITING = r'''
+import os, signal, sys, threading, time
+from zlf.supervise import Supervisor
+
+marker = sys.argv[1]
+
+
+def body(link, resume):  # the worker: says it runs, then waits to be stopped
+    link.send("begin", index=0, limit=None)
+    open(marker, "w").close()
+    try:
+        time.sleep(600)
+    except KeyboardInterrupt:
+        return 143
+    return 0
+
+
+def hang_up():  # this thread takes the SIGHUP: its handler is due while the parent's wait goes on
+    while not os.path.exists(marker):
+        time.sleep(0.05)
+    os.kill(os.getpid(), signal.SIGHUP)
+
+
+threading.Thread(target=hang_up, daemon=True).start()
+# the main thread keeps SIGHUP blocked, as when the signal lands just before the wait's system
+# call begins (or another thread of the process takes it): no system call of its is interrupted
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
+print("rc", Supervisor(body).run(), flush=True)
+'''
+
+
+def test_a_stop_that_lands_outside_the_parents_wait_still_stops_the_worker(tmp_path):
+    """zlf run's parent sleeps in its wait while the worker runs a long op. A SIGHUP whose handler
+    became due without interrupting that wait (taken by another thread, or landing just before the
+    wait began) was slept through until the op ended: a stopped zlf ran on (seen once beside two
+    CPU burners, test_sighup_to_zlf_run_stops_it_as_terminated). The signal now wakes the wait."""
+    script = tmp_path / "supervised.py"
+    script.write_text(SIGNAL_WHILE_WAITING)
+    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path / "marker")], cwd=tmp_path, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        out, err = proc.communicate(timeout=CEILING)  # the worker sleeps 600 s if nobody stops it
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        pytest.fail(f"the parent slept through the SIGHUP for {CEILING} s: {out} {err[-2000:]}")
+    assert proc.returncode == 0 and "rc 143" in out, out + err
