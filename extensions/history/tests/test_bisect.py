@@ -17,8 +17,10 @@ def make_repo(tmp_path, n=16, slow_at=10, broken_at=8, reps=4):
         (repo / "ops").mkdir(exist_ok=True)
         (repo / "ops" / "work_ops.py").write_text(work_op(k, reps if k >= slow_at else 1, broken=k == broken_at))
 
-    return commit_series(tmp_path / "opsrepo", n + 1, write,
-                         lambda k: f"revision {k}" + (" (slow)" if k == slow_at else "") + (" (broken)" if k == broken_at else ""))
+    def message(k):
+        return f"revision {k}" + (" (slow)" if k == slow_at else "") + (" (broken)" if k == broken_at else "")
+
+    return commit_series(tmp_path / "opsrepo", n + 1, write, message)
 
 
 def fake_search(tmp_path, n, outcomes):
