@@ -247,6 +247,9 @@ class Supervisor:
         #: it is not set came from elsewhere (an op signalling its own process) and kills the worker
         self._told = mmap.mmap(-1, 1)
         self._children_before: set = set()
+        #: the pipe a signal writes a byte to (:meth:`_wake_on_signals`), its read end watched
+        #: beside the worker's pipe: the wait never sleeps through a stop
+        self._wake: Optional[tuple] = None
 
     # ------------------------------------------------------------------ the parent
     def run(self) -> int:
@@ -255,6 +258,7 @@ class Supervisor:
         if threading.current_thread() is threading.main_thread():
             previous = signal.signal(signal.SIGHUP, _hangup)  # a closed terminal stops the run, as SIGTERM does
         self._passed_on.install()
+        previous_wakeup = self._wake_on_signals()
         # what an op leaves running after its worker ends, however it detached, comes back here
         become_subreaper()
         self._children_before = set(children_map().get(os.getpid(), ()))
@@ -272,6 +276,33 @@ class Supervisor:
             self._passed_on.restore()
             if previous is not None:
                 signal.signal(signal.SIGHUP, previous)
+            if self._wake is not None:
+                signal.set_wakeup_fd(previous_wakeup)
+                self._close_wake()
+
+    def _wake_on_signals(self) -> int:
+        """Have every signal write a byte to a pipe the wait watches; returns the wake-up file
+        descriptor that was set before (-1: none). Python runs a signal's handler in the main
+        thread between bytecodes: a signal taken by another thread (torch's, once imported), or
+        one that lands just before the wait's system call begins, would leave the handler due
+        while the wait slept on, and a worker in a long op would keep zlf from stopping for as
+        long as the op runs. The byte ends the wait; the handler runs as it returns."""
+        if threading.current_thread() is not threading.main_thread():
+            return -1
+        read, write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            previous = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+        except ValueError:
+            os.close(read)
+            os.close(write)
+            return -1
+        self._wake = (read, write)
+        return previous
+
+    def _close_wake(self) -> None:
+        for fd in self._wake or ():
+            os.close(fd)
+        self._wake = None
 
     def _fork(self) -> tuple:
         resume = None if self.dir is None else {"dir": str(self.dir), "shown": self.shown, "start": self.next}
@@ -301,6 +332,8 @@ class Supervisor:
         sel.register(fd, selectors.EVENT_READ, "events")
         if pidfd is not None:
             sel.register(pidfd, selectors.EVENT_READ, "exit")
+        if self._wake is not None:
+            sel.register(self._wake[0], selectors.EVENT_READ, "signal")
         buf = b""
         try:
             while True:
@@ -312,6 +345,11 @@ class Supervisor:
                                 buf = self._events(buf + chunk)
                             else:
                                 sel.unregister(fd)
+                        elif key.data == "signal":  # its handler runs now, in this thread
+                            try:
+                                os.read(self._wake[0], 512)
+                            except BlockingIOError:
+                                pass
                     done, status = os.waitpid(pid, os.WNOHANG)
                     if done:
                         self._drain(fd, buf)
@@ -528,6 +566,9 @@ class Supervisor:
             preexec()  # dies with the parent
             atexit._clear()  # the parent's exit functions are the parent's to run
             self._passed_on.restore()
+            if self._wake is not None:  # the parent's: a signal of the worker's wakes no one
+                signal.set_wakeup_fd(-1)
+                self._close_wake()
             signal.signal(signal.SIGHUP, signal.SIG_DFL)  # an op's SIGHUP kills the worker, not the run
             signal.signal(signal.SIGINT, self._stop_signal)
             signal.signal(signal.SIGTERM, self._stop_signal)

@@ -8,6 +8,7 @@ from tests/_devtools (loaded by the repository's conftest.py); the names below k
 ``from conftest import ...`` working in core's test files."""
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -84,3 +85,18 @@ def zlf_core(*args, cwd, env=None):
     full_env = {**core_only_env(), "ZLF_CACHE_DIR": str(Path(cwd) / "cache")}
     full_env.update(env or {})
     return run_zlf(*args, cwd=cwd, env=full_env, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def base_run(tmp_path_factory) -> Path:
+    """One real run of the built-in ``add`` on the CPU backend per test module, copied
+    (:func:`copy_run`) by the tests that spoil it."""
+    cwd = tmp_path_factory.mktemp("base_run")
+    proc = zlf_core("run", "add", "--out", "runs", cwd=cwd)
+    assert proc.returncode == 0, proc.stderr
+    return run_dir_from(proc.stdout, cwd)
+
+
+def copy_run(base: Path, dest: Path) -> Path:
+    shutil.copytree(base, dest)
+    return dest

@@ -265,12 +265,12 @@ def test_task_metadata_hostile_is_one_line_or_a_plain_name(tmp_path, meta):
 
 
 @pytest.mark.skipif(not PKG.exists(), reason="no vecadd package")
-@pytest.mark.xfail(strict=True, reason="ATTACK: problem.py that SIGKILLs itself kills zlf task silently (rc -9, no line)")
 def test_task_problem_that_kills_itself_with_a_signal_is_one_line(tmp_path):
     pkg = _task_pkg(tmp_path)
     (pkg / "problem.py").write_text("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n" + (pkg / "problem.py").read_text())
     p = _task(tmp_path, pkg)
-    one_line(p)
+    one_line(p, "importing it killed its process with SIGKILL")
+    assert not (tmp_path / "runs").exists()
 
 
 # ---------------------------------------------------------------- (12) a point listed twice

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, core_only_env, read_records, run_dir_from, zlf_core
+from conftest import copy_run, ROOT, core_only_env, read_records, run_dir_from, zlf_core
 
 TASKPKG = ROOT / "tests" / "data" / "taskpkg_vecadd"
 ESC = "\x1b]0;pwned\x07\x1b[2J"  # set the window title, ring the bell, clear the screen
@@ -52,20 +52,6 @@ def no_control(text: str) -> None:
 
 
 # ----------------------------------------------------------------------------- fixtures
-@pytest.fixture(scope="module")
-def base_run(tmp_path_factory) -> Path:
-    """One real run of the built-in ``add`` on the CPU backend, copied by the tests that spoil it."""
-    cwd = tmp_path_factory.mktemp("base")
-    proc = zlf_core("run", "add", "--out", "runs", cwd=cwd)
-    assert proc.returncode == 0, proc.stderr
-    return run_dir_from(proc.stdout, cwd)
-
-
-def copy_run(base: Path, dest: Path) -> Path:
-    shutil.copytree(base, dest)
-    return dest
-
-
 def rewrite_records(run_dir: Path, change) -> None:
     docs = read_records(run_dir)
     change(docs)

@@ -13,12 +13,12 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 
 from conftest import read_records
+from process_tools import CEILING, alive, only_dir, wait_for
 
 OPS = textwrap.dedent('''
     import ctypes, os, signal, subprocess, sys, time, torch, zlf
@@ -113,33 +113,27 @@ def run_ops(ops, names, tmp_path, env, *extra, out="runs", **kw):
                 "--out", out, *extra], tmp_path, env, **kw)
 
 
-def only_dir(parent: Path) -> Path:
-    dirs = [d for d in parent.iterdir() if d.is_dir()]
-    assert len(dirs) == 1, dirs
-    return dirs[0]
-
-
 def outcome(run_dir: Path) -> tuple:
     records = [(r["op"], r["status"], r["error"]) for r in read_records(run_dir)]
     return records, json.loads((run_dir / "meta.json").read_text())
 
 
-def alive(pid: int) -> bool:
+#: how long a signalled zlf gets to end (process_tools.CEILING for the rest)
+ENDING = 300
+
+
+def ended(proc: subprocess.Popen, runs: Path) -> str:
+    """``proc``'s stderr once it ends; past the ceiling the test fails with what was still
+    running and the run's log (a hang to diagnose, not a slow machine), leaving nothing behind."""
     try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
-
-
-def wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    pytest.fail(f"timed out waiting for {what}")
+        return proc.communicate(timeout=ENDING)[1]
+    except subprocess.TimeoutExpired:
+        tree = subprocess.run(["ps", "-o", "pid,ppid,stat,wchan:20,args", "--ppid", str(proc.pid), "-p", str(proc.pid)],
+                              capture_output=True, text=True).stdout
+        logs = "".join(p.read_text(errors="replace")[-3000:] for p in runs.glob("*/run.log"))
+        os.killpg(proc.pid, signal.SIGKILL) if os.getpgid(proc.pid) == proc.pid else proc.kill()
+        _, err = proc.communicate()
+        pytest.fail(f"zlf still running {ENDING} s after the signal\n{tree}\nstderr:\n{err[-2000:]}\nrun.log:\n{logs}")
 
 
 # ----------------------------------------------------------------------------- an op that kills its process
@@ -194,10 +188,10 @@ def test_a_worker_killed_from_outside_is_the_points_failure(tmp_path, env, ops):
                              "--rep-ms", "1", "--warmup-ms", "0", "--time-limit", "0", "--out", "runs"],
                             cwd=tmp_path, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     marker = tmp_path / "marker"
-    worker = int(wait_for(lambda: marker.is_file() and marker.read_text(), 60, "the op to run"))
+    worker = int(wait_for(lambda: marker.is_file() and marker.read_text(), CEILING, "the op to run"))
     assert worker != proc.pid
     os.kill(worker, signal.SIGKILL)
-    _, err = proc.communicate(timeout=60)
+    err = ended(proc, tmp_path / "runs")
     assert proc.returncode == 1, err
     records, meta = outcome(only_dir(tmp_path / "runs"))
     assert records == [("j_wait", "FAILED", "worker died: SIGKILL (signal 9)"), ("a_ok", "ok", None)]
@@ -230,9 +224,9 @@ def test_sighup_to_zlf_run_stops_it_as_terminated(tmp_path, env, ops):
                              "--rep-ms", "1", "--warmup-ms", "0", "--time-limit", "0", "--out", "runs"],
                             cwd=tmp_path, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     marker = tmp_path / "marker"
-    worker = int(wait_for(lambda: marker.is_file() and marker.read_text(), 60, "the op to run"))
+    worker = int(wait_for(lambda: marker.is_file() and marker.read_text(), CEILING, "the op to run"))
     proc.send_signal(signal.SIGHUP)
-    _, err = proc.communicate(timeout=60)
+    err = ended(proc, tmp_path / "runs")
     assert proc.returncode == 143 and "terminated; 1 finished points kept" in err, err
     records, meta = outcome(only_dir(tmp_path / "runs"))
     assert records == [("a_ok", "ok", None)] and meta["status"] == "terminated"
@@ -473,3 +467,53 @@ def test_on_cuda_a_fresh_worker_after_a_death_uses_the_device(tmp_path, env, ops
                        ("z_ok", "ok", None)]
     timers = [r["timer"] for r in read_records(only_dir(tmp_path / "runs")) if r["status"] == "ok"]
     assert all(t != "host_wall" for t in timers), timers  # timed on the device by both workers
+
+
+# ----------------------------------------------------------------------------- a stop never slept through
+SIGNAL_WHILE_WAITING = r'''
+import os, signal, sys, threading, time
+from zlf.supervise import Supervisor
+
+marker = sys.argv[1]
+
+
+def body(link, resume):  # the worker: says it runs, then waits to be stopped
+    link.send("begin", index=0, limit=None)
+    open(marker, "w").close()
+    try:
+        time.sleep(600)
+    except KeyboardInterrupt:
+        return 143
+    return 0
+
+
+def hang_up():  # this thread takes the SIGHUP: its handler is due while the parent's wait goes on
+    while not os.path.exists(marker):
+        time.sleep(0.05)
+    os.kill(os.getpid(), signal.SIGHUP)
+
+
+threading.Thread(target=hang_up, daemon=True).start()
+# the main thread keeps SIGHUP blocked, as when the signal lands just before the wait's system
+# call begins (or another thread of the process takes it): no system call of its is interrupted
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
+print("rc", Supervisor(body).run(), flush=True)
+'''
+
+
+def test_a_stop_that_lands_outside_the_parents_wait_still_stops_the_worker(tmp_path):
+    """zlf run's parent sleeps in its wait while the worker runs a long op. A SIGHUP whose handler
+    became due without interrupting that wait (taken by another thread, or landing just before the
+    wait began) was slept through until the op ended: a stopped zlf ran on (seen once beside two
+    CPU burners, test_sighup_to_zlf_run_stops_it_as_terminated). The signal now wakes the wait."""
+    script = tmp_path / "supervised.py"
+    script.write_text(SIGNAL_WHILE_WAITING)
+    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path / "marker")], cwd=tmp_path, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        out, err = proc.communicate(timeout=CEILING)  # the worker sleeps 600 s if nobody stops it
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        pytest.fail(f"the parent slept through the SIGHUP for {CEILING} s: {out} {err[-2000:]}")
+    assert proc.returncode == 0 and "rc 143" in out, out + err

@@ -12,7 +12,6 @@ import io
 import json
 import os
 import re
-import shutil
 import stat
 import subprocess
 import sys
@@ -20,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import core_only_env, read_records, run_dir_from, zlf_core
+from conftest import copy_run, core_only_env, read_records, run_dir_from, zlf_core
 
 
 def zlf(*args, cwd, env=None, extensions=None):
@@ -47,19 +46,6 @@ def clean_exit(proc, rc=0) -> None:
     out = proc.stdout + proc.stderr
     assert proc.returncode == rc, f"rc={proc.returncode}\n{out}"
     assert "Traceback" not in out, out
-
-
-@pytest.fixture(scope="module")
-def base_run(tmp_path_factory) -> Path:
-    cwd = tmp_path_factory.mktemp("trust_base")
-    proc = zlf_core("run", "add", "--out", "runs", cwd=cwd)
-    assert proc.returncode == 0, proc.stderr
-    return run_dir_from(proc.stdout, cwd)
-
-
-def copy_run(base: Path, dest: Path) -> Path:
-    shutil.copytree(base, dest)
-    return dest
 
 
 def edit_meta(run_dir: Path, change) -> None:

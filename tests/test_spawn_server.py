@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from process_tools import gone_within
+
 from zlf.testing import pythonpath
 from zlf_devsession import HERE as DEVTOOLS, SPAWN_ENV, start_spawn_server, stop_spawn_server
 
@@ -81,25 +83,6 @@ def probe(env, folder, *args, preexec_fn=None, **kw):
 
 def lines(text: str) -> dict:
     return {line.split(" ", 1)[0]: line.split(" ", 1)[1] for line in text.splitlines() if " " in line}
-
-
-def alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def gone_within(pid: int, seconds: float = 120) -> bool:
-    """Whether ``pid`` is gone within ``seconds`` (a ceiling for a loaded machine; it returns as
-    soon as the process is gone)."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if not alive(pid):
-            return True
-        time.sleep(0.05)
-    os.kill(pid, signal.SIGKILL)
-    return False
 
 
 def test_a_forked_child_has_its_callers_arguments_directory_environment_descriptors_and_exit(server, tmp_path):

@@ -11,7 +11,7 @@ that reads zlf's files) can hold written files to the format::
 
 Names: ``result`` (a results.jsonl line), ``meta`` (meta.json), ``campaign`` (campaign.json),
 ``summary`` (summary.json). An extension ships the format of what it writes (ir_dump: the rows of
-ir/index.tsv, ``zlf_ir_dump.schema``); :func:`read_tsv` reads such a table.
+ir/index.tsv, ``zlf_ir_dump.schema``); :func:`zlf.readers.read_tsv` reads such a table.
 """
 from __future__ import annotations
 
@@ -57,21 +57,6 @@ def _strict_json(text: str):
         raise ValueError(f"{token} is not JSON")
 
     return json.loads(text, parse_constant=refuse)
-
-
-def read_tsv(path) -> list:
-    """Rows of a tab-separated file with a header line, as ``{column: text}``."""
-    lines = Path(path).read_text().splitlines()
-    if not lines:
-        return []
-    header = lines[0].split("\t")
-    rows = []
-    for n, line in enumerate(lines[1:], start=2):
-        cells = line.split("\t")
-        if len(cells) != len(header):
-            raise ValueError(f"{path}:{n}: {len(cells)} cells under a header of {len(header)}")
-        rows.append(dict(zip(header, cells)))
-    return rows
 
 
 def check_run_dir(path) -> int:

@@ -9,7 +9,7 @@ Two layers:
   code for: a regression at the first commit, at the last, two regressions, an improvement then a
   regression, an UNSURE (flaky) commit, every commit between good and bad broken, a bad end that
   does not import, points that disagree, Ctrl-C then --resume;
-- end to end, real ``zlf ab`` campaigns with the deterministic fake clock of test_bisect.py (a
+- end to end, real ``zlf ab`` campaigns with the deterministic fake clock of bisect_fixtures.py (a
   dist-info on PYTHONPATH providing ``time_fn``): a regression at the first commit.
 """
 from __future__ import annotations
@@ -17,32 +17,18 @@ from __future__ import annotations
 import json
 import math
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from zlf_history import bisect as b
 
-
-def git(repo, *args):
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout.strip()
+from bisect_fixtures import commit_series, fake_clock, work_op  # noqa: F401  (fake_clock: a fixture)
 
 
 def make_repo(tmp_path, n):
     """Commit 0 (good) then commits 1..n; returns (repo, [sha0, ..., shan])."""
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
-    git(repo, "config", "user.email", "t@t")
-    git(repo, "config", "user.name", "t")
-    shas = []
-    for k in range(n + 1):
-        (repo / "ops.py").write_text(f"K = {k}\n")
-        git(repo, "add", "-A")
-        git(repo, "commit", "-q", "-m", f"commit {k}")
-        shas.append(git(repo, "rev-parse", "HEAD"))
-    return repo, shas
+    return commit_series(tmp_path / "repo", n + 1, lambda repo, k: (repo / "ops.py").write_text(f"K = {k}\n"))
 
 
 class Oracle:
@@ -231,70 +217,13 @@ def test_resume_of_a_finished_search_does_not_test_again(zlf_cli, monkeypatch, t
 
 
 # ----------------------------------------------------------------------------- end to end, fake clock
-OP_FILE = '''import torch
-import zlf
-REPS = {reps}
-
-
-def make_inputs(shape, dtype, device):
-    a = torch.randn(shape, dtype=getattr(torch, dtype), device=device)
-    return (a, torch.empty_like(a))
-
-
-def work(a, out):
-    for _ in range(REPS):
-        torch.mul(a, 1.5, out=out)
-
-
-work_op = zlf.Op(name="work", fn=work, make_inputs=make_inputs, shapes=[(1 << 12,)], dtypes=("float32",),
-                 reference=lambda a, out: a * 1.5, outputs=(1,), cpu_shapes=[(1 << 12,)])
-'''
-
-FAKE_CLOCK = '''
-import os
-import random
-
-from zlf import hookimpl
-from zlf.records import Timing
-
-
-@hookimpl
-def time_fn(fn, point, op):
-    fn()
-    reps = op.fn.__globals__.get("REPS", 1)
-    rng = random.Random(os.getpid())
-    level = reps * (1.0 + rng.uniform(-0.003, 0.003))
-    return Timing.from_samples([level * (1.0 + rng.uniform(-0.001, 0.001)) for _ in range(20)], timer="fake_clock")
-'''
-
-
-@pytest.fixture
-def fake_clock(tmp_path):
-    from zlf.testing import pythonpath
-
-    site = tmp_path / "site"
-    info = site / "zlf_fake_clock-0.1.dist-info"
-    info.mkdir(parents=True)
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: zlf-fake-clock\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[zlf]\nfakeclock = zlf_fake_clock\n")
-    (site / "zlf_fake_clock.py").write_text(FAKE_CLOCK)
-    return pythonpath(site)
-
-
 def op_repo(tmp_path, plan):
-    repo = tmp_path / "opsrepo"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
-    git(repo, "config", "user.email", "t@t")
-    git(repo, "config", "user.name", "t")
-    shas = []
-    for k, (reps, broken) in enumerate(plan):
-        (repo / "ops.py").write_text(OP_FILE.format(reps=reps) + ("\nraise ImportError('broken on purpose')\n"
-                                                                   if broken else ""))
-        git(repo, "add", "-A")
-        git(repo, "commit", "-q", "-m", f"commit {k}")
-        shas.append(git(repo, "rev-parse", "HEAD"))
-    return repo, shas
+    """Commits of ops.py, one per ``(reps, broken)`` of ``plan``; returns (repo, shas)."""
+    def write(repo, k):
+        reps, broken = plan[k]
+        (repo / "ops.py").write_text(work_op(k, reps, broken, size=1 << 12))
+
+    return commit_series(tmp_path / "opsrepo", len(plan), write)
 
 
 def test_end_to_end_a_regression_at_the_first_commit_with_a_broken_one_after(zlf_cli, tmp_path, fake_clock):

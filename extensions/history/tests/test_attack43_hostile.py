@@ -12,7 +12,6 @@ import os
 import shlex
 import shutil
 import sqlite3
-import subprocess
 import sys
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import pytest
 
 from zlf.testing import write_run_dir
 from zlf_history.store import Store
+from bisect_fixtures import commit_series
 from history_fixtures import history_db, postgres_server  # noqa: F401  (fixtures)
 
 POINT = "add/5000/float32"
@@ -342,25 +342,14 @@ def test_html_inside_a_linked_parent_stays_there(zlf_cli, tmp_path):
 
 
 # ----------------------------------------------------------------------------- bisect input
-def git(repo, *args):
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout.strip()
-
-
 def small_repo(tmp_path, extra=None):
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
-    git(repo, "config", "user.email", "t@t")
-    git(repo, "config", "user.name", "t")
-    shas = []
-    for k in range(3):
+    """Three commits of ops.py; ``extra(repo)`` adds to the second. Returns (repo, shas)."""
+    def write(repo, k):
         (repo / "ops.py").write_text(f"X = {k}\n")
         if extra and k == 1:
             extra(repo)
-        git(repo, "add", "-A")
-        git(repo, "commit", "-q", "-m", f"c{k}")
-        shas.append(git(repo, "rev-parse", "HEAD"))
-    return repo, shas
+
+    return commit_series(tmp_path / "repo", 3, write, lambda k: f"c{k}")
 
 
 @pytest.mark.parametrize("rev", ["--output=/tmp/atk43_x", "-n1", "HEAD --all", "HEAD\n", "@{-1}", "--end-of-options"])

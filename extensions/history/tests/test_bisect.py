@@ -2,93 +2,25 @@
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from zlf_history import bisect as b
 
-OP_FILE = '''"""A test op: REPS multiplications (revision {k})."""
-import torch
-import zlf
-{broken}
-REPS = {reps}
-
-
-def make_inputs(shape, dtype, device):
-    a = torch.randn(shape, dtype=getattr(torch, dtype), device=device)
-    return (a, torch.empty_like(a))
-
-
-def work(a, out):
-    for _ in range(REPS):
-        torch.mul(a, 1.5, out=out)
-
-
-work_op = zlf.Op(name="work", fn=work, make_inputs=make_inputs, shapes=[(1 << 20,)], dtypes=("float32",),
-                 reference=lambda a, out: a * 1.5, outputs=(1,), cpu_shapes=[(1 << 20,)])
-'''
-
-
-#: A timer whose readings depend on the work an op declares, never on the machine's load: the
-#: end-to-end search must reach the same answer on a busy CI machine as on an idle one. It reads
-#: the op module's REPS (1 or 4) and adds a fixed +-0.3 % of noise drawn per process.
-FAKE_CLOCK = '''
-import os
-import random
-
-from zlf import hookimpl
-from zlf.records import Timing
-
-
-@hookimpl
-def time_fn(fn, point, op):
-    fn()
-    reps = op.fn.__globals__.get("REPS", 1)
-    rng = random.Random(os.getpid())
-    level = reps * (1.0 + rng.uniform(-0.003, 0.003))
-    return Timing.from_samples([level * (1.0 + rng.uniform(-0.001, 0.001)) for _ in range(20)], timer="fake_clock")
-'''
-
-
-@pytest.fixture
-def fake_clock(tmp_path):
-    """The fake clock as an installed extension (entry point ``fakeclock``) for child processes."""
-    from zlf.testing import pythonpath
-
-    site = tmp_path / "site"
-    info = site / "zlf_fake_clock-0.1.dist-info"
-    info.mkdir(parents=True)
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: zlf-fake-clock\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[zlf]\nfakeclock = zlf_fake_clock\n")
-    (site / "zlf_fake_clock.py").write_text(FAKE_CLOCK)
-    return pythonpath(site)
-
-
-def git(repo, *args):
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout.strip()
-
+from bisect_fixtures import commit_series, fake_clock, work_op  # noqa: F401  (fake_clock: a fixture)
 
 def make_repo(tmp_path, n=16, slow_at=10, broken_at=8, reps=4):
     """A repository whose commit 0 is good and commits 1..n follow; commit ``slow_at`` makes the op
     ``reps`` times slower for good, commit ``broken_at`` alone does not import. Returns (repo, shas)."""
-    repo = tmp_path / "opsrepo"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
-    git(repo, "config", "user.email", "t@t")
-    git(repo, "config", "user.name", "t")
-    shas = []
-    for k in range(n + 1):
-        text = OP_FILE.format(k=k, reps=reps if k >= slow_at else 1,
-                              broken="import zlf_no_such_module_anywhere" if k == broken_at else "")
+    def write(repo, k):
         (repo / "ops").mkdir(exist_ok=True)
-        (repo / "ops" / "work_ops.py").write_text(text)
-        git(repo, "add", "-A")
-        git(repo, "commit", "-q", "-m", f"revision {k}" + (" (slow)" if k == slow_at else "")
-            + (" (broken)" if k == broken_at else ""))
-        shas.append(git(repo, "rev-parse", "HEAD"))
-    return repo, shas
+        (repo / "ops" / "work_ops.py").write_text(work_op(k, reps if k >= slow_at else 1, broken=k == broken_at))
+
+    def message(k):
+        return f"revision {k}" + (" (slow)" if k == slow_at else "") + (" (broken)" if k == broken_at else "")
+
+    return commit_series(tmp_path / "opsrepo", n + 1, write, message)
 
 
 def fake_search(tmp_path, n, outcomes):

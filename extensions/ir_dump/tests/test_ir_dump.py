@@ -279,7 +279,7 @@ def test_ir_guard_counts_like_ir_diff():
 def test_the_index_schema_ships_with_the_extension_and_refuses_what_readers_could_not_use():
     import jsonschema
 
-    from zlf import schemas
+    from zlf import readers, schemas
     from zlf_ir_dump import schema
 
     assert schema.NAME not in schemas.NAMES  # core knows no extension's file
@@ -294,7 +294,7 @@ def test_the_index_schema_ships_with_the_extension_and_refuses_what_readers_coul
 def test_a_written_run_directory_with_an_ir_index_is_checked_row_by_row(zlf_run_dir):
     import jsonschema
 
-    from zlf import schemas
+    from zlf import readers, schemas
     from zlf_ir_dump import schema
 
     run = zlf_run_dir({"add/1024/float32": 1.0})
@@ -305,4 +305,8 @@ def test_a_written_run_directory_with_an_ir_index_is_checked_row_by_row(zlf_run_
     assert schemas.check_run_dir(run) == 2 and schema.check_index(run) == 1
     (run / "ir" / "index.tsv").write_text(f"{header}\n1024\tadd_kernel\tw4\t\tlaunched\t1\tab12\n")
     with pytest.raises(jsonschema.ValidationError):
+        schema.check_index(run)
+    # a row of the wrong width: zlf's bounded reader's one line, naming the file and the line
+    (run / "ir" / "index.tsv").write_text(f"{header}\n1024\tadd_kernel\n")
+    with pytest.raises(readers.BadFile, match=r"index\.tsv.*2.*2 cells under a header of 7"):
         schema.check_index(run)

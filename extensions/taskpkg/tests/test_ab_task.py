@@ -97,6 +97,18 @@ def test_task_op_and_its_command_line(tmp_path):
     assert [r["dir"] for r in c.runs] == ["vecadd/r1_A", "vecadd/r1_B"]
 
 
+def test_the_sandbox_choice_reaches_every_run():
+    """``zlf ab --task --sandbox none`` judges every run's candidate as ``zlf task --sandbox none``."""
+    args = parse("--task", str(PKG), "--a-candidate", str(CANDIDATES / "correct.py"),
+                 "--b-candidate", str(CANDIDATES / "correct.py"), "--sandbox", "none")
+    assert plan_of(args).run_args == ["--reuse-worker", "--sandbox", "none"]
+    args = parse("--task", str(PKG), "--a-candidate", str(CANDIDATES / "correct.py"),
+                 "--b-candidate", str(CANDIDATES / "correct.py"))
+    assert plan_of(args).run_args == ["--reuse-worker"]  # zlf task's own default (auto)
+    with pytest.raises(UsageError, match="--sandbox needs --task"):
+        plan_of(parse("--switch", "X", "--sandbox", "bwrap"))
+
+
 @pytest.mark.slow
 def test_two_correct_candidates_end_to_end(zlf_cli, tmp_path):
     proc = zlf_cli("ab", "--task", PKG, "--a-candidate", CANDIDATES / "correct.py",

@@ -24,34 +24,20 @@ zlf_taskpkg = pytest.importorskip("zlf_taskpkg")
 from zlf.cli import main  # noqa: E402
 from zlf_taskpkg import sandbox  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[3]
-VECADD = REPO / "tests" / "data" / "taskpkg_vecadd"
+from task_fixtures import VECADD, cheat_env, judge_task  # noqa: E402,F401  (cheat_env: a fixture)
+
 DATA = Path(__file__).resolve().parent / "data" / "attack41"
 SLOW = DATA / "slowadd"
 C = DATA / "cands"
 NO_BWRAP = sandbox.bwrap_problem()
 needs_bwrap = pytest.mark.skipif(NO_BWRAP is not None, reason=f"bubblewrap unusable here: {NO_BWRAP}")
 
-pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(autouse=True)
-def _quiet(monkeypatch, tmp_path):
-    monkeypatch.setenv("ZLF_NO_PROGRESS", "1")
-    monkeypatch.setenv("NO_COLOR", "1")
-    monkeypatch.delenv("ZLF_TASK_SHARING", raising=False)
-    monkeypatch.delenv("FORGE_HONEST", raising=False)
-    cheat = tmp_path / "cheat"
-    cheat.mkdir()
-    monkeypatch.setenv("ZLF_CHEAT_DIR", str(cheat))
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("cheat_env")]  # task_fixtures.cheat_env
 
 
 def judge(tmp_path, capsys, candidate, *extra, pkg=VECADD):
-    rc = main(["task", str(pkg), "--candidate", str(candidate), "--ext", "task",
-               "--out", str(tmp_path / "runs"), *map(str, extra)])
-    cap = capsys.readouterr()
-    run_dir = run_dir_from(cap.out)
-    return rc, read_records(run_dir), run_dir, cap.out, cap.err
+    j = judge_task(tmp_path, capsys, pkg, candidate, *extra)
+    return j.rc, j.records, j.run_dir, j.out, j.err
 
 
 def forged_but_trusted(r, honest_ms: float = 20.0) -> bool:

@@ -17,41 +17,25 @@ from pathlib import Path
 
 import pytest
 
-from zlf.testing import read_records, run_dir_from
+from zlf.testing import run_dir_from
 
 zlf_taskpkg = pytest.importorskip("zlf_taskpkg")
 
-from zlf.cli import main  # noqa: E402
 from zlf_taskpkg import sandbox  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[3]
-PKG = REPO / "tests" / "data" / "taskpkg_vecadd"
+from task_fixtures import VECADD, cheat_env, judge_task  # noqa: E402,F401  (cheat_env: a fixture)
+
+PKG = VECADD
 CHEATS = Path(__file__).resolve().parent / "data" / "cheats"
 NO_BWRAP = sandbox.bwrap_problem()
 needs_bwrap = pytest.mark.skipif(NO_BWRAP is not None, reason=f"bubblewrap unusable here: {NO_BWRAP}")
 
-pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(autouse=True)
-def _quiet(monkeypatch, tmp_path):
-    monkeypatch.setenv("ZLF_NO_PROGRESS", "1")
-    monkeypatch.setenv("NO_COLOR", "1")
-    monkeypatch.delenv("ZLF_TASK_SHARING", raising=False)
-    monkeypatch.delenv("FORGE_HONEST", raising=False)
-    cheat_dir = tmp_path / "cheat"
-    cheat_dir.mkdir()
-    monkeypatch.setenv("ZLF_CHEAT_DIR", str(cheat_dir))
-    yield
-    (cheat_dir / "stop").write_text("")  # a helper that survived a failing test stops too
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("cheat_env")]  # task_fixtures.cheat_env
 
 
 def judge(tmp_path, capsys, candidate, *extra, pkg=PKG):
-    rc = main(["task", str(pkg), "--candidate", str(candidate), "--ext", "task",
-               "--out", str(tmp_path / "runs"), *map(str, extra)])
-    out = capsys.readouterr().out
-    run_dir = run_dir_from(out)
-    return rc, read_records(run_dir), run_dir, out
+    j = judge_task(tmp_path, capsys, pkg, candidate, *extra)
+    return j.rc, j.records, j.run_dir, j.out
 
 
 def verdicts(records) -> list:

@@ -14,14 +14,11 @@ import json
 
 import pytest
 
-from zlf.testing import read_records, run_dir_from
-
 zlf_taskpkg = pytest.importorskip("zlf_taskpkg")
 
-from zlf.cli import main  # noqa: E402
+from task_fixtures import VECADD as PKG, judge_task  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[3]
-PKG = REPO / "tests" / "data" / "taskpkg_vecadd"
 FORGING = Path(__file__).resolve().parent / "data" / "forging"
 
 
@@ -49,11 +46,8 @@ def sharing_of(run_dir) -> str:
 
 def judge(tmp_path, capsys, candidate, *extra):
     """``zlf task`` of ``candidate`` (a file of data/forging/, or any path) on the vecadd package."""
-    rc = main(["task", str(PKG), "--candidate", str(FORGING / candidate), "--ext", "task",
-               "--out", str(tmp_path / "runs"), *map(str, extra)])
-    out = capsys.readouterr().out
-    run_dir = run_dir_from(out)
-    return rc, read_records(run_dir), run_dir
+    j = judge_task(tmp_path, capsys, PKG, FORGING / candidate, *extra)
+    return j.rc, j.records, j.run_dir
 
 
 ATTACKS = [

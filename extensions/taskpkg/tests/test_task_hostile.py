@@ -150,3 +150,66 @@ def test_a_full_disk_leaves_a_consistent_meta_and_no_reserve(tmp_path, capsys, m
     meta = json.loads((run_dir / "meta.json").read_text())
     assert meta["status"] == "disk full"
     assert not (run_dir / RESERVE).exists()
+
+
+# ---------------------------------------------------------------- the problem module, read in a child
+def test_the_package_is_read_in_a_child_with_the_same_facts():
+    from zlf_taskpkg import probe
+    from zlf_taskpkg.package import TaskPackage
+
+    pkg = TaskPackage.open(PKG)
+    facts = probe.read(pkg, "2-3")
+    assert facts.cases == [2, 3] and facts.base_seed == pkg.base_seed() and facts.outputs == pkg.declared_outputs()
+    assert facts.case_shapes(3) == [list(s) for s in pkg.case_sizes(3)[0]] and facts.case_shapes(1) is None
+
+
+@pytest.mark.parametrize("code, step", [
+    ("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n", "importing it killed its process with SIGKILL"),
+    ("import ctypes\nctypes.string_at(0)\n", "importing it killed its process with SIGSEGV"),
+    ("\n\ndef getTestCaseSize():\n    import os, signal\n    os.kill(os.getpid(), signal.SIGKILL)\n",
+     "calling getTestCaseSize() for case 1 killed its process with SIGKILL"),
+], ids=["import_sigkill", "import_segfault", "sizes_sigkill"])
+def test_a_problem_module_that_kills_its_process_is_one_line_and_the_judge_lives(tmp_path, capsys, code, step):
+    pkg = copy_pkg(tmp_path)
+    problem = pkg / "problem.py"
+    problem.write_text(problem.read_text() + code if code.startswith("\n") else code + problem.read_text())
+    assert task(tmp_path, pkg, "--candidate", PKG / "candidates" / "correct.py") == 2  # this process lives
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("zlf: error: problem module ") and step in err and "\n" not in err, err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_problem_module_that_never_finishes_importing_is_stopped(tmp_path):
+    """A module that sleeps forever on import: stopped at the limit, with what it started. It never
+    ends by itself, so the outcome does not depend on the machine's speed (only how far the child
+    got: still starting, or importing)."""
+    from zlf_taskpkg import probe
+    from zlf_taskpkg.package import TaskPackage
+
+    pkg = copy_pkg(tmp_path)
+    problem = pkg / "problem.py"
+    problem.write_text("import os, subprocess, sys, time\n"
+                       f"open({str(tmp_path / 'helper.pid')!r}, 'w').write(str(subprocess.Popen("
+                       "[sys.executable, '-c', 'import time; time.sleep(1000)']).pid))\n"
+                       "time.sleep(1000)\n" + problem.read_text())
+    with pytest.raises(UsageError, match=r": (starting|importing it) did not finish within 0.5 s$"):
+        probe.read(TaskPackage.open(pkg), None, limit=0.5)
+    pid = (tmp_path / "helper.pid").read_text() if (tmp_path / "helper.pid").exists() else ""
+    if pid.isdigit():  # the module got that far within the limit: its helper went with it
+        assert _gone(int(pid)), "the module's helper outlived the judge's reading of the package"
+
+
+def _gone(pid: int, ceiling: float = 120.0) -> bool:
+    """Whether ``pid`` ends (or is a zombie) within a ceiling for a loaded machine (never a
+    measured time: the wait returns as soon as it is gone)."""
+    import time
+
+    deadline = time.monotonic() + ceiling
+    while time.monotonic() < deadline:
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                return True
+        except (OSError, IndexError):
+            return True
+        time.sleep(0.05)
+    return False

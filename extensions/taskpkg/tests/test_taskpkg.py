@@ -19,7 +19,9 @@ from zlf.cli import main  # noqa: E402
 from zlf_taskpkg.candidate import Candidate, compile_cuda, find_nvcc  # noqa: E402
 from zlf_taskpkg.package import TaskPackage, parse_cases  # noqa: E402
 
-PKG = REPO / "tests" / "data" / "taskpkg_vecadd"
+from task_fixtures import VECADD, judge_task  # noqa: E402
+
+PKG = VECADD
 CANDIDATES = PKG / "candidates"
 PAGED_KV = REPO / "examples" / "tasks" / "paged_kv_decode"
 needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="nvcc not installed")
@@ -33,11 +35,8 @@ def _quiet(monkeypatch):
 
 def judge(tmp_path, capsys, candidate, *extra):
     """``zlf task`` in this process (its workers are real child processes): (rc, stdout, records, run dir)."""
-    rc = main(["task", str(PKG), "--candidate", str(CANDIDATES / candidate), "--ext", "task",
-               "--out", str(tmp_path / "runs"), *map(str, extra)])
-    out = capsys.readouterr().out
-    run_dir = run_dir_from(out)
-    return rc, out, read_records(run_dir), run_dir
+    j = judge_task(tmp_path, capsys, PKG, CANDIDATES / candidate, *extra)
+    return j.rc, j.out, j.records, j.run_dir
 
 
 def verdicts(records) -> list:

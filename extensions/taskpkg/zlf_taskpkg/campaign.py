@@ -1,8 +1,8 @@
 """``zlf ab --task PKG --a-candidate A --b-candidate B``: task packages as the ops of a campaign.
 
 Each run is ``zlf task PKG --config <the side's run configuration> --reuse-worker --candidate
-<side's>`` with the task options given to ``zlf ab`` (``--cases``, ``--rtol``, ``--atol``: arguments
-of ``zlf task`` itself); the op's name is the package's.
+<side's>`` with the task options given to ``zlf ab`` (``--cases``, ``--rtol``, ``--atol``,
+``--sandbox``: arguments of ``zlf task`` itself); the op's name is the package's.
 """
 from __future__ import annotations
 
@@ -16,13 +16,13 @@ from zlf.ab.campaign import OpSpec
 EXTENSION = "task"
 #: ``zlf task``'s own options a task campaign passes on to every run (dest, flag); its run
 #: settings (``--time-limit``, the timing options ...) are in each side's run configuration.
-TASK_OPTIONS = (("cases", "--cases"), ("rtol", "--rtol"), ("atol", "--atol"))
+TASK_OPTIONS = (("cases", "--cases"), ("rtol", "--rtol"), ("atol", "--atol"), ("sandbox", "--sandbox"))
 #: the variable that names a side's candidate: no compiler switch.
 CANDIDATE_ENV = "ZLF_TASK_CANDIDATE"
 
 
 def add_options(parser) -> None:
-    from .plugin import TOLERANCE
+    from .plugin import TOLERANCE, add_sandbox_argument
 
     add_example(parser, "zlf ab --task PKG --a-candidate a.py --b-candidate b.py --rounds 4   two task-package candidates")
     t = parser.add_argument_group("task packages (zlf task, docs/taskpkg.md): the op is the package")
@@ -32,6 +32,7 @@ def add_options(parser) -> None:
     t.add_argument("--cases", metavar="LIST", help="cases to judge, e.g. 1,3-5 (default: all)")
     t.add_argument("--rtol", type=TOLERANCE, help="rtol given to the package's check")
     t.add_argument("--atol", type=TOLERANCE, help="atol given to the package's check")
+    add_sandbox_argument(t, help_tail="given to every run; default: zlf task's, auto")
 
 
 def task_op(package: str) -> OpSpec:

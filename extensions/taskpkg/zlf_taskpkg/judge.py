@@ -1,6 +1,7 @@
 """``zlf task``: judge a candidate on a task package's cases, in two child processes.
 
-This process never imports the candidate. It compiles a CUDA C++ candidate (cached), starts a
+This process never imports the candidate, nor the package's problem module (:mod:`zlf_taskpkg.probe`
+reads what it needs of it in a child). It compiles a CUDA C++ candidate (cached), starts a
 checker (:mod:`zlf_taskpkg.checker`: the package, the inputs, the baseline, the check) and a
 worker (:mod:`zlf_taskpkg.worker`: the candidate) per case -- or one pair for several cases with
 ``--reuse-worker`` until a case fails --, passes the checker's description of the shared
@@ -40,12 +41,12 @@ from zlf.run import Run
 from zlf.rundir import RunDir, disk_full
 
 from . import outcome as V
-from . import sandbox, speed, timers
+from . import probe, sandbox, speed, timers
 from .candidate import KIND_CUDA, Candidate, compile_cuda, default_arch, default_cache_dir
 from .checker import INPUT_SETS
 from .outcome import timing_from_json
 from .speed import trust
-from .package import TaskPackage, parse_cases
+from .package import TaskPackage
 from .shared import IPC, SHARING_WHY, SHM_DIR_ENV, sharing_mode
 from .worker import OUT_ENV
 
@@ -313,14 +314,14 @@ class Judge:
         self.sandbox, self.sandbox_why = sandbox.choose(getattr(args, "sandbox", None) or sandbox.AUTO)
         session.hooks.check_exclusive()  # before anything is written
         self.backend = session.choose_backend(args.backend, args.device)
-        self.package.load()
-        self.cases = parse_cases(args.cases, self.package.num_cases())
+        self.facts = probe.read(self.package, args.cases)  # the problem module, imported in a child
+        self.cases = self.facts.cases
         self.time_limit = self.package.limit("time_limit_s", args.time_limit, 60)
         self.compile_time_limit = self.package.limit("compile_time_limit_s", args.compile_time_limit,
                                                      COMPILE_TIME_LIMIT_S)
         self.tolerances = self.package.tolerances(args.rtol, args.atol)
-        self.base_seed = self.package.base_seed()
-        self.outputs = self.package.declared_outputs()
+        self.base_seed = self.facts.base_seed
+        self.outputs = self.facts.outputs
         self.timer = timers.apply(session, self.backend)  # one timer family for every language
         if self.candidate.kind == KIND_CUDA:
             arch = args.nvcc_arch or default_arch(self.backend)
@@ -514,11 +515,11 @@ class Judge:
 
     def _fallback_point(self, case: int) -> dict:
         """The case's point when no worker reported it (the worker reports the tensors' dtype)."""
-        try:
-            shapes = self.package.case_sizes(case)[0]
+        shapes = [tuple(s) for s in self.facts.case_shapes(case) or ()]
+        if shapes:
             shape = list(max(shapes, key=lambda s: math.prod(s) if s else 0)) or [1]
-        except Exception:
-            shapes, shape = [], [case]
+        else:
+            shape = [case]
         point = types.SimpleNamespace(op=self.package.name, shape=shape, dtype="unknown", variant=f"case{case}")
         pid = f"{point.op}/{'x'.join(map(str, shape))}/{point.dtype}/{point.variant}"
         return {"id": pid, "op": point.op, "shape": shape, "dtype": point.dtype, "variant": point.variant,

@@ -50,11 +50,7 @@ def add_commands(subparsers):
                         "default: metadata compile_time_limit_s, else 300")
     p.add_argument("--reuse-worker", action="store_true",
                    help="keep one worker process across cases until a case fails (faster; default: a fresh process per case)")
-    p.add_argument("--sandbox", choices=("auto", "bwrap", "none"), default="auto",
-                   help="the candidate's sandbox: bwrap (bubblewrap: read-only file system but a scratch "
-                        "directory, private /dev/shm, no network, own pid namespace where the sharing allows), "
-                        "none (the judge's own checks only; what that leaves open is said on screen and in "
-                        "meta.json), auto: bwrap where it runs, else none (default: auto)")
+    add_sandbox_argument(p, default="auto")
     p.add_argument("--out", default="runs", metavar="PARENT", help="parent of the run directory (default: runs/)")
     p.add_argument("--name", metavar="LABEL", help="run directory label (default: the package name)")
     add_format_argument(p)
@@ -69,6 +65,15 @@ def add_commands(subparsers):
     c.add_argument("--cache-dir", metavar="DIR", help="compiled-library cache (default: $ZLF_TASK_CACHE or ~/.cache/zlf/taskpkg)")
     add_selection_arguments(p)
     p.set_defaults(handler=_cmd_task, traits=TRAITS)
+
+
+def add_sandbox_argument(group, default=None, help_tail="default: auto") -> None:
+    """``--sandbox``: zlf task's, and zlf ab --task's (which gives it to every run)."""
+    group.add_argument("--sandbox", choices=("auto", "bwrap", "none"), default=default,
+                       help="the candidate's sandbox: bwrap (bubblewrap: read-only file system but a scratch "
+                            "directory, private /dev/shm, no network, own pid namespace where the sharing "
+                            "allows), none (the judge's own checks only; what that leaves open is said on "
+                            f"screen and in meta.json), auto: bwrap where it runs, else none ({help_tail})")
 
 
 # ---------------------------------------------------------------------- zlf ab --task (campaign.py)
