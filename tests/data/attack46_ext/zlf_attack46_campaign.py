@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from zlf import hookimpl
+from zlf.options import Number
 
 #: what the campaign hooks were handed: [(hook, options)]
 SEEN: list = []
@@ -46,5 +47,8 @@ class RunKinds:
         if not traits.times_points:
             return
         g = parser.add_argument_group("attack46 run options (third-party test extension)")
-        g.add_argument("--atk-run-half", type=float, default="0.5", help="a float whose default is a string")
+        # docs/extensions.md: a numeric option takes a zlf.options.Number; argparse converts a
+        # string default through type= as it converts a given value
+        g.add_argument("--atk-run-half", type=Number(float, 0, 1), default="0.5",
+                       help="a float whose default is a string")
         g.add_argument("--atk-run-path", type=Path, help="a path")
