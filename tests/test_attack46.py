@@ -327,6 +327,22 @@ def test_a_campaign_of_an_older_zlf_without_the_newer_fields_resumes_and_keeps_i
     assert "controls" not in data["statistics"] or data["statistics"]["controls"] == "none"
 
 
+@pytest.mark.xfail(strict=True, reason="ATTACK: campaign.schema.json does not describe statistics.controls, "
+                                       "canary_ops, controls_note (written by Statistics.to_json): never type-checked")
+def test_the_campaign_schema_describes_every_field_the_typed_views_write():
+    import attrs
+
+    from zlf import schemas
+    from zlf.ab import Driving, Look, Statistics
+
+    schema = schemas.load("campaign")
+    stats_props = set(schema["properties"]["statistics"]["properties"])
+    assert set(Statistics().to_json()) - stats_props == set()
+    look = schema["$defs"]["look"]["properties"]
+    assert set(Look(1, 0.1, 1, 1, 0).to_json()) - set(look) == set()
+    assert set(attrs.fields_dict(Driving)) - set(schema["properties"]) == set()
+
+
 # =============================================================================== (3) one home per option
 def _declarations(flag: str) -> list:
     """Every ``add_argument("FLAG"`` / ``deprecated(p, "FLAG"`` in core and the extensions' packages."""
@@ -385,6 +401,25 @@ def test_the_numeric_run_settings_are_checked_by_runconfig_check_alone():
                     and any("raise" in later for later in lines[n:n + 2])):
                 offenders.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
     assert offenders == []
+
+
+@pytest.mark.xfail(strict=True, reason="ATTACK: zlf ab reads its RunConfig from the parsed args 3 times "
+                                       "(cli.run_config, CampaignOptions.from_args, sides.side_configs), not once")
+def test_a_campaign_reads_its_run_settings_from_the_command_line_once(tmp_path, monkeypatch):
+    """Issue 46 (3): 'RunConfig built twice' is what it removes; the walk is CLI -> config ->
+    hook -> backend with no return to the parsed command line."""
+    monkeypatch.chdir(tmp_path)
+    calls = []
+    original = RunConfig.from_args.__func__
+
+    def counting(cls, *args, **kwargs):
+        calls.append(1)
+        return original(cls, *args, **kwargs)
+
+    monkeypatch.setattr(RunConfig, "from_args", classmethod(counting))
+    rc, out, err = _call(["ab", "add", "--switch", "ATK46", "--controls", "none", "--dry-run", "--time-limit", "9"], [])
+    assert rc == 0, err
+    assert len(calls) == 1, len(calls)
 
 
 # =============================================================================== (5) surfaces
@@ -532,6 +567,17 @@ def _marked_processes(marker: str) -> list:
             except OSError:
                 pass
     return found
+
+
+def test_zlf_testing_holds_no_suite_machinery():
+    """zlf.testing (installed as a pytest11 plugin) holds fixtures and helpers, no spawn server,
+    bytecode seeding or session helper of this repository's suite."""
+    import zlf.testing as t
+
+    text = Path(t.__file__).read_text()
+    for word in ("_spawn_server", "_spawn_client", "PYTHONPYCACHEPREFIX", "OMP_NUM_THREADS", "forkserver",
+                 "sitecustomize", "pytest_sessionstart", "pytest_unconfigure", "os.environ["):
+        assert word not in text, word
 
 
 @pytest.fixture(scope="module")
