@@ -27,6 +27,7 @@ import glob
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Optional
@@ -185,6 +186,24 @@ def gpu_nodes() -> list:
     return sorted(set(glob.glob("/dev/nvidia*") + glob.glob("/dev/dri") + glob.glob("/dev/kfd")))
 
 
+def interpreter_paths(argv: list) -> set:
+    """What the worker's Python reads to start: its executable, its environment's prefixes and
+    the folders on its import path (an environment or an editable checkout under /tmp, as CI
+    machines and throwaway environments have, would be hidden by the sandbox's private /tmp)."""
+    paths = set()
+    for p in [sys.prefix, sys.exec_prefix, sys.base_prefix, *(a for a in argv[:1] if os.path.isabs(a)), *sys.path]:
+        if p and os.path.exists(p):
+            paths.add(Path(p).resolve())
+            if os.path.isfile(p):  # an interpreter's link resolves elsewhere: its folder too
+                paths.add(Path(p).resolve().parent)
+    for finder in sys.meta_path:  # editable installs (setuptools' finders) map packages to source folders
+        mapping = getattr(finder, "MAPPING", None) or getattr(sys.modules.get(getattr(finder, "__module__", "")),
+                                                              "MAPPING", None)
+        if isinstance(mapping, dict):
+            paths.update(Path(v).resolve() for v in mapping.values() if isinstance(v, str) and os.path.exists(v))
+    return paths
+
+
 def bwrap_command(argv: list, place: Place, share_pid: bool, keep_fds=()) -> list:
     """``argv`` run under bwrap in ``place``; ``share_pid``: no pid namespace of its own."""
     cmd = [find_bwrap(), "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--unshare-net",
@@ -198,7 +217,8 @@ def bwrap_command(argv: list, place: Place, share_pid: bool, keep_fds=()) -> lis
     # mount does not stop a connect) is out of reach; what the worker needs from it is bound back
     tmp = Path(TMP).resolve()
     cmd += ["--tmpfs", str(tmp)]
-    under = sorted({p for p in place.visible if p != tmp and tmp in p.parents}, key=lambda p: len(p.parts))
+    needed = set(place.visible) | interpreter_paths(argv)
+    under = sorted({p for p in needed if p != tmp and tmp in p.parents}, key=lambda p: len(p.parts))
     for path in under:
         cmd += ["--ro-bind-try", str(path), str(path)]
     cwd = Path.cwd().resolve()

@@ -1,0 +1,62 @@
+"""zlf task's sandbox hides /tmp behind a private tmpfs: what the worker's Python needs from there
+(an environment or an editable checkout under /tmp, as throwaway and CI environments have) is
+bound back read-only, so an honest candidate is judged the same wherever the environment lies."""
+from __future__ import annotations
+
+import json
+import os
+import site
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+zlf_taskpkg = pytest.importorskip("zlf_taskpkg")
+
+from zlf_taskpkg import sandbox  # noqa: E402
+
+from task_fixtures import VECADD  # noqa: E402
+
+NO_BWRAP = sandbox.bwrap_problem()
+
+
+def test_an_interpreter_prefix_under_tmp_is_bound_back_read_only(tmp_path, monkeypatch):
+    env_dir = Path(tempfile.mkdtemp(prefix="zlf-env-", dir="/tmp"))
+    try:
+        monkeypatch.setattr(sys, "prefix", str(env_dir))
+        place = sandbox.Place(tmp_path / "out")
+        try:
+            cmd = sandbox.bwrap_command([sys.executable, "-c", "pass"], place, share_pid=False)
+        finally:
+            place.remove()
+        binds = [cmd[i + 1] for i, a in enumerate(cmd) if a == "--ro-bind-try"]
+        assert str(env_dir.resolve()) in binds
+        assert cmd.index("--tmpfs") < cmd.index("--ro-bind-try")  # bound over the private /tmp
+    finally:
+        env_dir.rmdir()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(NO_BWRAP is not None, reason=f"bubblewrap unusable here: {NO_BWRAP}")
+def test_an_environment_under_tmp_judges_an_honest_candidate_under_bwrap(tmp_path):
+    # a throwaway environment under /tmp that sees this one's packages (zlf among them)
+    env_dir = Path(tempfile.mkdtemp(prefix="zlf-env-", dir="/tmp"))
+    try:
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env_dir / "v")], check=True)
+        python = env_dir / "v" / "bin" / "python"
+        purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                 capture_output=True, text=True, check=True).stdout.strip()
+        lines = "".join(f"import site; site.addsitedir({d!r})\n" for d in site.getsitepackages())
+        Path(purelib, "outer.pth").write_text(lines)
+        out = tmp_path / "runs"
+        env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "ZLF_SPAWN_SERVER")}
+        r = subprocess.run([str(python), "-m", "zlf", "task", str(VECADD), "--candidate",
+                            str(VECADD / "candidates" / "correct.py"), "--sandbox", "bwrap", "--cases", "1",
+                            "--out", str(out)], capture_output=True, text=True, env=env, timeout=600)
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+        records = [json.loads(line) for p in out.glob("*/results.jsonl") for line in p.read_text().splitlines()]
+        assert records and {rec["extra"]["verdict"] for rec in records} == {"Accepted"}
+    finally:
+        subprocess.run(["rm", "-rf", str(env_dir)])
