@@ -287,6 +287,23 @@ class Campaign(Execution):
     def runs(self) -> list:
         return self.data["runs"]
 
+    @property
+    def library(self) -> bool:
+        """Whether this campaign A/Bs a library (``--library``): a failed run's partner of the same
+        round still runs, so that each op's outcome is known per side."""
+        return bool(self.data.get("library"))
+
+    def skip_reason(self, run: dict, failed_ops: Optional[dict] = None) -> Optional[str]:
+        """Why ``run`` is not started, its op having failed: None when it runs. A library campaign
+        runs the failed run's partner of the same round (the op's outcome on that side).
+        ``failed_ops``: :meth:`failed_ops`, when the caller has it."""
+        failed = (self.failed_ops() if failed_ops is None else failed_ops).get(run["op"])
+        if not failed:
+            return None
+        if self.library and run["round"] == failed["round"]:
+            return None
+        return f"op failed in r{failed['round']}_{failed['side']}"
+
     def planned_rounds(self) -> int:
         return max((r["round"] for r in self.runs), default=0)
 
@@ -354,12 +371,19 @@ class Campaign(Execution):
         """Whether the ops of a (round, side) share one process (campaigns before this: no)."""
         return self.data.get("process") == SHARED_PROCESS
 
-    def shares(self, run: dict) -> bool:
+    def shares(self, run: dict, index: Optional[tuple] = None) -> bool:
         """Whether ``run`` goes into a shared process: not once its op has failed or crashed in
-        one (from that round on the op runs alone), nor for a task package."""
-        if not self.shared or self.op_spec(run["op"]).command != "run":
+        one (from that round on the op runs alone), nor for a task package. ``index``:
+        :meth:`share_index`, for a caller that asks of many runs (a library has thousands)."""
+        if not self.shared:
             return False
-        return not any(r.get("alone") for r in self.runs if r["op"] == run["op"])
+        alone, commands = index if index is not None else self.share_index()
+        return commands.get(run["op"]) == "run" and run["op"] not in alone
+
+    def share_index(self) -> tuple:
+        """``(ops sent alone, {op: its command})``: what :meth:`shares` reads."""
+        return ({r["op"] for r in self.runs if r.get("alone")},
+                {o["name"]: o.get("command") or "run" for o in self.data["ops"]})
 
     def next_run(self) -> Optional[dict]:
         """The run to start next: the earliest round first, in the round's side order (a shared
@@ -373,7 +397,7 @@ class Campaign(Execution):
         return min(todo, key=order)[1]
 
     def op_spec(self, name: str) -> OpSpec:
-        return next(o for o in self.ops if o.name == name)
+        return OpSpec(**next(o for o in self.data["ops"] if o["name"] == name))
 
     def needs(self, run: dict) -> list:
         """What the active extensions add to ``run``: :class:`~zlf.ab.extending.RunNeed` objects."""
@@ -413,9 +437,9 @@ class Campaign(Execution):
     def shared_groups(self, runs=None) -> list:
         """``[[run, ...]]``: the pending shared runs (or ``runs``) grouped by round, side and
         :meth:`origin`, in campaign order (the group of the first pending run first)."""
-        failed = self.failed_ops()
+        failed, index = self.failed_ops(), self.share_index()
         todo = runs if runs is not None else [
-            r for r in self.runs if r["status"] in (PENDING, RUNNING) and self.shares(r) and r["op"] not in failed]
+            r for r in self.runs if r["status"] in (PENDING, RUNNING) and self.shares(r, index) and r["op"] not in failed]
         groups: dict = {}
         for r in todo:
             groups.setdefault((r["round"], r["side"], self.origin(r)), []).append(r)
@@ -426,10 +450,10 @@ class Campaign(Execution):
         share one, one per run that runs alone (an op that failed is skipped without one). By
         round and side, not :meth:`shared_groups`: before round 1 A has run, the runs that will
         read it name their own directories, which would split its groups."""
-        failed = self.failed_ops()
-        pending = [r for r in self.runs if r["status"] in (PENDING, RUNNING) and r["op"] not in failed]
-        shared = {(r["round"], r["side"]) for r in pending if self.shares(r)}
-        return len(shared) + sum(1 for r in pending if not self.shares(r))
+        failed, index = self.failed_ops(), self.share_index()
+        pending = [r for r in self.runs if r["status"] in (PENDING, RUNNING) and not self.skip_reason(r, failed)]
+        shared = {(r["round"], r["side"]) for r in pending if self.shares(r, index)}
+        return len(shared) + sum(1 for r in pending if not self.shares(r, index))
 
     def shared_key(self, runs: list) -> str:
         """A fresh ``_shared/r<k>_<side>[-n]`` for one process of ``runs`` (never reused: a

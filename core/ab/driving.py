@@ -79,9 +79,9 @@ def run_pending(campaign, printer, busy=None, idle_wait=60.0) -> None:
             (r for r in campaign.runs if r["status"] not in (OK, FAILED, SKIPPED)), None)
         if run is None:
             return
-        failed = campaign.failed_ops().get(run["op"])
-        if failed:
-            run.update(status=SKIPPED, error=f"op failed in r{failed['round']}_{failed['side']}")
+        why = campaign.skip_reason(run)
+        if why:
+            run.update(status=SKIPPED, error=why)
             campaign.save()
             printer.done(run)
             continue

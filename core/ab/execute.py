@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..config import owned_options
+from ..errors import UsageError
 from ..executors import ROOT, config_of, device_identity, environment, execute_spec
 from ..rundir import RunDir
 from ..scheduler import Unit
@@ -124,6 +125,7 @@ class Execution:
         rc = outcome["rc"]
         raw = self.path / key
         states = self._shared_states(raw if outcome["made"] else None, runs, rc)
+        self.note_process(key, outcome, raw if outcome["made"] else None, runs)
         if rc == 130 or rc == -signal.SIGINT:
             for run in runs:
                 run.update(status=PENDING, started=None, finished=None)
@@ -224,6 +226,7 @@ class Execution:
         rc = outcome["rc"]
         final = self.run_dir(run)
         made = outcome["made"] and final.is_dir()
+        self.note_process(run["dir"], outcome, final if made else None, [run])
         run.update(rc=rc, finished=outcome["finished"], seconds=outcome["seconds"])
         if outcome.get("started"):
             run["started"] = outcome["started"]
@@ -244,6 +247,20 @@ class Execution:
         return True
 
 
+    def note_process(self, key: str, outcome: dict, run_dir: Optional[Path], runs: list) -> None:
+        """Keep one finished process's wall seconds, time split and compile counts in campaign.json's
+        ``processes`` (:func:`zlf.ab.library.time_split` adds them up); a process stopped by the
+        user is not one (it runs again)."""
+        if outcome["rc"] in (130, 143, -signal.SIGINT, -signal.SIGTERM):
+            return
+        from .library import process_entry
+
+        try:
+            meta = RunDir(run_dir).meta() if run_dir is not None else {}
+        except (OSError, UsageError):  # an unreadable meta.json costs the split, not the filing
+            meta = {}
+        self.data.setdefault("processes", {})[key] = process_entry(outcome, meta, runs)
+
     def run_spec(self, run: dict) -> dict:
         """Everything needed to execute ``run`` anywhere: paths relative to ``{campaign}``.
 
@@ -255,9 +272,12 @@ class Execution:
         staging = self._staging(run).relative_to(self.path)
         log = str(self.log_path(run).relative_to(self.path))
         config, needs, if_exists = self._config_spec(run, log, root)
-        return {"key": run["dir"], "argv": self._argv(run, [self.op_spec(run["op"]).run_spec], root / staging, root),
+        spec = {"key": run["dir"], "argv": self._argv(run, [self.op_spec(run["op"]).run_spec], root / staging, root),
                 "env": self.env_overrides(run, root=root), "cwd": self.data["cwd"], "staging": str(staging),
                 "dir": run["dir"], "log": log, "config": config, "needs": needs, "if_exists": if_exists}
+        if self.library:  # the round's other side runs too: a failure on B only is a finding of its own
+            spec["goes_on"] = True
+        return spec
 
     def shared_spec(self, key: str, runs: list) -> dict:
         """The run spec of one process that runs every op of ``runs`` (one round, one side, one
@@ -336,7 +356,7 @@ def _shared_units(campaign) -> list:
     A and B on one GPU; the rounds of ops sent alone as per-op pair units (after the shared
     ones). A round half done on some GPU when the campaign stopped runs again whole."""
     failed = campaign.failed_ops()
-    pending = [r for r in campaign.runs if r["status"] in (PENDING, RUNNING) and r["op"] not in failed]
+    pending = [r for r in campaign.runs if r["status"] in (PENDING, RUNNING) and not campaign.skip_reason(r, failed)]
     rounds: dict = {}
     alone: dict = {}
     for run in pending:
@@ -431,7 +451,7 @@ class CampaignJob:
         run.update(worker)
         filed = self.campaign.file(run, outcome)
         self.printer.done(run)
-        return filed and run["status"] == OK
+        return filed and (run["status"] == OK or self.campaign.library)
 
     def skipped(self, keys, reason: str) -> None:
         for key in keys:
