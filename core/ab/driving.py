@@ -37,6 +37,8 @@ class Printer:
         names = ", ".join(clean(o) for o in own) or "controls"
         if own and controls:
             names += f" (+{controls} control op{'s' if controls > 1 else ''})"
+        if self.campaign.library and len(own) > 3:  # a library's process: its count, not its names
+            names = f"{len(own)} ops" + (f" (+{controls} control op{'s' if controls > 1 else ''})" if controls else "")
         self._print(runs, names)
 
     def _print(self, runs: list, names: str) -> None:
@@ -56,7 +58,14 @@ class Printer:
         where = f" on {gpu_label(run['gpu'])}" if run.get("gpu") else ""
         count = f"[{self.finished}/{total}]" if run["status"] != SKIPPED else "[skipped]"
         print(f"{count} r{run['round']}_{run['side']} {names} {what}{where}{took}{flags}{error}"
-              f"  (elapsed {_clock(time.monotonic() - self.t0)}{eta})", file=sys.stderr, flush=True)
+              f"  (elapsed {_clock(time.monotonic() - self.t0)}{eta}{self._decided()})", file=sys.stderr, flush=True)
+
+    def _decided(self) -> str:
+        """``, 412/930 points decided`` after a look (an adaptive campaign's), else nothing."""
+        looks = self.campaign.data.get("looks") or []
+        if not looks:
+            return ""
+        return f", {looks[-1]['decided']}/{looks[-1]['points']} points decided"
 
     def line(self, text: str) -> None:
         print(clean_lines(text), file=sys.stderr, flush=True)

@@ -66,6 +66,10 @@ class CampaignPlan:
     :ivar per_op: run every op in its own process.
     :ivar label: the default campaign label (None: the switch, ``aa`` or ``ab``).
     :ivar data: campaign.json fields being written; an extension may add its own.
+    :ivar library: ``zlf ab --library SOURCE`` names an op source (``options.library``): the
+        extension that knows SOURCE sets this to the library's op specs (every op, in its order;
+        the campaign samples or filters them) and :attr:`library_source` to how it describes
+        the source. None: no extension knows it (a file of ops is then read).
     """
 
     ops: list = attrs.field(factory=list)
@@ -78,3 +82,5 @@ class CampaignPlan:
     per_op: bool = False
     label: Optional[str] = None
     data: dict = attrs.field(factory=dict)
+    library: Optional[list] = None
+    library_source: str = ""
