@@ -26,7 +26,10 @@ class Printer:
         self.finished = 0
 
     def done(self, run) -> None:
-        """One run that ran alone (or was skipped without a process)."""
+        """One run that ran alone (or was skipped without a process: a library campaign says
+        nothing of those, its table counts the failed ops)."""
+        if run["status"] == SKIPPED and self.campaign.library:
+            return
         self._print([run], clean(run["op"]))
 
     def process(self, runs: list) -> None:
@@ -43,7 +46,8 @@ class Printer:
 
     def _print(self, runs: list, names: str) -> None:
         run = runs[0]
-        seconds = max((r.get("seconds") or 0 for r in runs), default=0)
+        process = (self.campaign.data.get("processes") or {}).get(run.get("process") or run["dir"]) or {}
+        seconds = process.get("seconds") or max((r.get("seconds") or 0 for r in runs), default=0)
         if run["status"] != SKIPPED:
             self.finished += 1
             if seconds:
