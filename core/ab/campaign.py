@@ -441,9 +441,19 @@ class Campaign(Execution):
         todo = runs if runs is not None else [
             r for r in self.runs if r["status"] in (PENDING, RUNNING) and self.shares(r, index) and r["op"] not in failed]
         groups: dict = {}
+        chunk = self.chunks()
         for r in todo:
-            groups.setdefault((r["round"], r["side"], self.origin(r)), []).append(r)
+            groups.setdefault((r["round"], r["side"], chunk.get(r["op"], 0), self.origin(r)), []).append(r)
         return list(groups.values())
+
+    def chunks(self) -> dict:
+        """``{op: chunk}``: a library campaign spread over GPUs (``library.chunks``, one per GPU of
+        ``--gpus``) runs a round's ops as that many shared processes per side, each chunk a unit
+        of its own (A and B on one GPU), ops dealt round-robin in campaign order; else one chunk."""
+        n = int((self.data.get("library") or {}).get("chunks") or 1)
+        if n <= 1:
+            return {}
+        return {o["name"]: i % n for i, o in enumerate(self.data["ops"])}
 
     def processes_left(self) -> int:
         """How many processes the pending runs still take: one per round and side whose ops
@@ -452,7 +462,8 @@ class Campaign(Execution):
         read it name their own directories, which would split its groups."""
         failed, index = self.failed_ops(), self.share_index()
         pending = [r for r in self.runs if r["status"] in (PENDING, RUNNING) and not self.skip_reason(r, failed)]
-        shared = {(r["round"], r["side"]) for r in pending if self.shares(r, index)}
+        chunk = self.chunks()
+        shared = {(r["round"], r["side"], chunk.get(r["op"], 0)) for r in pending if self.shares(r, index)}
         return len(shared) + sum(1 for r in pending if not self.shares(r, index))
 
     def shared_key(self, runs: list) -> str:
@@ -468,9 +479,14 @@ class Campaign(Execution):
         raise RuntimeError(f"no free key for {base}")
 
     def start(self, run: dict, worker: Optional[dict] = None) -> None:
-        run.update(status=RUNNING, started=now(), finished=None, rc=None, error=None, flags=[])
-        if worker:
-            run.update(worker)
+        self.start_all([run], worker)
+
+    def start_all(self, runs: list, worker: Optional[dict] = None) -> None:
+        """Mark ``runs`` running (one process's), then save once."""
+        for run in runs:
+            run.update(status=RUNNING, started=now(), finished=None, rc=None, error=None, flags=[])
+            if worker:
+                run.update(worker)
         self.save()
 
 def file_identity(path) -> dict:

@@ -213,7 +213,7 @@ def _plan(args, session) -> CampaignPlan:
                                     "seed": args.sample_seed if args.sample is not None else None,
                                     "named": list(args.ops or ())}
         if plan.label is None:
-            plan.label = (args.switch or "ab") + "_library"
+            plan.label = ("aa" if args.aa else (args.switch or "ab")) + "_library"
     _check_ops(plan.ops)
     return plan
 
@@ -285,7 +285,8 @@ def _campaign_data(args, session, plan, a, b, statistics) -> dict:
     """campaign.json's fields of a new campaign (before its runs)."""
     ops = plan.ops
     return {
-        "label": args.label or ("aa" if args.aa else (args.switch or plan.label or "ab")),
+        "label": args.label or (plan.label if library.FIELD in plan.data else None)
+        or ("aa" if args.aa else (args.switch or plan.label or "ab")),
         "command": ["zlf", *sys.argv[1:]],
         "cwd": os.getcwd(),
         "driver_pid": os.getpid(),
@@ -323,6 +324,8 @@ def _new_campaign(args, session):
     data = _campaign_data(args, session, plan, a, b, statistics)
     data["context"] = session.hooks.campaign_context(data=data)
     _preflight(data, session)  # refuse before anything is written: a refused campaign cannot be resumed
+    if data.get(library.FIELD) is not None:  # one chunk of the ops per GPU: every GPU works on every round
+        data[library.FIELD]["chunks"] = len((data.get("scale") or {}).get("gpus") or ()) or 1
     guard = switch_guard((a, b), plan.ops, args.switch_source, plan.not_switches)
     data["guards"] = {"switch_source": guard}
     if args.dry_run:

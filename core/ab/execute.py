@@ -17,7 +17,8 @@ from ..errors import UsageError
 from ..executors import ROOT, config_of, device_identity, environment, execute_spec
 from ..rundir import RunDir
 from ..scheduler import Unit
-from .layout import (FAILED, LOGS, OK, PENDING, RUNNING, SHARED, SKIPPED, STAGING, inside_dir, split_run_dir)
+from .layout import (FAILED, LOGS, OK, PENDING, RUNNING, SHARED, SKIPPED, STAGING, inside_dir, read_shared,
+                     split_run_dir)
 
 
 class Execution:
@@ -100,8 +101,7 @@ class Execution:
         Raises KeyboardInterrupt (after marking the runs pending) when the user interrupts.
         """
         key = self.shared_key(runs)
-        for run in runs:
-            self.start(run)
+        self.start_all(runs)
         try:
             outcome = execute_spec(self.shared_spec(key, runs), self.path)
         except KeyboardInterrupt:
@@ -134,6 +134,7 @@ class Execution:
             return False
         share = round((outcome["seconds"] or 0) / max(1, len(runs)), 2)
         why = None
+        source = read_shared(raw) if outcome["made"] and any(s[0] == OK for s in states) else None
         for run, (state, names, points) in zip(runs, states):
             if run["status"] != RUNNING:
                 continue  # its round went alone meanwhile (scaled: the other side failed first)
@@ -142,7 +143,7 @@ class Execution:
                 if dest.exists():
                     shutil.rmtree(dest)
                 split_run_dir(raw, dest, names, points, {"key": key, "ops": [r["op"] for r in runs], "rc": rc},
-                              self.hooks)
+                              self.hooks, source)
                 log = self.log_path(run)
                 log.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(self.path / outcome["log"], log)
@@ -365,17 +366,21 @@ def _shared_units(campaign) -> list:
         else:
             alone.setdefault((run["op"], run["round"]), []).append(run)
     units = []
+    chunk = campaign.chunks()
+    position = {id(r): i for i, r in enumerate(campaign.runs)}
     for k, runs in rounds.items():
         for run in list(runs):
             other = campaign.find(run["op"], k, "B" if run["side"] == "A" else "A")
             if other and other["status"] == OK and "gpu" in other and other not in runs:
                 runs.append(other)  # its pair partner ran on another GPU: both again, here
         order = ("A", "B") if k % 2 == 1 else ("B", "A")
-        runs.sort(key=lambda r: (order.index(r["side"]), campaign.runs.index(r)))
-        keys = []
-        for side in order:  # A's processes are known (keys) before B's origin is looked up
-            keys += [campaign.shared_key(g) for g in campaign.shared_groups([r for r in runs if r["side"] == side])]
-        units.append(Unit(f"r{k}", keys))
+        runs.sort(key=lambda r: (order.index(r["side"]), position[id(r)]))
+        for j in sorted({chunk.get(r["op"], 0) for r in runs}):  # a library's ops in one chunk per GPU
+            mine = [r for r in runs if chunk.get(r["op"], 0) == j]
+            keys = []
+            for side in order:  # A's processes are known (keys) before B's origin is looked up
+                keys += [campaign.shared_key(g) for g in campaign.shared_groups([r for r in mine if r["side"] == side])]
+            units.append(Unit(f"r{k}" + (f"/c{j}" if len(set(chunk.values())) > 1 else ""), keys))
     for (op, k), runs in alone.items():
         units.append(Unit(f"{op}/r{k}", [r["dir"] for r in runs], group=op))
     return _after_sources(campaign, units)
@@ -427,9 +432,8 @@ class CampaignJob:
 
     def started(self, key: str, worker: dict) -> None:
         if key in self.campaign.groups:
-            for run in self._group(key):
-                if not run.get("alone"):  # a round sent alone meanwhile is not in this process's hands
-                    self.campaign.start(run, worker)
+            # a round sent alone meanwhile is not in this process's hands
+            self.campaign.start_all([run for run in self._group(key) if not run.get("alone")], worker)
             return
         self.campaign.start(self._runs[key], worker)
 
