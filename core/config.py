@@ -132,15 +132,16 @@ class Declaring:
         setattr(self._target, name, value)
 
 
-def declare(pm, parser, command: str = "run", traits=None) -> list:
-    """Call every ``add_options`` implementation on ``parser`` of ``command``, a command that
-    does ``traits`` (:class:`zlf.options.CommandTraits`; None: what ``zlf run`` does), in
-    pluggy's call order: ``[(extension, [(action, how), ...])]``, what each added."""
+def declare(pm, parser, command: str = "run", traits=None, hook: str = "add_options") -> list:
+    """Call every ``add_options`` implementation (or those of ``hook``: ``add_campaign_options``)
+    on ``parser`` of ``command``, a command that does ``traits`` (:class:`zlf.options.CommandTraits`;
+    None: what ``zlf run`` does), in pluggy's call order: ``[(extension, [(action, how), ...])]``,
+    what each added."""
     from .options import RUN_TRAITS
 
     declared = []
     given = {"parser": None, "command": command, "traits": RUN_TRAITS if traits is None else traits}
-    for impl in reversed(pm.hook.add_options.get_hookimpls()):
+    for impl in reversed(getattr(pm.hook, hook).get_hookimpls()):
         view = Declaring(parser)
         impl.function(**{name: view if name == "parser" else given[name] for name in impl.argnames})
         added = [(a, how) for a, how in view.added if a.dest != argparse.SUPPRESS]

@@ -97,7 +97,8 @@ def add_campaign_options(parser):
     Called once per invocation for every command whose traits say ``runs_campaigns``
     (``zlf ab``), while the parser is built, after extension selection.
     Unlike :func:`add_options`, these options are never passed on to the campaign's ``zlf run``
-    processes; read them in :func:`after_campaign` (``options``).
+    processes; read them in :func:`campaign_setup` and :func:`after_campaign` (``options.campaign``,
+    typed as declared, like :func:`add_options`' options).
 
     :param parser: the :class:`argparse.ArgumentParser` of the ``ab`` command; add an argument
         group named after the extension.
@@ -322,8 +323,10 @@ def after_campaign(campaign, results, options, session):
     :param campaign: the :class:`zlf.ab.campaign.Campaign` (``campaign.path``, ``campaign.runs``,
         ``campaign.sides``, ``campaign.run_dir(run)``).
     :param results: the list of :class:`zlf.stats.PointStats` of the reported ops (verdicts).
-    :param options: the parsed ``zlf ab`` command line (options added through
-        :func:`add_campaign_options` included).
+    :param options: the ``zlf ab`` command line, typed: a :class:`zlf.ab.extending.CampaignOptions`
+        (``options.campaign``: the options added through :func:`add_campaign_options`;
+        ``options.run``: the run settings, a :class:`zlf.config.RunConfig`; ``options.get(dest)``
+        either extension option). With ``--resume``: that command line's.
     :param session: the :class:`zlf.session.Session` of the ``zlf ab`` invocation (its hooks and
         extensions: the ones the campaign's runs used).
     :return: nothing.
@@ -350,7 +353,10 @@ def campaign_setup(plan, options, session):
         ``zlf ab --library SOURCE`` (``options.library``), the extension that knows SOURCE as an
         op source sets ``library`` (every op spec of it) and ``library_source``; zlf ab then
         samples or filters them (``--sample``, OP arguments) into ``ops``.
-    :param options: the parsed ``zlf ab`` command line (your :func:`add_campaign_options` included).
+    :param options: the ``zlf ab`` command line, typed: a :class:`zlf.ab.extending.CampaignOptions`
+        (``options.ops``, ``options.aa``, ``options.a_env`` ... as given; ``options.run``: the run
+        settings, a :class:`zlf.config.RunConfig`; ``options.campaign``: your
+        :func:`add_campaign_options`' values; ``options.get(dest)`` either extension option).
     :param session: the driver's :class:`zlf.session.Session`.
     :return: nothing.
     """

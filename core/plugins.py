@@ -180,6 +180,8 @@ class Hooks:
         self._kernel_timers = {}
         #: the extensions' declared options (:class:`zlf.config.OptionSet`), known once ``add_options`` ran
         self.option_sets: tuple = ()
+        #: the extensions' ``add_campaign_options``, typed (one OptionSet per extension)
+        self.campaign_option_sets: tuple = ()
 
     def choose(self, option: str, name: Optional[str]) -> None:
         """``option`` (:data:`zlf.hookspecs.TIMER`) picks provider ``name`` of every exclusive
@@ -263,7 +265,13 @@ class Hooks:
         return [action for _, added in declared for action, _ in added]
 
     def add_campaign_options(self, parser) -> None:
-        self.pm.hook.add_campaign_options(parser=parser)
+        """Every extension's campaign options (``zlf ab``'s own, never its runs') on ``parser``;
+        remembers them as typed option sets (:attr:`campaign_option_sets`), read into
+        :class:`zlf.ab.extending.CampaignOptions`."""
+        from .config import declare, merged_option_sets, option_sets_of
+
+        declared = declare(self.pm, parser, hook="add_campaign_options")
+        self.campaign_option_sets = merged_option_sets(self.campaign_option_sets, option_sets_of(declared))
 
     def configure(self, session) -> None:
         self.pm.hook.configure(session=session)
@@ -310,6 +318,7 @@ class Hooks:
 
     # ------------------------------------------------------------------ campaigns
     def campaign_setup(self, plan, options, session) -> None:
+        """``options``: :class:`zlf.ab.extending.CampaignOptions`."""
         self.pm.hook.campaign_setup(plan=plan, options=options, session=session)
 
     def after_campaign(self, campaign, results, options, session) -> None:

@@ -86,3 +86,20 @@ def test_the_readme_names_every_hook_and_no_other():
     section = readme.split("## Extensions", 1)[1].split("\n|", 1)[0]
     named = set(re.findall(r"`([a-z_]+)`", section)) - {"zlf"}
     assert named == {name for name, _ in HOOKS}
+
+
+def test_the_architecture_table_names_every_core_module():
+    """docs/architecture.md's module table lists every module of core/ and of core/ab/."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    doc = (root / "docs" / "architecture.md").read_text()
+    table = doc.split("## core/", 1)[1].split("\n## ", 1)[0]
+    named = set(re.findall(r"`([a-z_]+(?:\.py|/))`", table))
+    for listing in re.findall(r"`ab/` \(([^)]*)\)", table):
+        named |= {f"ab/{m.strip(' `')}.py" for m in listing.split(",")}
+    modules = {p.name for p in (root / "core").glob("*.py")} | {
+        f"{p.name}/" for p in (root / "core").iterdir() if (p / "__init__.py").is_file()}
+    modules |= {f"ab/{p.name}" for p in (root / "core" / "ab").glob("*.py") if p.name != "__init__.py"}
+    assert sorted(modules - named) == []

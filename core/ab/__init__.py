@@ -15,8 +15,8 @@ _EXPORTS = {
     "cli": ("EPILOG", "add_example", "configure_parser", "main", "scale_options", "DEFAULT_ROUNDS", "DEFAULT_FIRST_LOOK",
             "DEFAULT_MAX_ROUNDS", "UNITS", "TRAITS", "upgrade"),
     "sides": ("build_sides", "side_configs", "selection", "CAMPAIGN_OWN"),
-    "campaign": ("Campaign", "OpSpec", "Side", "SIGNED", "file_identity", "identity_change", "key_path",
-                 "signing_key"),
+    "campaign": ("Campaign", "OpSpec", "Side", "Statistics", "Look", "Driving", "SIGNED", "file_identity",
+                 "identity_change", "key_path", "signing_key"),
     "layout": ("CAMPAIGN", "SUMMARY_LOG", "SUMMARY_JSON", "REPORT", "PLOT", "SHARED", "PER_OP", "SHARED_PROCESS",
                "PENDING", "RUNNING", "OK", "FAILED", "SKIPPED", "C_RUNNING", "C_COMPLETE", "C_INTERRUPTED",
                "split_run_dir", "now"),
@@ -25,7 +25,7 @@ _EXPORTS = {
     "analysis": ("collect", "analyse", "load_noise", "settings_of", "spending_plan", "look_level", "noise_of"),
     "guards": ("switch_guard", "switch_guard_messages", "default_switch_sources", "find_references",
                "campaign_guards", "busy_backend", "wait_until_idle"),
-    "extending": ("RunNeed", "CampaignPlan", "SOURCE"),
+    "extending": ("RunNeed", "CampaignPlan", "CampaignOptions", "SOURCE"),
 }
 _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
 

@@ -14,7 +14,6 @@ from ..records import duplicate_points, shape_str
 from ..rundir import RESULTS, RunDir
 from .layout import OK, SUMMARY_JSON
 
-_DEFAULTS = stats.Settings()
 
 
 def collect(campaign, rounds=None, processes=None):
@@ -29,7 +28,7 @@ def collect(campaign, rounds=None, processes=None):
         ``{point: [remarks]}``; ``{point: why left out}``.
     """
     rounds = rounds or campaign.planned_rounds()
-    metric = campaign.data.get("metric") or metrics.DEFAULT
+    metric = campaign.metric
     # docs/ab.md: a report missing rounds reads exactly like a complete one
     failed = {**campaign.failed_ops(), **campaign.incomplete_ops(rounds)}
     values, blockers, remarks, excluded = {}, {}, {}, {}
@@ -112,35 +111,31 @@ def load_noise(noise_from) -> dict:
 
 
 def settings_of(campaign) -> stats.Settings:
-    """The rule's knobs as stored; a campaign from before the one-threshold rule kept a SAME
-    margin beside --min-effect: its --min-effect is the threshold now."""
-    s = campaign.data["statistics"]
-    return stats.Settings(alpha=s["alpha"], min_effect_pct=s.get("min_effect_pct", _DEFAULTS.min_effect_pct),
-                          trim=s.get("trim"), pairing=s.get("pairing", stats.AUTO))
+    """The rule's knobs as stored (:attr:`Statistics.settings <zlf.ab.campaign.Statistics.settings>`);
+    a campaign from before the one-threshold rule kept a SAME margin beside --min-effect: its
+    --min-effect is the threshold now."""
+    return campaign.statistics.settings
 
 
 def spending_plan(campaign) -> "stats.SpendingPlan | None":
-    s = campaign.data["statistics"]
-    if not s.get("until_confident"):
-        return None
-    return stats.SpendingPlan(s["first_look"], s["max_rounds"], s["alpha"])
+    return campaign.statistics.plan
 
 
 def look_level(campaign, rounds: int) -> float:
     """The (one-sided, before Holm) level of the analysis after ``rounds`` rounds: alpha, or
     the O'Brien–Fleming spending level of that look when adaptive."""
     plan = spending_plan(campaign)
-    return campaign.data["statistics"]["alpha"] if plan is None else plan.level(rounds)
+    return campaign.statistics.alpha if plan is None else plan.level(rounds)
 
 
 def frozen_of(campaign) -> dict:
     """``{point: (verdict, rounds)}`` decided at earlier looks of an adaptive campaign."""
-    return {p: tuple(v) for p, v in (campaign.data.get("frozen") or {}).items()}
+    return campaign.frozen
 
 
 def noise_of(campaign) -> dict:
     """The A/A's per-point entries (per-round times) that ``--noise-from`` stored."""
-    return dict(campaign.data["statistics"].get("noise") or {})
+    return dict(campaign.statistics.noise)
 
 
 @attrs.frozen
@@ -199,19 +194,19 @@ def controls_of(campaign, values) -> tuple:
     compared in the op's first round both sides finished. Only what is provably the same on both
     sides counts: with two interpreters (torch may differ) neither kind does.
     """
-    s = campaign.data["statistics"]
-    mode = s.get("controls") or ctl.NONE  # a campaign from before controls: as it was decided
+    s = campaign.statistics
+    mode = s.controls  # a campaign from before controls: none, as it was decided
     if mode == ctl.NONE:
         return mode, [], [], "--controls none"
     sides = campaign.sides
     if sides["A"].interpreter != sides["B"].interpreter:
         return mode, [], [], "the sides run different interpreters: nothing is provably the same on both"
-    canary_ops = set(s.get("canary_ops") or ())
+    canary_ops = set(s.canary_ops)
     owner = point_ops(campaign)
     canaries = [p for p in values if owner.get(p) in canary_ops] if mode in (ctl.AUTO, ctl.CANARY) else []
     unchanged = unchanged_points(campaign, values, owner) if mode in (ctl.AUTO, ctl.UNCHANGED) else []
     controls = canaries + [p for p in unchanged if p not in canaries]
-    why = "" if controls else (s.get("controls_note") or {
+    why = "" if controls else (s.controls_note or {
         ctl.CANARY: "no canary points", ctl.UNCHANGED: "no point with identical compiled code on both sides (needs an extension that compares compiled IR)",
         ctl.AUTO: "no canary and no point with identical compiled code"}[mode])
     return mode, controls, canaries, why
@@ -219,7 +214,7 @@ def controls_of(campaign, values) -> tuple:
 
 def unchanged_points(campaign, values, owner) -> list:
     """Points whose shape's compiled kernels are identical on both sides (``ir_status`` hook)."""
-    if campaign.data.get("aa") or getattr(campaign.hooks, "ir_status", None) is None:
+    if campaign.aa or getattr(campaign.hooks, "ir_status", None) is None:
         return []  # an A/A compares nothing; its controls are its canaries, as a campaign's are
     out = []
     for op in campaign.ops:

@@ -23,7 +23,8 @@ from typing import Optional
 import attrs
 
 from .. import __version__
-from .. import readers
+from .. import controls as ctl
+from .. import readers, stats
 from ..errors import UsageError
 from ..redact import redact
 from ..rundir import RunDir, write_atomic
@@ -115,6 +116,100 @@ class OpSpec:
 
     def to_json(self) -> dict:
         return attrs.asdict(self)
+
+
+def _tuple(value) -> tuple:
+    return tuple(value or ())
+
+
+@attrs.frozen
+class Statistics:
+    """campaign.json's ``statistics``, typed: the verdict rule's settings, the rounds, the noise
+    pooled in and the controls. A campaign of an older zlf lacks some fields: their defaults are
+    how it was decided (no controls; the one threshold at its default). ``to_json`` is the
+    on-disk form (docs/formats: campaign.schema.json)."""
+
+    alpha: float = stats.Settings().alpha  # campaign.json always has it (its schema requires it)
+    controls: str = attrs.field(default=ctl.NONE, converter=lambda v: v or ctl.NONE)
+    min_effect_pct: float = stats.Settings().min_effect_pct
+    pairing: str = attrs.field(default=stats.AUTO, converter=lambda v: v or stats.AUTO)
+    trim: Optional[float] = None
+    spending: str = "obrien-fleming"
+    noise_from: Optional[str] = None
+    #: ``{point: Noise as JSON}`` of the A/A campaign ``--noise-from`` named
+    noise: dict = attrs.field(factory=dict, converter=lambda v: dict(v or {}))
+    until_confident: bool = attrs.field(default=False, converter=bool)
+    #: rounds of the first look (every round of a fixed campaign)
+    first_look: int = 0
+    max_rounds: int = 0
+    #: the canary ops the campaign added (:mod:`zlf.controls`) and why none were, if so
+    canary_ops: tuple = attrs.field(default=(), converter=_tuple)
+    controls_note: str = attrs.field(default="", converter=lambda v: v or "")
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Statistics":
+        """Of campaign.json (checked against its schema when read); fields this zlf no longer
+        reads (``margin_pct``, ``floors``) are left in the file."""
+        known = attrs.fields_dict(cls)
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+    def to_json(self) -> dict:
+        return {"controls": self.controls, "alpha": self.alpha, "min_effect_pct": self.min_effect_pct,
+                "pairing": self.pairing, "trim": self.trim, "spending": self.spending, "noise_from": self.noise_from,
+                "noise": dict(self.noise), "until_confident": self.until_confident, "first_look": self.first_look,
+                "max_rounds": self.max_rounds, "canary_ops": list(self.canary_ops), "controls_note": self.controls_note}
+
+    @property
+    def settings(self) -> stats.Settings:
+        """The verdict rule's knobs (:class:`zlf.stats.Settings`): read here and only here."""
+        return stats.Settings(alpha=self.alpha, min_effect_pct=self.min_effect_pct, trim=self.trim,
+                              pairing=self.pairing)
+
+    @property
+    def plan(self) -> Optional[stats.SpendingPlan]:
+        """The alpha spending of an adaptive campaign's looks; None for a fixed one."""
+        if not self.until_confident:
+            return None
+        return stats.SpendingPlan(self.first_look, self.max_rounds, self.alpha)
+
+
+@attrs.frozen
+class Driving:
+    """How the driver runs the campaign: campaign.json's ``backend``, ``device``,
+    ``require_idle``, ``idle_wait`` and ``scale`` (``--gpus`` / ``--executor`` ...; None: the
+    plain path)."""
+
+    backend: Optional[str] = None
+    device: Optional[int] = 0
+    require_idle: bool = attrs.field(default=False, converter=bool)
+    idle_wait: float = 60.0
+    scale: Optional[dict] = None
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Driving":
+        """Of campaign.json's fields (``d``: the whole document)."""
+        return cls(**{k: d[k] for k in attrs.fields_dict(cls) if k in d})
+
+
+@attrs.frozen
+class Look:
+    """One look of an adaptive campaign (campaign.json's ``looks``)."""
+
+    rounds: int
+    alpha: float
+    points: int
+    decided: int
+    undecided: int
+    ops_extended: tuple = attrs.field(default=(), converter=_tuple)
+    at: str = ""
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Look":
+        known = attrs.fields_dict(cls)
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+    def to_json(self) -> dict:
+        return {**attrs.asdict(self), "ops_extended": list(self.ops_extended)}
 
 
 class Campaign(Execution):
@@ -293,6 +388,12 @@ class Campaign(Execution):
         round still runs, so that each op's outcome is known per side."""
         return bool(self.data.get("library"))
 
+    @property
+    def processes(self) -> dict:
+        """``{process key: {"round", "side", "ops", "rc", "seconds", "split"}}``: every finished
+        process's wall time and time split (:meth:`~zlf.ab.execute.Execution.note_process`)."""
+        return self.data.get("processes") or {}
+
     def skip_reason(self, run: dict, failed_ops: Optional[dict] = None) -> Optional[str]:
         """Why ``run`` is not started, its op having failed: None when it runs. A library campaign
         runs the failed run's partner of the same round (the op's outcome on that side).
@@ -303,6 +404,90 @@ class Campaign(Execution):
         if self.library and run["round"] == failed["round"]:
             return None
         return f"op failed in r{failed['round']}_{failed['side']}"
+
+    # ------------------------------------------------------------------ the state, typed
+    @property
+    def statistics(self) -> Statistics:
+        """campaign.json's ``statistics`` (:class:`Statistics`)."""
+        return Statistics.from_json(self.data["statistics"])
+
+    def set_statistics(self, **changes) -> None:
+        """Change fields of ``statistics`` (checked as :class:`Statistics` fields)."""
+        attrs.evolve(self.statistics, **changes)  # an unknown field is a TypeError here
+        self.data["statistics"].update(changes)
+
+    @property
+    def aa(self) -> bool:
+        """Whether this is an A/A calibration (B a copy of A)."""
+        return bool(self.data.get("aa"))
+
+    @property
+    def status(self) -> str:
+        return self.data["status"]
+
+    @property
+    def metric(self) -> str:
+        """What the verdicts decide on (:mod:`zlf.metrics`)."""
+        from .. import metrics
+
+        return self.data.get("metric") or metrics.DEFAULT
+
+    @property
+    def looks(self) -> list:
+        """The looks of an adaptive campaign so far (:class:`Look`)."""
+        return [Look.from_json(x) for x in self.data.get("looks") or ()]
+
+    def add_look(self, look: Look) -> None:
+        self.data.setdefault("looks", []).append(look.to_json())
+
+    @property
+    def frozen(self) -> dict:
+        """``{point: (verdict, rounds)}`` decided at earlier looks of an adaptive campaign."""
+        return {p: tuple(v) for p, v in (self.data.get("frozen") or {}).items()}
+
+    @property
+    def context(self) -> list:
+        """The extensions' lines about the campaign (``campaign_context``)."""
+        return list(self.data.get("context") or ())
+
+    @property
+    def scale(self) -> Optional[dict]:
+        """``--gpus`` / ``--executor`` ... as stored (None: the plain path)."""
+        return self.data.get("scale")
+
+    @property
+    def driving(self) -> Driving:
+        return Driving.from_json(self.data)
+
+    @property
+    def fail_if_slower(self) -> Optional[float]:
+        """``--fail-if-slower``'s percentage (None: not given)."""
+        if not self.data.get("fail_on_slower"):
+            return None
+        return self.data.get("fail_if_slower_pct") or 0.0
+
+    @property
+    def driver_pid(self) -> Optional[int]:
+        return self.data.get("driver_pid")
+
+    @property
+    def cwd(self) -> str:
+        """Where the runs start (the driver's working directory at creation)."""
+        return self.data["cwd"]
+
+    @property
+    def triton_cache(self) -> str:
+        return self.data["triton_cache"]
+
+    @property
+    def run_args(self) -> list:
+        """Arguments of the ops' own command that are no run setting (``zlf task``'s ``--cases``)."""
+        return list(self.data.get("run_args") or ())
+
+    @property
+    def switch_guard(self) -> list:
+        """``[{"name", "found", "searched"}]``: where each switch was found at creation."""
+        return list((self.data.get("guards") or {}).get("switch_source") or ())
 
     def planned_rounds(self) -> int:
         return max((r["round"] for r in self.runs), default=0)

@@ -13,6 +13,8 @@ import os
 import shutil
 import sys
 
+import attrs
+
 from .. import controls as ctl
 from .. import metrics, output, readers, stats
 from ..console import warn
@@ -25,9 +27,9 @@ from ..redact import REDACTED
 from ..rundir import RunDir, disk_full, safe_name
 from . import library, report
 from .analysis import decide_campaign, load_noise
-from .campaign import Campaign, OpSpec, key_path
+from .campaign import Campaign, Driving, OpSpec, Statistics, key_path
 from .driving import Printer, Scaled, Stopped, drive
-from .extending import CampaignPlan
+from .extending import CampaignOptions, CampaignPlan
 from .guards import busy_backend, campaign_guards, switch_guard, switch_guard_messages
 from .layout import (CONFIGS, C_COMPLETE, C_DISK_FULL, C_INTERRUPTED, C_RUNNING, FAILED, OK, PENDING, PER_OP, RUNNING,
                      SHARED, SHARED_PROCESS, SKIPPED, SUMMARY_LOG, now)
@@ -197,10 +199,10 @@ def _plan(args, session) -> CampaignPlan:
         if args.sample is not None:
             raise UsageError("--sample needs --library SOURCE (the ops to sample from)")
         plan = CampaignPlan(ops=[OpSpec.parse(t) for t in (args.ops or ["add", "softmax", "matmul"])])
-        session.hooks.campaign_setup(plan=plan, options=args, session=session)
+        session.hooks.campaign_setup(plan=plan, options=CampaignOptions.from_args(args, session.hooks), session=session)
     else:
         plan = CampaignPlan()
-        session.hooks.campaign_setup(plan=plan, options=args, session=session)
+        session.hooks.campaign_setup(plan=plan, options=CampaignOptions.from_args(args, session.hooks), session=session)
         if plan.library is None:  # no extension knows the name: a file of ops
             if not os.path.isfile(args.library):
                 raise UsageError(f"--library {args.library!r}: neither an op source an active extension "
@@ -258,7 +260,7 @@ def _check_ops(ops) -> None:
             raise UsageError(f"op file {o.source!r} not found")
 
 
-def _statistics(args) -> dict:
+def _statistics(args) -> Statistics:
     """campaign.json's ``statistics``: the rule's knobs and the rounds, checked. A library campaign
     screens every point, then confirms the open ones: adaptive."""
     if args.library is not None:
@@ -271,14 +273,12 @@ def _statistics(args) -> dict:
     if first < stats.MIN_ROUNDS:
         warn(f"!!! {first} round(s): fewer than {stats.MIN_ROUNDS} rounds give no verdict (every point UNSURE or "
              f"without an interval); use --rounds {stats.MIN_ROUNDS} or more")
-    return {
-        "controls": args.controls or ctl.AUTO,
-        "alpha": args.alpha, "min_effect_pct": args.min_effect, "pairing": args.pairing,
-        "trim": None, "spending": "obrien-fleming",
-        "noise_from": os.path.abspath(args.noise_from) if args.noise_from else None, "noise": load_noise(args.noise_from),
-        "until_confident": bool(args.until_confident), "first_look": first,
-        "max_rounds": args.max_rounds if args.until_confident else first,
-    }
+    return Statistics(
+        controls=args.controls or ctl.AUTO, alpha=args.alpha, min_effect_pct=args.min_effect, pairing=args.pairing,
+        trim=None, spending="obrien-fleming",
+        noise_from=os.path.abspath(args.noise_from) if args.noise_from else None, noise=load_noise(args.noise_from),
+        until_confident=bool(args.until_confident), first_look=first,
+        max_rounds=args.max_rounds if args.until_confident else first)
 
 
 def _campaign_data(args, session, plan, a, b, statistics) -> dict:
@@ -306,7 +306,7 @@ def _campaign_data(args, session, plan, a, b, statistics) -> dict:
         "metric": args.metric or metrics.DEFAULT,
         # startup (imports, plugins, device queries) once per round and side for all ops
         "process": PER_OP if (args.process_per_op or plan.per_op or args.unit == "op") else SHARED_PROCESS,
-        "statistics": statistics,
+        "statistics": statistics.to_json(),
         **plan.data,
     }
 
@@ -318,12 +318,12 @@ def _new_campaign(args, session):
         args.time_limit = LIBRARY_TIME_LIMIT  # a hang costs a limit, not the campaign
     canaries, why = _canaries(args, plan)
     plan.ops += [OpSpec.parse(name) for name in canaries]
-    statistics.update(canary_ops=canaries, controls_note=why)
+    statistics = attrs.evolve(statistics, canary_ops=canaries, controls_note=why)
     a, b = build_sides(args, plan.side_args)
     configs = side_configs(args, session.hooks, plan, (a, b))
     data = _campaign_data(args, session, plan, a, b, statistics)
     data["context"] = session.hooks.campaign_context(data=data)
-    _preflight(data, session)  # refuse before anything is written: a refused campaign cannot be resumed
+    _preflight(Driving.from_json(data), session)  # refuse before anything is written: a refused campaign cannot be resumed
     if data.get(library.FIELD) is not None:  # one chunk of the ops per GPU: every GPU works on every round
         data[library.FIELD]["chunks"] = len((data.get("scale") or {}).get("gpus") or ()) or 1
     guard = switch_guard((a, b), plan.ops, args.switch_source, plan.not_switches)
@@ -335,20 +335,20 @@ def _new_campaign(args, session):
         warn(line)
     label = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in data["label"])
     campaign = Campaign.create(args.out, label, data, session.hooks, configs)
-    if not campaign.data.get("triton_cache"):
+    if not campaign.data.get("triton_cache"):  # an extension's plan.data may set it
         campaign.data["triton_cache"] = os.path.abspath(args.triton_cache) if args.triton_cache else str(campaign.path / "triton_cache")
         campaign.seal()  # the cache is where Triton loads compiled launchers from: signed too
     if not campaign.data.get("signature"):
         warn(f"cannot create the campaign signing key {key_path()}: this campaign cannot be resumed")
-    for k in range(1, data["statistics"]["first_look"] + 1):
+    for k in range(1, statistics.first_look + 1):
         campaign.add_round(k)
     return campaign
 
 
 def _print_dry_run(data, a, b, ops, guard, configs) -> None:
     print(f"side A: {a.describe()}\nside B: {b.describe()}")
-    s = data["statistics"]
-    rounds = f"{s['first_look']} rounds" + (f", then up to {s['max_rounds']} until confident" if s["until_confident"] else "")
+    s = Statistics.from_json(data["statistics"])
+    rounds = f"{s.first_look} rounds" + (f", then up to {s.max_rounds} until confident" if s.until_confident else "")
     print(f"ops: {', '.join(o.name for o in ops)}; {rounds}")
     for line in data.get("context") or ():
         print(line)
@@ -371,7 +371,7 @@ def _print_dry_run(data, a, b, ops, guard, configs) -> None:
 def plan_line(campaign) -> str:
     """``1 op (+2 control ops) x 3 rounds x 2 sides; 6 processes``: the ops the user named, the
     canaries apart, and the processes still to run (a shared process runs a round's ops at once)."""
-    canaries = set(campaign.data.get("statistics", {}).get("canary_ops") or ())
+    canaries = set(campaign.statistics.canary_ops)
     own = sum(1 for o in campaign.ops if o.name not in canaries)
     controls = len(campaign.ops) - own
     left = campaign.processes_left()
@@ -391,14 +391,14 @@ def main(args, session) -> int:
         campaign = _new_campaign(args, session)
         if campaign is None:
             return 0
-    d = campaign.data
-    d["context"] = session.hooks.campaign_context(data=d) or d.get("context") or []
+    campaign.data["context"] = session.hooks.campaign_context(data=campaign.data) or campaign.context
     printer = Printer(campaign)
     a, b = campaign.sides["A"], campaign.sides["B"]
     printer.line("\n  ".join([f"campaign {campaign.path}", f"A: {a.describe()}", f"B: {b.describe()}",
-                              plan_line(campaign), *d["context"]]))
-    busy = busy_backend(session, d.get("backend"), d.get("device", 0)) if d.get("require_idle") else None
-    scaled = _scaled(d, session)
+                              plan_line(campaign), *campaign.context]))
+    driving = campaign.driving
+    busy = busy_backend(session, driving.backend, driving.device) if driving.require_idle else None
+    scaled = _scaled(driving, session)
     if scaled is not None:
         printer.line(f"  {scaled.executor.describe()}; unit of work: {'a round pair (A and B on one GPU)' if scaled.unit == 'pair' else 'an op'}")
     RunDir(campaign.path).reserve()  # given back to write campaign.json's last state on a full disk
@@ -409,9 +409,8 @@ def main(args, session) -> int:
 
 
 def _drive(campaign, printer, busy, scaled, args, session) -> int:
-    d = campaign.data
     try:
-        drive(campaign, printer, busy, d.get("idle_wait", 60.0), scaled)
+        drive(campaign, printer, busy, campaign.driving.idle_wait, scaled)
     except OSError as exc:
         if not disk_full(exc):
             raise
@@ -444,29 +443,29 @@ def _drive(campaign, printer, busy, scaled, args, session) -> int:
 def _resume(args, session) -> Campaign:
     """The campaign of ``--resume DIR``, checked and ready to run what is left."""
     campaign = Campaign.open(args.resume, session.hooks)
-    scale = scale_options(args, campaign.data.get("scale"))
-    pid = campaign.data.get("driver_pid")
-    if campaign.data["status"] == C_RUNNING and pid and pid != os.getpid() and _alive(pid):
+    scale = scale_options(args, campaign.scale)
+    pid = campaign.driver_pid
+    if campaign.status == C_RUNNING and pid and pid != os.getpid() and _alive(pid):
         raise UsageError(f"campaign {args.resume!r} is still being run by process {pid}")
-    if campaign.data["status"] != C_COMPLETE or any(r["status"] in (PENDING, RUNNING) for r in campaign.runs):
+    if campaign.status != C_COMPLETE or any(r["status"] in (PENDING, RUNNING) for r in campaign.runs):
         campaign.check_resume({"A": args.a_python, "B": args.b_python})  # it will start runs
         if "configs" not in campaign.data:
             upgrade(campaign, session)
         keep_one_input_set(campaign)
         check_ray_address(scale)
-    _preflight({**campaign.data, "scale": scale}, session)
+    _preflight(attrs.evolve(campaign.driving, scale=scale), session)
     if args.metric:
         campaign.data["metric"] = args.metric
     if args.controls:  # re-decide with other controls (the canaries a campaign ran stay its only ones)
-        campaign.data["statistics"]["controls"] = args.controls
+        campaign.set_statistics(controls=args.controls)
     shutil.rmtree(campaign.path / SHARED / ".staging", ignore_errors=True)  # a shared process cut short
-    if scale != campaign.data.get("scale"):
+    if scale != campaign.scale:
         campaign.data["scale"] = scale
         campaign.seal()  # given on this command line: trusted as a new campaign's would be
     stale = [r for r in campaign.runs if r["status"] in (PENDING, RUNNING)]
     for run in stale:
         run.update(status=PENDING, started=None)  # a run in flight when it stopped is re-run whole
-    if stale or campaign.data["status"] != C_COMPLETE:
+    if stale or campaign.status != C_COMPLETE:
         campaign.data.update(driver_pid=os.getpid(), status=C_RUNNING)
     campaign.save()
     return campaign
@@ -498,7 +497,7 @@ def upgrade(campaign, session) -> None:
     from ..cli import build_parser, run_config
 
     d = campaign.data
-    flags = [*(d.get("extension_args") or ()), *(d.get("run_args") or ())]
+    flags = [*(d.get("extension_args") or ()), *campaign.run_args]
     commands = sorted({o.command for o in campaign.ops})
     if commands != ["run"]:
         raise UsageError(f"--resume: campaign {campaign.path} of zlf {d.get('zlf_version')} gives zlf "
@@ -520,7 +519,7 @@ def upgrade(campaign, session) -> None:
 
 def _finish(campaign, scaled, args, session) -> int:
     """Analyse, write the report, run ``after_campaign``; the exit code."""
-    if campaign.data["status"] != C_COMPLETE or not campaign.data.get("finished"):
+    if campaign.status != C_COMPLETE or not campaign.data.get("finished"):
         campaign.data["finished"] = now()
     campaign.data["status"] = C_COMPLETE
     campaign.save()
@@ -528,7 +527,7 @@ def _finish(campaign, scaled, args, session) -> int:
     results = decided.results
     unreported = {**campaign.failed_ops(), **campaign.incomplete_ops()}
     reported = [o.name for o in campaign.ops if o.name not in unreported]
-    for name in campaign.data["statistics"].get("canary_ops") or ():  # a canary that failed is a line,
+    for name in campaign.statistics.canary_ops:  # a canary that failed is a line,
         unreported.pop(name, None)  # not a failed campaign: the ops under test have their report
     text = report.write(campaign, results, remarks, excluded, alpha, campaign_guards(campaign, reported), decided)
     fmt = getattr(args, "format", "table")
@@ -546,8 +545,8 @@ def _finish(campaign, scaled, args, session) -> int:
     _after_campaign(campaign, results, args, session)
     if unreported:
         return 1
-    pct = campaign.data.get("fail_if_slower_pct") or 0.0
-    if campaign.data.get("fail_on_slower") and any(r.verdict == stats.SLOWER and _delta(r) > pct for r in results):
+    pct = campaign.fail_if_slower
+    if pct is not None and any(r.verdict == stats.SLOWER and _delta(r) > pct for r in results):
         return 1
     return 0
 
@@ -579,15 +578,15 @@ def status(path: str, fmt: str = "table") -> int:
     from .analysis import decide_campaign
 
     campaign = Campaign.open(path)
-    d = campaign.data
     runs = campaign.runs
     done = sum(1 for r in runs if r["status"] in (OK, FAILED, SKIPPED))
     rounds = library.analysable_rounds(campaign)
     results = decide_campaign(campaign, rounds)[0].results if rounds else []
-    looks = d.get("looks") or []
-    decided = f"; last look after round {looks[-1]['rounds']}: {looks[-1]['decided']} of {looks[-1]['points']} points decided" if looks else ""
-    running = d.get("status") == C_RUNNING and _alive(d.get("driver_pid") or 0)
-    state = "running" if running else d.get("status")
+    looks = campaign.looks
+    decided = (f"; last look after round {looks[-1].rounds}: {looks[-1].decided} of {looks[-1].points} points decided"
+               if looks else "")
+    running = campaign.status == C_RUNNING and _alive(campaign.driver_pid or 0)
+    state = "running" if running else campaign.status
     print(f"campaign {campaign.path}: {state}; {done} of {len(runs)} runs done, "
           f"{campaign.processes_left()} process(es) to go; analysed over {rounds} round(s){decided}", file=sys.stderr)
     partial = state != C_COMPLETE
@@ -604,27 +603,27 @@ def _delta(r) -> float:
 
 def _after_campaign(campaign, results, args, session) -> None:
     """Extensions' work on the finished campaign (``after_campaign``): after every timing run."""
-    session.hooks.after_campaign(campaign, results, args, session)
+    session.hooks.after_campaign(campaign, results, CampaignOptions.from_args(args, session.hooks), session)
 
 
-def _preflight(data: dict, session) -> None:
+def _preflight(driving: Driving, session) -> None:
     """Every check of the option combination that can refuse a campaign (UsageError), made before
     campaign.json is created or rewritten."""
-    _scaled(data, session)
-    if data.get("require_idle"):
-        busy_backend(session, data.get("backend"), data.get("device", 0))
+    _scaled(driving, session)
+    if driving.require_idle:
+        busy_backend(session, driving.backend, driving.device)
 
 
-def _scaled(d: dict, session) -> "Scaled | None":
-    """The executor of a campaign (its data) with ``--gpus`` or ``--executor ray``; None for the plain path."""
-    opts = d.get("scale")
+def _scaled(driving: Driving, session) -> "Scaled | None":
+    """The executor of a campaign with ``--gpus`` or ``--executor ray``; None for the plain path."""
+    opts = driving.scale
     if not opts:
         return None
-    if d.get("device") not in (None, 0) and opts.get("gpus"):
+    if driving.device not in (None, 0) and opts.get("gpus"):
         raise UsageError("--gpus pins each worker to its GPU: drop --device")
-    if d.get("require_idle"):
+    if driving.require_idle:
         raise UsageError("--require-idle is not supported with --gpus / --executor ray yet")
-    pin = pin_variable(session, d.get("backend"))
+    pin = pin_variable(session, driving.backend)
     executor = make_executor(opts.get("executor"), opts.get("gpus") or [], pin, opts.get("retries"), opts.get("ray_address"))
     return Scaled(executor, opts.get("unit") or "pair")
 

@@ -10,6 +10,7 @@ from ..console import clean, clean_lines, paint
 from ..scheduler import Scheduler, gpu_label
 from .analysis import (collect, controls_of, decide, frozen_of, look_level, noise_of, op_rounds, point_kinds, point_ops,
                        settings_of, spending_plan)
+from .campaign import Look
 from .execute import CampaignJob, campaign_units
 from .guards import wait_until_idle
 from .layout import FAILED, OK, PENDING, RUNNING, SKIPPED, now
@@ -34,7 +35,7 @@ class Printer:
 
     def process(self, runs: list) -> None:
         """The runs of one shared process that it measured: one line, the canaries counted apart."""
-        canaries = set(self.campaign.data.get("statistics", {}).get("canary_ops") or ())
+        canaries = set(self.campaign.statistics.canary_ops)
         own = [r["op"] for r in runs if r["op"] not in canaries]
         controls = len(runs) - len(own)
         names = ", ".join(clean(o) for o in own) or "controls"
@@ -46,7 +47,7 @@ class Printer:
 
     def _print(self, runs: list, names: str) -> None:
         run = runs[0]
-        process = (self.campaign.data.get("processes") or {}).get(run.get("process") or run["dir"]) or {}
+        process = (self.campaign.processes).get(run.get("process") or run["dir"]) or {}
         seconds = process.get("seconds") or max((r.get("seconds") or 0 for r in runs), default=0)
         if run["status"] != SKIPPED:
             self.finished += 1
@@ -66,10 +67,10 @@ class Printer:
 
     def _decided(self) -> str:
         """``, 412/930 points decided`` after a look (an adaptive campaign's), else nothing."""
-        looks = self.campaign.data.get("looks") or []
+        looks = self.campaign.looks
         if not looks:
             return ""
-        return f", {looks[-1]['decided']}/{looks[-1]['points']} points decided"
+        return f", {looks[-1].decided}/{looks[-1].points} points decided"
 
     def line(self, text: str) -> None:
         print(clean_lines(text), file=sys.stderr, flush=True)
@@ -221,13 +222,13 @@ def step(values, settings, plan, frozen, group_of, noise=None, notes=None, mode=
 def drive(campaign, printer, busy=None, idle_wait=60.0, scaled=None) -> None:
     """Run every pending run; when adaptive, look after each round, freeze the verdicts a look
     decides, and add a round only for the ops with an undecided point."""
-    s = campaign.data["statistics"]
+    s = campaign.statistics
     while True:
         if scaled is not None:
             scaled.run_pending(campaign, printer)
         else:
             run_pending(campaign, printer, busy, idle_wait)
-        if not s.get("until_confident"):
+        if not s.until_confident:
             return
         n = campaign.planned_rounds()
         results, frozen, extend = look(campaign, n)
@@ -235,14 +236,14 @@ def drive(campaign, printer, busy=None, idle_wait=60.0, scaled=None) -> None:
         campaign.data["frozen"] = {p: list(v) for p, v in frozen.items()}
         extend = [o.name for o in campaign.ops if o.name in extend and op_rounds(campaign, o.name) == n]
         if extend:  # the canaries measure every process that runs an op under test
-            extend += [o for o in campaign.data["statistics"].get("canary_ops") or () if o not in extend]
-        looks = campaign.data["looks"]
-        if not looks or looks[-1]["rounds"] != n:
-            looks.append({"rounds": n, "alpha": alpha, "points": len(results), "decided": len(frozen),
-                          "undecided": len(results) - len(frozen), "ops_extended": extend, "at": now()})
+            extend += [o for o in s.canary_ops if o not in extend]
+        looks = campaign.looks
+        if not looks or looks[-1].rounds != n:
+            campaign.add_look(Look(rounds=n, alpha=alpha, points=len(results), decided=len(frozen),
+                                   undecided=len(results) - len(frozen), ops_extended=extend, at=now()))
         campaign.save()
         printer.line(f"look after round {n}: level {alpha:.3g}, {len(results) - sum(r.verdict == stats.UNSURE for r in results)} "
-                     f"of {len(results)} points decided" + (f"; another round for {', '.join(extend)}" if extend and n < s["max_rounds"] else ""))
+                     f"of {len(results)} points decided" + (f"; another round for {', '.join(extend)}" if extend and n < s.max_rounds else ""))
         if not extend or not results:
             return
         campaign.add_round(n + 1, ops=extend)

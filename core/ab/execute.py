@@ -40,7 +40,7 @@ class Execution:
         side = self.sides[run["side"]]
         command = self.op_spec(run["op"]).command
         return [side.interpreter, "-m", "zlf", command, *specs, "--out", str(staging),
-                "--name", f"r{run['round']}_{run['side']}", *self.data.get("run_args", ()), *side.args]
+                "--name", f"r{run['round']}_{run['side']}", *self.run_args, *side.args]
 
     def config_changes(self, run: dict, root=None) -> tuple:
         """``(changes, if_exists)``: what ``run``'s needs change in its side's configuration.
@@ -82,7 +82,7 @@ class Execution:
     def env_overrides(self, run: dict, root=None) -> dict:
         """What a run's environment adds to the executing process's own."""
         side = self.sides[run["side"]]
-        cache = Path(self.data["triton_cache"]) / side.cache_key()
+        cache = Path(self.triton_cache) / side.cache_key()
         if root is not None and inside_dir(cache, self.path):
             cache = Path(root) / cache.relative_to(self.path)
         env = dict(side.env)
@@ -274,7 +274,7 @@ class Execution:
         log = str(self.log_path(run).relative_to(self.path))
         config, needs, if_exists = self._config_spec(run, log, root)
         spec = {"key": run["dir"], "argv": self._argv(run, [self.op_spec(run["op"]).run_spec], root / staging, root),
-                "env": self.env_overrides(run, root=root), "cwd": self.data["cwd"], "staging": str(staging),
+                "env": self.env_overrides(run, root=root), "cwd": self.cwd, "staging": str(staging),
                 "dir": run["dir"], "log": log, "config": config, "needs": needs, "if_exists": if_exists}
         if self.library:  # the round's other side runs too: a failure on B only is a finding of its own
             spec["goes_on"] = True
@@ -290,7 +290,7 @@ class Execution:
         log = f"{SHARED}/{LOGS}/{name}.txt"
         argv = self._argv(run, [self.op_spec(r["op"]).run_spec for r in runs], root / staging, root)
         config, needs, if_exists = self._config_spec(run, log, root)  # the same for every op of the group (shared_groups)
-        return {"key": key, "argv": argv, "env": self.env_overrides(run, root=root), "cwd": self.data["cwd"],
+        return {"key": key, "argv": argv, "env": self.env_overrides(run, root=root), "cwd": self.cwd,
                 "staging": staging, "dir": key, "log": log, "config": config, "needs": needs,
                 "if_exists": if_exists, "shared": [r["dir"] for r in runs]}
 

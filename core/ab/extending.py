@@ -3,12 +3,16 @@
 :class:`CampaignPlan` is what ``campaign_setup`` may change while a new campaign is built;
 :class:`RunNeed` is what ``campaign_run_needs`` returns for one run. Both change the runs'
 configuration files (``zlf run --config``), never their command lines' run options.
+:class:`CampaignOptions` is the ``zlf ab`` command line as ``campaign_setup`` and
+``after_campaign`` read it.
 """
 from __future__ import annotations
 
 from typing import Optional
 
 import attrs
+
+from ..config import ExtensionOptions, RunConfig
 
 #: stands for the source run's directory (as the run sees it) in :attr:`RunNeed.options` values.
 SOURCE = "{source}"
@@ -84,3 +88,74 @@ class CampaignPlan:
     data: dict = attrs.field(factory=dict)
     library: Optional[list] = None
     library_source: str = ""
+
+
+def _given(values) -> tuple:
+    return tuple(values or ())
+
+
+@attrs.frozen
+class CampaignOptions:
+    """The ``zlf ab`` command line as the campaign hooks read it (``campaign_setup``,
+    ``after_campaign``), typed.
+
+    :ivar ops: the OP arguments as given (``()``: none; the campaign's ops are the plan's).
+    :ivar aa: ``--aa``.
+    :ivar switch: ``--switch``.
+    :ivar a_env: ``--a-env K=V`` items as given; ``b_env`` likewise.
+    :ivar a_python: ``--a-python`` as given; ``b_python`` likewise.
+    :ivar resume: ``--resume DIR`` (None: a new campaign).
+    :ivar library: ``--library SOURCE`` (None: no library): the op source an extension may know
+        (it sets :attr:`CampaignPlan.library`); ``sample`` and ``sample_seed``: ``--sample``,
+        ``--sample-seed``.
+    :ivar run: the run settings given to ``zlf ab`` (:class:`zlf.config.RunConfig`: core's run
+        options and the extensions' ``add_options``, typed as declared).
+    :ivar campaign: the values of the options extensions added through ``add_campaign_options``,
+        by owner, typed as declared (:class:`zlf.config.ExtensionOptions`).
+
+    An extension's option, a campaign option or a run option, is read with :meth:`get` or as
+    an attribute (``options.triage_calls``), as :class:`~zlf.config.ExtensionOptions` reads one.
+    """
+
+    run: RunConfig = attrs.field(factory=RunConfig)
+    campaign: ExtensionOptions = attrs.field(factory=ExtensionOptions)
+    ops: tuple = attrs.field(default=(), converter=_given)
+    aa: bool = attrs.field(default=False, converter=bool)
+    switch: Optional[str] = None
+    a_env: tuple = attrs.field(default=(), converter=_given)
+    b_env: tuple = attrs.field(default=(), converter=_given)
+    a_python: Optional[str] = None
+    b_python: Optional[str] = None
+    resume: Optional[str] = None
+    library: Optional[str] = None
+    sample: Optional[int] = None
+    sample_seed: int = 0
+
+    @classmethod
+    def from_args(cls, args, hooks) -> "CampaignOptions":
+        """Of the parsed ``zlf ab`` command line: the one place the hooks' view of it is read.
+        ``hooks``: the :class:`zlf.plugins.Hooks` that declared the extensions' options."""
+        given = vars(args)
+        sets = getattr(hooks, "campaign_option_sets", ())
+        campaign = ExtensionOptions({s.owner: {o.dest: given.get(o.dest, o.default) for o in s.options}
+                                     for s in sets}).bound(sets)
+        own = {f: given.get(f) for f in ("ops", "aa", "switch", "a_env", "b_env", "a_python", "b_python", "resume",
+                                         "library", "sample")}
+        own["sample_seed"] = given.get("sample_seed") or 0
+        return cls(run=RunConfig.from_args(args, getattr(hooks, "option_sets", ())), campaign=campaign, **own)
+
+    def get(self, name: str, default=None):
+        """An extension's option value: a campaign option's, else a run option's; ``default``
+        when no active extension declared ``name``."""
+        marker = object()
+        value = self.campaign.get(name, marker)
+        return self.run.options.get(name, default) if value is marker else value
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        marker = object()
+        value = self.get(name, marker)
+        if value is marker:
+            raise AttributeError(f"no active extension declared option {name!r}")
+        return value

@@ -91,7 +91,7 @@ def switch_guard_messages(results) -> list:
 def campaign_guards(campaign, reported_ops) -> list:
     """After the campaign: the extensions' guard lines (``campaign_guards``; e.g. whether side
     B's compiled code differs from side A's at all)."""
-    if campaign.hooks is None or campaign.data.get("aa"):
+    if campaign.hooks is None or campaign.aa:
         return []
     return campaign.hooks.campaign_guards(campaign=campaign, ops=list(reported_ops))
 

@@ -138,7 +138,7 @@ def failure_kind(run: dict) -> str:
 
 def outcomes(campaign) -> dict:
     """``{op: OpOutcome}`` of every op the user named (canaries aside), from its runs."""
-    canaries = set(campaign.data.get("statistics", {}).get("canary_ops") or ())
+    canaries = set(campaign.statistics.canary_ops)
     out = {}
     for op in campaign.ops:
         if op.name in canaries:
@@ -284,7 +284,7 @@ def time_split(campaign) -> dict:
     before it could say) and ``wall``; ``processes``, ``per_round`` ``{round: wall}``."""
     total = dict.fromkeys(SPLIT, 0.0)
     wall, per_round = 0.0, {}
-    procs = campaign.data.get("processes") or {}
+    procs = campaign.processes
     for entry in procs.values():
         seconds = float(entry.get("seconds") or 0.0)
         wall += seconds
@@ -310,7 +310,7 @@ def later_compiles(campaign) -> list:
     that compiled kernels (Triton cache misses). Each side's cache is kept across rounds, so a
     later round should compile nothing; one that did is marked, not assumed away."""
     out = []
-    for key, entry in sorted((campaign.data.get("processes") or {}).items()):
+    for key, entry in sorted(campaign.processes.items()):
         n = int((entry.get("split") or {}).get("compiled") or 0)
         if n and (entry.get("round") or 1) > 1:
             out.append((key, entry.get("round"), entry.get("side"), n))

@@ -79,48 +79,48 @@ def headers(aa=False, metric="time") -> list:
 
 def _context_lines(campaign, alpha, results=(), decided=None) -> list:
     d = campaign.data
-    s = d["statistics"]
+    s = campaign.statistics
     a, b = campaign.sides["A"], campaign.sides["B"]
     rounds = campaign.planned_rounds()
-    lines = [f"campaign {campaign.path.name}: {'A/A calibration' if d.get('aa') else 'A/B'}, "
-             f"{rounds} round(s), status {d['status']}, started {d['started']}, finished {d.get('finished') or '-'}",
+    lines = [f"campaign {campaign.path.name}: {'A/A calibration' if campaign.aa else 'A/B'}, "
+             f"{rounds} round(s), status {campaign.status}, started {d['started']}, finished {d.get('finished') or '-'}",
              f"  A: {a.describe()}", f"  B: {b.describe()}"]
-    if s.get("until_confident"):
-        lines.append(f"  until confident: first look after {s['first_look']} rounds, at most {s['max_rounds']}; "
+    if s.until_confident:
+        lines.append(f"  until confident: first look after {s.first_look} rounds, at most {s.max_rounds}; "
                      f"rounds used: {rounds}; level of the last look {alpha:.3g} (O'Brien-Fleming alpha spending, "
-                     f"total {s['alpha']}); a point keeps the verdict of the look that decided it")
+                     f"total {s.alpha}); a point keeps the verdict of the look that decided it")
     else:
-        lines.append(f"  alpha {s['alpha']} for the whole campaign (Holm over the points)")
+        lines.append(f"  alpha {s.alpha} for the whole campaign (Holm over the points)")
     kinds = sorted({f"{r.pairing}, trim {r.trim:.0%}" for r in results})
-    chosen = f"{'/'.join(kinds) or '-'}" + (" (chosen from the variances)" if s.get("pairing", "auto") == "auto" else " (--pairing)")
-    noise = (f"A/A variance from {s['noise_from']} pooled in ({len(s.get('noise') or {})} points)"
-             if s.get("noise_from") else "this campaign's own (no A/A: --noise-from DIR)")
-    if s.get("noise_from") and not s.get("noise"):
-        noise = f"{s['noise_from']} was read by an older zlf (floors): not pooled"
-    if s.get("noise_from") and s.get("noise") and decided is not None and decided.normalisation.active:
-        like = stats.aa_like(s["noise"], True)
-        if len(like) < len(s["noise"]):
-            noise += (f"; {len(s['noise']) - len(like)} of its points were not normalised by controls as this campaign's "
+    chosen = f"{'/'.join(kinds) or '-'}" + (" (chosen from the variances)" if s.pairing == stats.AUTO else " (--pairing)")
+    noise = (f"A/A variance from {s.noise_from} pooled in ({len(s.noise)} points)"
+             if s.noise_from else "this campaign's own (no A/A: --noise-from DIR)")
+    if s.noise_from and not s.noise:
+        noise = f"{s.noise_from} was read by an older zlf (floors): not pooled"
+    if s.noise_from and s.noise and decided is not None and decided.normalisation.active:
+        like = stats.aa_like(s.noise, True)
+        if len(like) < len(s.noise):
+            noise += (f"; {len(s.noise) - len(like)} of its points were not normalised by controls as this campaign's "
                       "are: not pooled (unlike)")
-    lines.append(f"  threshold delta: {s['min_effect_pct']}%; estimate: {chosen}; noise: {noise}")
+    lines.append(f"  threshold delta: {s.min_effect_pct}%; estimate: {chosen}; noise: {noise}")
     if decided is not None:
         lines += [f"  {line}" for line in ctl.summary_lines(decided.normalisation, decided.mode)]
     lines.append("  gmean_*: geometric mean over the rounds the estimate keeps (delta_pct is their ratio"
                  + (", after the process factors are taken out" if decided is not None and decided.normalisation.active else "")
                  + "); sd_pct_A/B: each side's spread of one process's time as the interval uses it")
-    metric = d.get("metric") or metrics.DEFAULT
+    metric = campaign.metric
     if metric != metrics.DEFAULT:
         lines.append(f"  metric: {metric} ({metrics.unit(metric)}: {metrics.METRICS[metric].summary})")
-    lines += [f"  {line}" for line in d.get("context") or ()]  # the extensions' (campaign_context)
-    run_args = " ".join(d.get("extension_args", []) + d.get("run_args", []))
+    lines += [f"  {line}" for line in campaign.context]  # the extensions' (campaign_context)
+    run_args = " ".join([*(d.get("extension_args") or ()), *campaign.run_args])
     if d.get("configs"):  # the run settings are each side's configuration file
-        run_args = " ".join([*d.get("run_args", []), "--config", "_config/<side>.json"])
+        run_args = " ".join([*campaign.run_args, "--config", "_config/<side>.json"])
     # An extension's ops run its command (`zlf task PKG ... --candidate FILE`: the side's arguments last).
-    commands = sorted({o.get("command", "run") for o in d.get("ops", [])}) or ["run"]
+    commands = sorted({o.command for o in campaign.ops}) or ["run"]
     for command in commands:
         if command != "run":
             lines.append(f"  every run: zlf {command} {command.upper()} {run_args} <the side's arguments>")
-        elif d.get("process") == "shared":
+        elif campaign.shared:
             lines.append(f"  every run: zlf {command} OP [OP ...] {run_args}".rstrip()
                          + " (all ops of a round and side in one process; an op that failed there re-ran alone)")
         else:
@@ -129,8 +129,8 @@ def _context_lines(campaign, alpha, results=(), decided=None) -> list:
 
 
 def _guard_lines(campaign, ir_lines) -> list:
-    lines = switch_guard_messages(campaign.data.get("guards", {}).get("switch_source", []))
-    for r in campaign.data.get("guards", {}).get("switch_source", []):
+    lines = switch_guard_messages(campaign.switch_guard)
+    for r in campaign.switch_guard:
         if r["found"]:
             lines.append(f"switch {r['name']} is referenced in {r['found'][0]}" + (" ..." if len(r["found"]) > 1 else ""))
     return lines + list(ir_lines)
@@ -152,7 +152,7 @@ def _problem_lines(campaign, excluded) -> list:
 
 
 def _findings(campaign, results, remarks) -> list:
-    aa = bool(campaign.data.get("aa"))
+    aa = campaign.aa
     c = stats.counts(results)
     lines = [f"verdicts: {c[stats.FASTER]} FASTER, {c[stats.SLOWER]} SLOWER, {c[stats.SAME]} SAME, "
              f"{c[stats.UNSURE]} UNSURE over {len(results)} points"]
@@ -200,15 +200,15 @@ def _as_measured_table(decided, results, fmt="simple") -> list:
 def render(campaign, results, remarks, excluded, alpha, ir_lines, decided=None) -> str:
     """The plain-text summary (stdout and summary.log); ``decided``: the
     :class:`zlf.ab.analysis.Decided` the results come from (its controls and normalisation)."""
-    aa = bool(campaign.data.get("aa"))
+    aa = campaign.aa
     parts = _context_lines(campaign, alpha, results, decided)
     guards = _guard_lines(campaign, ir_lines)
     if guards:
         parts += [""] + guards
-    table = (tabulate(rows(results, aa), headers=headers(aa, campaign.data.get("metric") or metrics.DEFAULT), disable_numparse=True) if results
+    table = (tabulate(rows(results, aa), headers=headers(aa, campaign.metric), disable_numparse=True) if results
              else "(no point has a complete pair of rounds)")
     parts += ["", table] + _as_measured_table(decided, results) \
-        + _controls_table(decided, aa, campaign.data.get("metric") or metrics.DEFAULT) + _findings(campaign, results, remarks)
+        + _controls_table(decided, aa, campaign.metric) + _findings(campaign, results, remarks)
     problems = _problem_lines(campaign, excluded)
     if problems:
         parts += [""] + problems
@@ -217,7 +217,7 @@ def render(campaign, results, remarks, excluded, alpha, ir_lines, decided=None) 
 
 
 def render_markdown(campaign, results, remarks, excluded, alpha, ir_lines, why_no_plot, decided=None) -> str:
-    aa = bool(campaign.data.get("aa"))
+    aa = campaign.aa
     # record text inside the fence cannot close it; in the table it is escaped as markdown and HTML
     context = [line.replace("```", "'''") for line in _context_lines(campaign, alpha, results, decided)]
     out = [f"# zlf ab: {md_cell(campaign.path.name)}", "", "```", *context, "```", ""]
@@ -225,10 +225,10 @@ def render_markdown(campaign, results, remarks, excluded, alpha, ir_lines, why_n
     if guards:
         out += ["## Guards", "", *[f"- {g}" for g in guards], ""]
     out += ["## Points", ""]
-    out.append(md_table(rows(results, aa), headers(aa, campaign.data.get("metric") or metrics.DEFAULT))
+    out.append(md_table(rows(results, aa), headers(aa, campaign.metric))
                if results else "(no point has a complete pair of rounds)")
     out += _as_measured_table(decided, results, "github")
-    out += _controls_table(decided, aa, campaign.data.get("metric") or metrics.DEFAULT, "github")
+    out += _controls_table(decided, aa, campaign.metric, "github")
     out += ["", *[f"- {line}" for line in _findings(campaign, results, remarks)], ""]
     out.append(f"![per-point delta intervals]({PLOT})" if not why_no_plot else f"(no plot: {why_no_plot})")
     problems = _problem_lines(campaign, excluded)
@@ -292,8 +292,8 @@ def write(campaign, results, remarks, excluded, alpha, ir_lines, decided=None) -
     text = render(campaign, results, remarks, excluded, alpha, ir_lines, decided)
     write_atomic(campaign.path / SUMMARY_LOG, redact_text(text) + "\n")
     doc = {
-        "written": now(), "aa": bool(campaign.data.get("aa")), "alpha_final_look": alpha,
-        "min_effect_pct": campaign.data["statistics"].get("min_effect_pct"),
+        "written": now(), "aa": campaign.aa, "alpha_final_look": alpha,
+        "min_effect_pct": campaign.statistics.min_effect_pct,
         "pairing": sorted({r.pairing for r in results}), "trim": sorted({r.trim for r in results}),
         "rounds": campaign.planned_rounds(), "counts": stats.counts(results),
         "failed_ops": {op: r["error"] for op, r in campaign.failed_ops().items()},

@@ -40,7 +40,7 @@ class StampExtension:
     # ------------------------------------------------------------------ zlf ab campaigns
     @hookimpl
     def campaign_setup(self, plan, options, session):
-        if getattr(options, "stamp_from", None):
+        if options.run.options.get("stamp_from"):
             raise UsageError("--stamp-from is set by the campaign (round 1 A writes, every other run reads)")
         plan.data["stamp"] = {"writer": "r1_A"}
 

@@ -74,7 +74,7 @@ def after_run(run, results):
 
 @hookimpl
 def after_campaign(campaign, results, options, session):
-    db = getattr(options, "history", None)
+    db = options.campaign.get("history")  # zlf ab's own --history (add_campaign_options)
     if db is None:
         return
-    _record(db, getattr(options, "history_label", []), campaign.path, "campaign")
+    _record(db, options.campaign.get("history_label", ()), campaign.path, "campaign")

@@ -40,7 +40,7 @@ class ProfilePlugin:
 
     @hookimpl
     def after_campaign(self, campaign, results, options, session):
-        if getattr(options, "triage", False):
+        if options.campaign.get("triage"):
             from .triage import after_campaign
 
             after_campaign(campaign, results, options, session)

@@ -551,11 +551,12 @@ def run_triage(campaign, stats: list, session, points=None, calls: int = 3, ncu_
 
 
 def after_campaign(campaign, results, options, session) -> None:
+    """``--triage``: a bundle per decided point; ``options``: :class:`zlf.ab.CampaignOptions`."""
     if campaign.data.get("aa"):
         print("triage: an A/A campaign has no change to explain; skipped", file=sys.stderr)
         return
     stats = [r.to_json() if hasattr(r, "to_json") else dict(r) for r in results]
-    text = run_triage(campaign, stats, session, calls=max(1, getattr(options, "triage_calls", 3) or 3))
+    text = run_triage(campaign, stats, session, calls=max(1, options.campaign.get("triage_calls") or 3))
     print(text)
     print(f"triage dir: {campaign.path / TRIAGE_DIR}")
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from zlf import ab
 from zlf.ab import OK, Campaign, CampaignPlan, Side
+from zlf.config import Declaring, option_sets_of
 from zlf.errors import UsageError
 from zlf.options import add_run_options
 from zlf.testing import ExtensionInfo as Info
@@ -22,18 +24,26 @@ PKG = Path(__file__).resolve().parents[3] / "tests" / "data" / "taskpkg_vecadd"
 CANDIDATES = PKG / "candidates"
 
 
+#: the task extension's campaign options, typed as zlf.plugins.Hooks declares them
+TASK_OPTIONS = []
+
+
 def parse(*argv):
     """``zlf ab``'s parser with the task extension's campaign options."""
     parser = argparse.ArgumentParser()
     ab.configure_parser(parser)
     add_run_options(parser, ab.TRAITS)
-    task_campaign.add_options(parser)
+    view = Declaring(parser)
+    task_campaign.add_options(view)
+    TASK_OPTIONS[:] = option_sets_of([("task", view.added)])
     return parser.parse_args(list(argv))
 
 
 def plan_of(args) -> CampaignPlan:
+    """The plan the extension's campaign_setup makes of ``args`` (as ``zlf ab`` hands them to it)."""
     plan = CampaignPlan()
-    task_campaign.setup(plan, args)  # the extension's campaign_setup
+    hooks = SimpleNamespace(option_sets=(), campaign_option_sets=tuple(TASK_OPTIONS))
+    task_campaign.setup(plan, ab.CampaignOptions.from_args(args, hooks))
     return plan
 
 

@@ -46,11 +46,12 @@ def task_op(package: str) -> OpSpec:
 
 
 def candidate_args(options, side: str) -> list:
+    """``--candidate FILE`` of side ``side``'s runs; ``options``: :class:`zlf.ab.CampaignOptions`."""
     flag = f"--{side.lower()}-candidate"
-    path = getattr(options, f"{side.lower()}_candidate", None)
+    path = options.get(f"{side.lower()}_candidate")
     if not path:
         return []
-    if not getattr(options, "task", None):
+    if not options.get("task"):
         raise UsageError(f"{flag} needs --task PKG_DIR")
     if not os.path.isfile(path):
         raise UsageError(f"{flag} {path!r} is not a file")
@@ -61,32 +62,33 @@ def task_args(options) -> list:
     """The task options given to ``zlf ab``, as every ``zlf task`` run gets them."""
     out = []
     for dest, flag in TASK_OPTIONS:
-        value = getattr(options, dest, None)
+        value = options.get(dest)
         if value is not None:
             out += [flag, str(value)]
     return out
 
 
 def setup(plan, options) -> None:
-    """Fill a campaign's plan from ``--task`` and the candidates (nothing without ``--task``)."""
+    """Fill a campaign's plan from ``--task`` and the candidates (nothing without ``--task``);
+    ``options``: the :class:`zlf.ab.CampaignOptions` ``campaign_setup`` receives."""
     sides = {s: candidate_args(options, s) for s in ("A", "B")}
-    if not getattr(options, "task", None):
+    if not options.get("task"):
         for dest, flag in TASK_OPTIONS:
-            if getattr(options, dest, None) is not None:
+            if options.get(dest) is not None:
                 raise UsageError(f"{flag} needs --task PKG_DIR")
         return
     if options.ops:
         raise UsageError(f"give either OPs or --task PKG_DIR, not both ({' '.join(options.ops)})")
-    if options.dtype:
+    if options.run.dtypes:
         raise UsageError("--dtype does not apply to --task (the package generates its inputs)")
-    b_env = {item.partition("=")[0] for item in options.b_env or ()}
-    a_env = {item.partition("=")[0] for item in options.a_env or ()}
+    b_env = {item.partition("=")[0] for item in options.b_env}
+    a_env = {item.partition("=")[0] for item in options.a_env}
     if not options.aa:
         for side, env in (("A", a_env), ("B", b_env)):
             if not sides[side] and CANDIDATE_ENV not in env:
                 raise UsageError(f"--task: side {side} has no candidate "
                                  f"(--{side.lower()}-candidate FILE or --{side.lower()}-env {CANDIDATE_ENV}=FILE)")
-    plan.ops = [task_op(t) for t in options.task]
+    plan.ops = [task_op(t) for t in options.get("task")]
     plan.side_args = sides
     plan.run_args += ["--reuse-worker", *task_args(options)]  # one worker process per run, as a zlf run is one
     plan.extensions.append(EXTENSION)
