@@ -246,10 +246,13 @@ def test_a_library_of_200_ops(tmp_path, libfake):
     assert split["wall"] > 0 and set(SPLIT) <= set(split) and split == doc["time_split"]
     assert all(set(SPLIT) | {"compiled", "cache_hits"} <= set(p["split"]) for p in campaign["processes"].values())
     assert doc["later_compiles"] == [] and "!!! COMPILED" not in out
-    # one process per round and side for all ops: 3 rounds x 2 sides, plus each failed op's round alone
+    # one process per round and side for all ops: the screen's 3 rounds x 2 sides, one confirmation
+    # round for the ops the screen did not clear (the slow ones), and each failed op's round alone
     shared = [k for k in campaign["processes"] if k.startswith("_shared/")]
-    assert sorted(shared) == ["_shared/r1_A", "_shared/r1_B", "_shared/r2_A", "_shared/r2_B", "_shared/r3_A", "_shared/r3_B"]
-    assert len(campaign["processes"]) == 6 + 2 * 5
+    assert sorted(shared) == [f"_shared/r{k}_{s}" for k in (1, 2, 3, 4) for s in "AB"]
+    assert {r["op"] for r in campaign["runs"] if r["round"] == 4} == slow
+    assert len(campaign["processes"]) == 8 + 2 * 5
+    assert campaign["screening"]["state"]["screened"] and len(campaign["screening"]["state"]["cleared"]) == 190
     assert "200 ops: 5 with a SLOWER point, 0 with a FASTER point" in out
 
 

@@ -48,8 +48,8 @@ examples:
   zlf ab --switch X --gpus 0,1,2,3               one worker per GPU; a round's A and B share a GPU
   zlf ab --switch X --process-per-op a b c       a zlf run process per op (default: one per round and side)
   zlf ab --switch X --executor ray --ray-address HEAD:6379   Ray tasks of one GPU each
-  zlf ab --switch X --library flaggems --flaggems-dir ~/FlagGems --sample 40   A/B a library (docs/ab.md)
-  zlf ab --switch X --library ops.txt            every op listed in ops.txt, one per line
+  zlf ab --switch X --library ops.txt            A/B a library: every op listed in ops.txt, one per line
+  zlf ab --switch X --library ops.txt --sample 40 --sample-seed 22   a seeded sample of it
   zlf ab --status runs/ab_X_20250101-120000      the table so far of a running or stopped campaign
 verdicts (B against A): FASTER, SLOWER, SAME, UNSURE -- the rule is in docs/ab.md
 exit codes: 0 done, 1 an op failed (--library: on B only) (or --fail-if-slower and a point is SLOWER), 2 bad input, 130 interrupted,
@@ -150,8 +150,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     o.add_argument("--dry-run", action="store_true", help="print the sides, the runs and the guards; run nothing")
     lib = parser.add_argument_group("a whole op library (docs/ab.md, \"A/B a library\")")
     lib.add_argument("--library", metavar="SOURCE",
-                     help="A/B every op of SOURCE: an op source an extension knows (flaggems: the benchmark ops of "
-                          "the checkout given by --flaggems-dir or FLAGGEMS_DIR) or a file with one OP per line; OP "
+                     help="A/B every op of SOURCE: an op source an active extension knows (the examples below name "
+                          "them) or a file with one OP per line; OP "
                           "arguments pick ops of it. Screening rounds (--rounds, default 3) cover every point, then "
                           "only the ops with a point not yet decided get more rounds (up to --max-rounds); the other "
                           "side of a failed run still runs; per-point --time-limit default 60; one table for the "
@@ -159,6 +159,10 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     lib.add_argument("--sample", type=Number(int, 1, 10**6, unit="ops"), metavar="N",
                      help="with --library: a random sample of N of its ops (random.Random(--sample-seed).sample)")
     lib.add_argument("--sample-seed", type=SEED, default=0, metavar="S", help="seed of --sample (default 0)")
+    lib.add_argument("--method", choices=stats.METHODS, default=None,
+                     help="with --library: the error rate the library's directions are held to: bh (default: the "
+                          "false discovery rate, Benjamini-Hochberg), by (the same under any dependence, "
+                          "Benjamini-Yekutieli), holm (the chance of any wrong verdict, family-wise)")
     lib.add_argument("--status", metavar="DIR",
                      help="print the table so far of campaign DIR (running, stopped or finished), with its "
                           "progress; starts and writes nothing")
@@ -198,6 +202,8 @@ def _plan(args, session) -> CampaignPlan:
     if args.library is None:
         if args.sample is not None:
             raise UsageError("--sample needs --library SOURCE (the ops to sample from)")
+        if args.method is not None:
+            raise UsageError("--method needs --library SOURCE (a campaign of a few ops is held to Holm's rule)")
         plan = CampaignPlan(ops=[OpSpec.parse(t) for t in (args.ops or ["add", "softmax", "matmul"])])
         session.hooks.campaign_setup(plan=plan, options=CampaignOptions.from_args(args, session.hooks), session=session)
     else:
@@ -281,6 +287,20 @@ def _statistics(args) -> Statistics:
         max_rounds=args.max_rounds if args.until_confident else first)
 
 
+def _screening_plan(args, statistics):
+    """A library campaign's two-stage rule (:class:`zlf.ab.screening.Plan`): ``--rounds`` screen
+    rounds, up to ``--max-rounds``, the error control of ``--method``; refused in one line when
+    it cannot decide."""
+    from . import screening
+
+    plan = screening.Plan(screen_rounds=statistics.first_look, max_rounds=statistics.max_rounds, method=args.method or stats.BH)
+    try:
+        plan.check()
+    except ValueError as exc:
+        raise UsageError(f"--library: {exc}") from None
+    return plan
+
+
 def _campaign_data(args, session, plan, a, b, statistics) -> dict:
     """campaign.json's fields of a new campaign (before its runs)."""
     ops = plan.ops
@@ -326,6 +346,7 @@ def _new_campaign(args, session):
     _preflight(Driving.from_json(data), session)  # refuse before anything is written: a refused campaign cannot be resumed
     if data.get(library.FIELD) is not None:  # one chunk of the ops per GPU: every GPU works on every round
         data[library.FIELD]["chunks"] = len((data.get("scale") or {}).get("gpus") or ()) or 1
+        data[library.SCREENING] = {"plan": _screening_plan(args, statistics).to_json(), "state": None}
     guard = switch_guard((a, b), plan.ops, args.switch_source, plan.not_switches)
     data["guards"] = {"switch_source": guard}
     if args.dry_run:
@@ -525,6 +546,10 @@ def _finish(campaign, scaled, args, session) -> int:
     campaign.save()
     decided, remarks, excluded, alpha = decide_campaign(campaign)
     results = decided.results
+    step = None
+    if campaign.library:  # the verdicts of the two-stage rule (screened, then confirmed)
+        step = library.look(campaign)
+        results = step.results
     unreported = {**campaign.failed_ops(), **campaign.incomplete_ops()}
     reported = [o.name for o in campaign.ops if o.name not in unreported]
     for name in campaign.statistics.canary_ops:  # a canary that failed is a line,
@@ -533,7 +558,7 @@ def _finish(campaign, scaled, args, session) -> int:
     fmt = getattr(args, "format", "table")
     out = sys.stderr if fmt in ("csv", "json") else sys.stdout
     if campaign.library:
-        unreported = _library_finish(campaign, results, fmt, unreported)
+        unreported = _library_finish(campaign, results, fmt, unreported, step)
     else:
         print(output.campaign_summary(campaign, results, text, fmt))
     if scaled is not None and scaled.stats:
@@ -551,7 +576,7 @@ def _finish(campaign, scaled, args, session) -> int:
     return 0
 
 
-def _library_finish(campaign, results, fmt: str, unreported: dict) -> dict:
+def _library_finish(campaign, results, fmt: str, unreported: dict, step=None) -> dict:
     """Print and keep the library's table (library.txt, library.json; the time split in
     campaign.json too); the per-point table stays in summary.log and report.md. An op that fails
     on A (or on both sides) is a row of the table, not a failed campaign; returns what fails it
@@ -560,13 +585,13 @@ def _library_finish(campaign, results, fmt: str, unreported: dict) -> dict:
     split = library.time_split(campaign)
     campaign.data["time_split"] = split
     campaign.save()
-    library.write(campaign, results, outcome)
+    library.write(campaign, results, outcome, step)
     if fmt in ("table", "markdown"):
-        print("\n".join(library.lines(campaign, results, outcome)))
+        print("\n".join(library.lines(campaign, results, outcome, step=step)))
         print(f"per-point table: {campaign.path / SUMMARY_LOG} and report.md")
     else:
         print(output.render(library.HEADERS, library.table_rows(campaign, results, outcome), fmt))
-        for line in library.lines(campaign, results, outcome)[2:]:
+        for line in library.lines(campaign, results, outcome, step=step)[2:]:
             print(line, file=sys.stderr)
     return {op: v for op, v in unreported.items() if op not in outcome or not outcome[op].failed
             or outcome[op].where == "B only"}
@@ -581,7 +606,8 @@ def status(path: str, fmt: str = "table") -> int:
     runs = campaign.runs
     done = sum(1 for r in runs if r["status"] in (OK, FAILED, SKIPPED))
     rounds = library.analysable_rounds(campaign)
-    results = decide_campaign(campaign, rounds)[0].results if rounds else []
+    step = library.look(campaign, rounds) if rounds and campaign.library else None
+    results = step.results if step is not None else decide_campaign(campaign, rounds)[0].results if rounds else []
     looks = campaign.looks
     decided = (f"; last look after round {looks[-1].rounds}: {looks[-1].decided} of {looks[-1].points} points decided"
                if looks else "")
@@ -591,7 +617,7 @@ def status(path: str, fmt: str = "table") -> int:
           f"{campaign.processes_left()} process(es) to go; analysed over {rounds} round(s){decided}", file=sys.stderr)
     partial = state != C_COMPLETE
     if fmt in ("table", "markdown"):
-        print("\n".join(library.lines(campaign, results, partial=partial)))
+        print("\n".join(library.lines(campaign, results, partial=partial, step=step)))
     else:
         print(output.render(library.HEADERS, library.table_rows(campaign, results), fmt))
     return 0

@@ -96,7 +96,8 @@ def run_pending(campaign, printer, busy=None, idle_wait=60.0) -> None:
         why = campaign.skip_reason(run)
         if why:
             run.update(status=SKIPPED, error=why)
-            campaign.save()
+            if not campaign.library:  # a library's skips are saved with its next run (thousands of saves else)
+                campaign.save()
             printer.done(run)
             continue
         if busy is not None:
@@ -231,6 +232,10 @@ def drive(campaign, printer, busy=None, idle_wait=60.0, scaled=None) -> None:
         if not s.until_confident:
             return
         n = campaign.planned_rounds()
+        if campaign.library:
+            if not _library_look(campaign, printer, n, s):
+                return
+            continue
         results, frozen, extend = look(campaign, n)
         alpha = look_level(campaign, n)
         campaign.data["frozen"] = {p: list(v) for p, v in frozen.items()}
@@ -249,3 +254,32 @@ def drive(campaign, printer, busy=None, idle_wait=60.0, scaled=None) -> None:
         campaign.add_round(n + 1, ops=extend)
 
 
+
+
+def _library_look(campaign, printer, n: int, s) -> bool:
+    """A library campaign's look after round ``n`` (:func:`zlf.ab.library.look`: the screen, then
+    confirmation looks); adds round ``n + 1`` for the ops with a point still open. False: done."""
+    from . import library
+
+    step_ = library.look(campaign, n, screen_rows=False)
+    library.keep(campaign, step_)
+    extend = [o.name for o in campaign.ops if o.name in step_.extend and op_rounds(campaign, o.name) == n]
+    if extend:  # the canaries measure every process that runs an op under test
+        extend += [o for o in s.canary_ops if o not in extend]
+    plan = library.plan_of(campaign)
+    decided, points = library.decided_count(step_)
+    alpha = s.alpha if n <= plan.screen_rounds else plan.spending(s.alpha).level(n)
+    looks = campaign.looks
+    if not looks or looks[-1].rounds != n:
+        campaign.add_look(Look(rounds=n, alpha=alpha, points=points, decided=decided, undecided=points - decided,
+                               ops_extended=extend, at=now()))
+    campaign.save()
+    stage = "screen" if n == plan.screen_rounds else ("screening" if n < plan.screen_rounds else "confirmation look")
+    own = [o for o in extend if o not in s.canary_ops]
+    printer.line(f"{stage} after round {n}: {decided} of {points} points decided "
+                 f"({len(step_.state.cleared)} cleared SAME at the screen)"
+                 + (f"; another round for {len(own)} op{'s' if len(own) != 1 else ''}" if own else ""))
+    if not extend:
+        return False
+    campaign.add_round(n + 1, ops=extend)
+    return True

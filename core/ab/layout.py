@@ -95,6 +95,8 @@ def split_run_dir(raw: Path, dest: Path, names: set, points: int, shared: dict, 
     shapes = {op: v for op, v in all_shapes.items() if op in names}
     write_atomic(dest / SHAPES, yaml.safe_dump(shapes, sort_keys=False, default_flow_style=None))
     ran_status = meta.get("status")
+    if isinstance(meta.get("op_args"), list):  # this op's arguments: a library's process has hundreds
+        meta["op_args"] = [a for a in meta["op_args"] if isinstance(a, dict) and set(a.get("ops") or ()) & names]
     meta.update(ops=sorted(names), points=points, status="complete",
                 counts={s: sum(1 for r in records if r.status == s) for s in ("ok", "FAILED", "OOM")},
                 shared_process={**shared, "status": ran_status})

@@ -318,8 +318,9 @@ def later_compiles(campaign) -> list:
 
 
 # ----------------------------------------------------------------------------- the printed report
-def lines(campaign, results, outcome=None, partial: bool = False) -> list:
-    """The library report: the table, its counts, the time split, every later-round compile."""
+def lines(campaign, results, outcome=None, partial: bool = False, step=None) -> list:
+    """The library report: the table, its counts, the rule's statement (with ``step``, the last
+    look: what the screen cleared), the time split, every later-round compile."""
     from tabulate import tabulate
 
     outcome = outcome if outcome is not None else outcomes(campaign)
@@ -327,9 +328,7 @@ def lines(campaign, results, outcome=None, partial: bool = False) -> list:
     out = ["library table (B against A; findings first)" + (" -- PARTIAL: the campaign is still running" if partial else ""),
            tabulate(rows, headers=HEADERS) if rows else "(no op finished a round yet)",
            counts_line(campaign, results, outcome)]
-    statement = error_statement(campaign)
-    if statement:
-        out.append(statement)
+    out.append(error_statement(campaign, step))
     out.append(split_line(time_split(campaign)))
     for key, k, side, n in later_compiles(campaign):
         out.append(f"!!! COMPILED in round {k}: {key} (side {side}) compiled {n} Triton kernel(s); "
@@ -337,21 +336,58 @@ def lines(campaign, results, outcome=None, partial: bool = False) -> list:
     return out
 
 
-def error_statement(campaign) -> str:
-    """The library-wide error rate the verdicts carry, as the statistics state it."""
-    try:
-        from . import screening
-    except ImportError:
-        screening = None
-    statement = getattr(screening, "statement", None)
-    s = campaign.data.get("statistics") or {}
-    if callable(statement):
-        try:
-            return statement(s)
-        except TypeError:
-            pass
-    return (f"error rate: the chance of any wrong verdict over the whole library is at most alpha = {s.get('alpha')} "
-            "(Holm over every point, O'Brien-Fleming spending over the looks)")
+# ----------------------------------------------------------------------------- the two-stage rule
+#: campaign.json's field of the rule: ``{"plan": screening.Plan, "state": screening.State}``
+SCREENING = "screening"
+
+
+def plan_of(campaign):
+    """The campaign's :class:`zlf.ab.screening.Plan` (as created; from its rounds if not stored)."""
+    from . import screening
+
+    stored = (campaign.data.get(SCREENING) or {}).get("plan")
+    if stored:
+        return screening.Plan.from_json(stored)
+    s = campaign.statistics
+    return screening.Plan(screen_rounds=s.first_look, max_rounds=s.max_rounds)
+
+
+def look(campaign, rounds: Optional[int] = None, screen_rows: bool = True):
+    """One look of the library's two-stage rule after ``rounds`` rounds (default: all planned):
+    :func:`zlf.ab.screening.step` on the campaign's values, from its stored state. Pure: the
+    caller stores ``step.state`` (:func:`keep`). ``screen_rows=False`` leaves out the rows of
+    points cleared at the screen (a look that prints no table)."""
+    from . import screening
+    from .analysis import collect, controls_of, noise_of, point_kinds, point_ops, settings_of
+
+    rounds = rounds or campaign.planned_rounds()
+    processes: dict = {}
+    values, blockers, _, _ = collect(campaign, rounds, processes)
+    owner = point_ops(campaign)
+    mode, controls, canaries, why = controls_of(campaign, values)
+    state = screening.State.from_json((campaign.data.get(SCREENING) or {}).get("state"))
+    return screening.step(values, settings_of(campaign), plan_of(campaign), state,
+                          lambda point: owner.get(point, point.split("/")[0]), noise_of(campaign), blockers, mode,
+                          controls, canaries, processes, why, point_kinds(campaign, values) if controls else None,
+                          screen_rows=screen_rows)
+
+
+def keep(campaign, step) -> None:
+    """Store a look's state (campaign.json ``screening``), for the next look and ``--resume``."""
+    campaign.data[SCREENING] = {"plan": plan_of(campaign).to_json(), "state": step.state.to_json()}
+
+
+def decided_count(step) -> tuple:
+    """``(decided, points)`` after a look: cleared at the screen or frozen at a confirmation look."""
+    return len(step.state.cleared) + len(step.state.frozen), len(step.rounds)
+
+
+def error_statement(campaign, step=None) -> str:
+    """The library-wide error rate the verdicts carry (:func:`zlf.ab.screening.statement`)."""
+    from . import screening
+    from .analysis import settings_of
+
+    return screening.statement(plan_of(campaign), settings_of(campaign), step)
 
 
 def analysable_rounds(campaign) -> int:
@@ -368,7 +404,7 @@ def analysable_rounds(campaign) -> int:
 TEXT, JSON = "library.txt", "library.json"
 
 
-def write(campaign, results, outcome=None) -> None:
+def write(campaign, results, outcome=None, step=None) -> None:
     """library.txt (what was printed) and library.json (rows, counts, time split, later-round
     compiles) in the campaign directory."""
     import json
@@ -378,9 +414,9 @@ def write(campaign, results, outcome=None) -> None:
     outcome = outcome if outcome is not None else outcomes(campaign)
     rows = table_rows(campaign, results, outcome)
     doc = {"rows": [dict(zip(HEADERS, r)) for r in rows], "counts": counts_line(campaign, results, outcome),
-           "statement": error_statement(campaign), "time_split": time_split(campaign),
+           "statement": error_statement(campaign, step), "time_split": time_split(campaign),
            "later_compiles": [{"process": k, "round": n, "side": s, "compiled": c} for k, n, s, c in later_compiles(campaign)],
            "outcomes": {name: {"A": attrs.asdict(o.a), "B": attrs.asdict(o.b), "failed_on": o.where}
                         for name, o in outcome.items() if o.failed}}
     write_atomic(campaign.path / JSON, json.dumps(doc, indent=2, default=str) + "\n")
-    write_atomic(campaign.path / TEXT, "\n".join(lines(campaign, results, outcome)) + "\n")
+    write_atomic(campaign.path / TEXT, "\n".join(lines(campaign, results, outcome, step=step)) + "\n")

@@ -141,6 +141,13 @@ class FlagGems:
                        help=f"set {ENV_FLAGTUNE} before flag_gems is imported (default: the environment's)")
 
     @hookimpl
+    def add_campaign_options(self, parser):
+        from zlf.ab.cli import add_example
+
+        add_example(parser, "zlf ab --switch X --library flaggems --flaggems-dir ~/FlagGems --sample 40   every "
+                            "benchmark op of a FlagGems checkout (docs/flaggems.md, \"A/B a whole release\")")
+
+    @hookimpl
     def campaign_setup(self, plan, options, session):
         """``zlf ab --library flaggems``: every benchmark op of the checkout, as ``zlf sweep`` lists
         them (``MARK:FILE``); the runs get the checkout's resolved path."""
