@@ -124,6 +124,8 @@ def test_a_compile_in_a_later_round_is_marked(zlf_campaign):
     split_all = library.time_split(c)
     assert split_all["wall"] == 25.0 and split_all["start"] == 3.0 and split_all["other"] == 7.0
     assert "where the time went (3 processes, 25 s): start 3.0 s (12 %)" in text
+    c.data["driver_s"] = 40.0  # the campaign's own elapsed time: what the processes' wall does not hold
+    assert "; the campaign ran 40 s, measuring 8 % of it, the driver's own work 15 s" in "\n".join(library.lines(c, []))
 
 
 def test_time_split_counts_compiles_and_cache_hits():

@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import sys
+import time
 
 import attrs
 
@@ -431,7 +432,11 @@ def main(args, session) -> int:
 
 def _drive(campaign, printer, busy, scaled, args, session) -> int:
     try:
-        drive(campaign, printer, busy, campaign.driving.idle_wait, scaled)
+        t0 = time.monotonic()
+        try:
+            drive(campaign, printer, busy, campaign.driving.idle_wait, scaled)
+        finally:  # the campaign's own elapsed time, summed over --resume's (library.time_split)
+            campaign.data["driver_s"] = round(float(campaign.data.get("driver_s") or 0.0) + time.monotonic() - t0, 2)
     except OSError as exc:
         if not disk_full(exc):
             raise

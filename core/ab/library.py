@@ -292,8 +292,10 @@ def time_split(campaign) -> dict:
         for k in SPLIT:
             total[k] += float((entry.get("split") or {}).get(k) or 0.0)
     accounted = sum(total.values())
+    elapsed = campaign.data.get("driver_s")
     return {**{k: round(v, 3) for k, v in total.items()}, "other": round(max(0.0, wall - accounted), 3),
-            "wall": round(wall, 3), "processes": len(procs), "per_round": per_round}
+            "wall": round(wall, 3), "processes": len(procs), "per_round": per_round,
+            "elapsed": elapsed if isinstance(elapsed, (int, float)) else None}
 
 
 def split_line(split: dict) -> str:
@@ -302,7 +304,12 @@ def split_line(split: dict) -> str:
     if not wall:
         return "where the time went: no process finished yet"
     parts = [f"{k} {split[k]:.1f} s ({100.0 * split[k] / wall:.0f} %)" for k in (*SPLIT, "other")]
-    return f"where the time went ({split['processes']} processes, {wall:.0f} s): " + ", ".join(parts)
+    line = f"where the time went ({split['processes']} processes, {wall:.0f} s): " + ", ".join(parts)
+    elapsed = split.get("elapsed")
+    if elapsed:  # the driver's own work (filing, splitting, looks) is what the processes' wall does not hold
+        line += (f"; the campaign ran {elapsed:.0f} s, measuring {100.0 * split['measuring'] / elapsed:.0f} % of it"
+                 + (f", the driver's own work {elapsed - wall:.0f} s" if elapsed > wall else ""))
+    return line
 
 
 def later_compiles(campaign) -> list:
