@@ -357,6 +357,8 @@ def _ncp(df: float, level: float, power: float) -> float:
     from scipy.special import nctdtrinc
 
     crit = _t_quantile(df, 1.0 - level)
+    if not math.isfinite(crit) or crit > 1e4:  # nctdtrinc never returns for such (df 1.2 at 6e-8: 4e5)
+        return math.inf
     c = float(nctdtrinc(df, 1.0 - power, crit))
     return c if math.isfinite(c) else math.inf
 

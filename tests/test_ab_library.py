@@ -288,7 +288,7 @@ def test_interrupted_then_resumed_gives_the_same_table(tmp_path, libfake):
     status = subprocess.run([sys.executable, "-m", "zlf", "ab", "--status", str(cut)], cwd=tmp_path, env=libfake,
                             capture_output=True, text=True, timeout=300)
     assert status.returncode == 0, status.stderr
-    assert "PARTIAL" in status.stdout and "interrupted" in status.stderr and "of 48 runs done" in status.stderr
+    assert "PARTIAL" in status.stdout and "interrupted" in status.stderr and "of 36 runs done" in status.stderr
     assert (cut / "campaign.json").read_text() == before
     resumed = subprocess.run([sys.executable, "-m", "zlf", "ab", "--resume", str(cut)], cwd=tmp_path, env=libfake,
                              capture_output=True, text=True, timeout=900)
@@ -308,3 +308,11 @@ def test_a_library_over_gpus_gives_every_gpu_a_share_of_each_round(zlf_campaign)
     assert r1c0 == [["a/r1_A", "c/r1_A", "e/r1_A"], ["a/r1_B", "c/r1_B", "e/r1_B"]]
     assert [c.groups[k] for k in units[3].keys] == [["b/r2_B", "d/r2_B"], ["b/r2_A", "d/r2_A"]]  # even rounds: B first
     assert c.processes_left() == 8
+
+
+def test_the_mde_of_a_confirmation_look_does_not_hang():
+    # a library's first confirmation look asks the noncentral t at df 1.2 and level 6e-8, where
+    # scipy's nctdtrinc never returns: the MDE is then not shown (inf), and the look goes on
+    code = "from zlf import stats; print(stats._ncp(1.2, 6.07e-08, 0.8))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.stdout.strip() == "inf", proc.stderr

@@ -308,7 +308,7 @@ def split_line(split: dict) -> str:
     elapsed = split.get("elapsed")
     if elapsed:  # the driver's own work (filing, splitting, looks) is what the processes' wall does not hold
         line += (f"; the campaign ran {elapsed:.0f} s, measuring {100.0 * split['measuring'] / elapsed:.0f} % of it"
-                 + (f", the driver's own work {elapsed - wall:.0f} s" if elapsed > wall else ""))
+                 + (f", the driver's own work {elapsed - wall:.0f} s" if elapsed >= wall + 1.0 else ""))
     return line
 
 
@@ -332,7 +332,7 @@ def lines(campaign, results, outcome=None, partial: bool = False, step=None) -> 
 
     outcome = outcome if outcome is not None else outcomes(campaign)
     rows = table_rows(campaign, results, outcome)
-    out = ["library table (B against A; findings first)" + (" -- PARTIAL: the campaign is still running" if partial else ""),
+    out = ["library table (B against A; findings first)" + (" -- PARTIAL: the campaign has not finished" if partial else ""),
            tabulate(rows, headers=HEADERS) if rows else "(no op finished a round yet)",
            counts_line(campaign, results, outcome)]
     out.append(error_statement(campaign, step))
