@@ -110,8 +110,10 @@ for name in ("aa", "ab"):
     fixed += sum(max(0.0, (p.get("seconds") or 0.0) - sum(v for k, v in (p.get("split") or {}).items()
                                                            if k not in ("compiled", "cache_hits"))) for p in shared)
     per_op = (wall - fixed) / max(1, n)
-    one = fixed + per_op * release
-    eight = fixed + per_op * release / 8.0  # a chunk of every round per GPU: each GPU pays the fixed cost at once
+    # the driver's own work between processes (filing, splitting, looks): one driver for all GPUs
+    driver = max(0.0, float(c.get("driver_s") or 0.0) - wall) / max(1, n)
+    one = fixed + (per_op + driver) * release
+    eight = fixed + per_op * release / 8.0 + driver * release  # a chunk of every round per GPU
     status = c.get("status")
     print(f"{name}: {status}; {n} ops ({lib.get('source')}, sample {lib.get('sample')} seed {lib.get('seed')}), "
           f"{len(procs)} processes, {wall:.0f} s of process wall time")
@@ -119,8 +121,12 @@ for name in ("aa", "ab"):
         print("  where the time went: " + ", ".join(f"{k} {split.get(k, 0.0):.0f} s ({100 * split.get(k, 0.0) / wall:.0f} %)"
                                              for k in ("start", "imports", "planning", "inputs", "compile", "measuring")))
         print(f"  measuring share of wall time: {100 * split.get('measuring', 0.0) / wall:.1f} % (target >= 50 %)")
-        print(f"  cost per op: {wall / max(1, n):.1f} s (fixed per process {fixed / max(1, len(shared)):.1f} s x "
-              f"{len(shared)} shared processes, {per_op:.2f} s per op)")
+        elapsed = float(c.get("driver_s") or 0.0)
+        if elapsed:
+            print(f"  measuring share of the campaign's elapsed {elapsed:.0f} s: "
+                  f"{100 * split.get('measuring', 0.0) / elapsed:.1f} %")
+        print(f"  cost per op: {(elapsed or wall) / max(1, n):.1f} s (fixed per process {fixed / max(1, len(shared)):.1f} s x "
+              f"{len(shared)} shared processes, {per_op:.2f} s per op in processes, {driver:.2f} s in the driver)")
         print(f"  extrapolated to {release} ops: 1 GPU {one / 3600:.2f} h (target <= 3 h), 8 GPUs {eight / 3600:.2f} h")
     later = [(k, p) for k, p in procs.items() if (p.get("round") or 1) > 1 and (p.get("split") or {}).get("compiled")]
     for k, p in later:
