@@ -244,6 +244,9 @@ def test_a_library_of_200_ops(tmp_path, libfake):
     # the time split: printed, stored per process and in total; rounds after the first compiled nothing
     assert "where the time went (" in out and all(f" {k} " in out.split("where the time went")[1] for k in SPLIT)
     campaign = json.loads((d / "campaign.json").read_text())
+    for op in ("op060", "op190"):  # both hung in round 1's shared process: each is told its own point
+        first = next(r for r in campaign["runs"] if r["op"] == op and r["round"] == 1 and r["side"] == "A")
+        assert f"{op}/8/float32 FAILED: time limit" in first["shared_error"], first
     split = campaign["time_split"]
     assert split["wall"] > 0 and set(SPLIT) <= set(split) and split == doc["time_split"]
     assert all(set(SPLIT) | {"compiled", "cache_hits"} <= set(p["split"]) for p in campaign["processes"].values())

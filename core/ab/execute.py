@@ -133,7 +133,6 @@ class Execution:
             self.save()
             return False
         share = round((outcome["seconds"] or 0) / max(1, len(runs)), 2)
-        why = None
         source = read_shared(raw) if outcome["made"] and any(s[0] == OK for s in states) else None
         for run, (state, names, points) in zip(runs, states):
             if run["status"] != RUNNING:
@@ -156,8 +155,7 @@ class Execution:
             elif state == "not reached":
                 run.update(status=PENDING, started=None)
             else:
-                if why is None:
-                    why = _failure_reason(rc, raw if outcome["made"] else None, self.path / outcome["log"])
+                why = _failure_reason(rc, raw if outcome["made"] else None, self.path / outcome["log"], names)
                 for side in ("A", "B"):  # the round's pair again, both sides alone: one pair, one way
                     r = self.find(run["op"], run["round"], side)
                     if r is not None and r["status"] in (PENDING, RUNNING, OK):
@@ -295,10 +293,12 @@ class Execution:
                 "if_exists": if_exists, "shared": [r["dir"] for r in runs]}
 
 
-def _failure_reason(rc: int, run_dir: Optional[Path], log: Path) -> str:
+def _failure_reason(rc: int, run_dir: Optional[Path], log: Path, ops=None) -> str:
+    """Why a run failed: its first point not ok (of ``ops`` only, when given: a shared process's
+    op is told its own), else its exit and the log's last line."""
     if run_dir is not None:
         records, _ = RunDir(run_dir).records()
-        bad = [r for r in records if r.status != "ok"]
+        bad = [r for r in records if r.status != "ok" and (not ops or r.op in ops)]
         if bad:
             r = bad[0]
             more = f" (+{len(bad) - 1} more)" if len(bad) > 1 else ""
