@@ -319,3 +319,12 @@ def test_the_mde_of_a_confirmation_look_does_not_hang():
     code = "from zlf import stats; print(stats._ncp(1.2, 6.07e-08, 0.8))"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.stdout.strip() == "inf", proc.stderr
+
+
+def test_a_failure_on_b_is_b_only_while_later_rounds_wait(zlf_campaign):
+    # round 1: A ok, B crashed; rounds 2 and 3 still pending (they will be skipped): B only, now
+    c = zlf_campaign(ops=("x",), rounds=3, library={"source": "t"})
+    _file(c, "x", "A", OK, rc=0)
+    _file(c, "x", "B", FAILED, "x/8/float32 FAILED: worker died: SIGABRT (signal 6)", 1)
+    o = library.outcomes(c)["x"]
+    assert (o.a.word, o.b.word, o.where) == (OK, library.CRASHED, "B only")

@@ -144,6 +144,9 @@ def outcomes(campaign) -> dict:
         if op.name in canaries:
             continue
         runs = [r for r in campaign.runs if r["op"] == op.name]
+        first = min((r["round"] for r in runs if r["status"] == FAILED), default=None)
+        if first is not None:  # the op's later rounds are skipped (or will be): its outcome is that round's
+            runs = [r for r in runs if r["round"] <= first]
         sides = []
         for side in ("A", "B"):
             mine = [r for r in runs if r["side"] == side]
