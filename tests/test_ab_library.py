@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -297,6 +298,11 @@ def test_interrupted_then_resumed_gives_the_same_table(tmp_path, libfake):
                              capture_output=True, text=True, timeout=900)
     assert resumed.returncode == 1, resumed.stderr[-3000:]
     assert json.loads((cut / library.JSON).read_text())["rows"] == expected
+    # progress: processes done and to go, the time left, and after the screen the points decided
+    assert "screen after round 3: 4 of 5 points decided (4 cleared SAME at the screen); another round for 1 op" \
+        in resumed.stderr
+    assert re.search(r"^\[\d+/\d+\] r4_B op001 ok [\d.]+s  \(elapsed \d+:\d\d, ~\d+:\d\d left, 4/5 points decided\)$",
+                     resumed.stderr, re.M), resumed.stderr
     assert [r["outcome"] for r in expected][:2] == ["CRASHED on B only", "SLOWER"]
 
 
