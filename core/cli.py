@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 
 from . import __version__
 from .errors import UsageError
@@ -225,6 +226,13 @@ def _settings_given(args, option_sets, beside) -> list:
     return flags + [o.flag for s in option_sets for o in s.options if ours.get(o.dest) != theirs.get(o.dest)]
 
 
+#: when this process entered zlf's main (unix time): the end of its start, for a run's time split
+#: (:class:`zlf.run.TimeSplit`)
+ENTERED = None
+#: how long this process took to get there (interpreter start, zlf's first imports), None if unknown
+STARTUP_S = None
+
+
 def main(argv=None, extra_plugins=(), supervise=None) -> int:
     """Entry point of the ``zlf`` console script; returns the exit code.
 
@@ -234,8 +242,11 @@ def main(argv=None, extra_plugins=(), supervise=None) -> int:
     """
     import signal
 
-    from .procs import handle_sigterm
+    from .procs import handle_sigterm, process_age
 
+    global ENTERED, STARTUP_S
+    if ENTERED is None:
+        ENTERED, STARTUP_S = time.time(), process_age()
     supervise = argv is None if supervise is None else supervise
     argv = list(sys.argv[1:] if argv is None else argv)
     _standard_streams()

@@ -157,17 +157,23 @@ def run_points(args, session, link=None, resume=None) -> int:
     from .output import print_run_summary
     from .procs import stop_code, stop_word
     from .records import STATUS_FAILED
-    from .run import Run, execute, lossy_streams
+    from .run import Run, TimeSplit, execute, lossy_streams
     from .rundir import RunDir, disk_full
     from .session import shapes_by_op
     from .supervise import point_fields
     from pathlib import Path
 
+    import time
+
+    from . import cli
+
     config = session.config  # checked by the command line (RunConfig.check)
     session.hooks.check_exclusive()
     backend = session.choose_backend(config.backend, config.device)
+    t1 = time.time()
     ops = session.resolve_ops(config.ops)
     plan = session.plan(ops, config.dtypes)
+    t2 = time.time()
     if not plan:
         raise UsageError("nothing to run: no shapes or dtypes left for the selected ops")
     if resume is None:
@@ -191,6 +197,11 @@ def run_points(args, session, link=None, resume=None) -> int:
             run.records = list(rundir.records()[0])
             before = rundir.meta()
             run.meta.update({k: before[k] for k in ("started", "worker_deaths") if k in before})
+            run.split = TimeSplit(before.get("time_split"))
+        if resume is None:  # the process's own start and setup; a fresh worker's are its parent's, counted
+            run.split.add("start", cli.STARTUP_S)
+            run.split.add("imports", t1 - cli.ENTERED if cli.ENTERED else None)
+            run.split.add("planning", t2 - t1)
             run.log.info(f"a fresh worker goes on with point {start + 1} of {len(plan)}")
         for note in dict.fromkeys(session.plan_notes if resume is None else ()):  # a fresh worker said them already
             run.log.warning(note)

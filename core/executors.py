@@ -17,7 +17,8 @@ state on disk has one writer:
 A run is always a separate ``zlf`` process (:func:`execute_spec`); a worker only
 starts them one after another, pinned to its GPU with the backend's visible-devices variable. A
 failed run ends its unit, except a spec marked ``shared`` (a campaign's process of several ops,
-whose failed op is re-run alone later).
+whose failed op is re-run alone later) or ``goes_on`` (a library campaign's run: the other side of
+its round runs whatever this one did, to tell a failure on B only from one on both).
 """
 from __future__ import annotations
 
@@ -51,6 +52,11 @@ EXECUTORS = ("local", "ray")
 DEFAULT_RETRIES = 1
 #: how long a worker gets to exit after its input is closed.
 STOP_GRACE_S = 10.0
+
+
+def goes_on(spec: dict) -> bool:
+    """Whether the rest of a unit runs after this spec's run failed (see the module's docstring)."""
+    return bool(spec.get("shared") or spec.get("goes_on"))
 
 
 # ----------------------------------------------------------------------------- command line
@@ -225,7 +231,7 @@ def worker_main(stdin=None, stdout=None) -> int:
             say({"event": "start", "key": spec["key"]})
             outcome = execute_spec(spec, msg["root"])
             say({"event": "outcome", "key": spec["key"], "outcome": outcome})
-            if outcome["rc"] != 0 and not (spec.get("shared") and not interrupted(outcome)):
+            if outcome["rc"] != 0 and not (goes_on(spec) and not interrupted(outcome)):
                 break  # a shared process's failed op is re-run alone later; the unit goes on
         say({"event": "unit_done", "unit": msg["unit"]})
     return 0
@@ -479,7 +485,7 @@ def run_unit_remote(payload: dict, pin_env: Optional[str]) -> dict:
             here = {**extra, "TRITON_CACHE_DIR": cache.replace(ROOT, str(caches))} if ROOT in cache else extra
             outcome = execute_spec(spec, root, here)
             outcomes.append(outcome)
-            if outcome["rc"] != 0 and not (spec.get("shared") and not interrupted(outcome)):
+            if outcome["rc"] != 0 and not (goes_on(spec) and not interrupted(outcome)):
                 break
         files = _pack(root, [p for o, s in zip(outcomes, payload["runs"]) for p in (s["dir"], s["log"])])
     return {"outcomes": outcomes, "files": files, "host": socket.gethostname(), "gpus": gpus,

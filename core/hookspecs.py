@@ -349,7 +349,10 @@ def campaign_setup(plan, options, session):
         (arguments of the ops' own command that are no run setting), ``extensions`` (extensions
         every run must select),
         ``own_options`` (run options the campaign sets itself), ``not_switches``, ``per_op``,
-        ``label``, and ``data`` (fields of campaign.json your other hooks read back).
+        ``label``, and ``data`` (fields of campaign.json your other hooks read back). With
+        ``zlf ab --library SOURCE`` (``options.library``), the extension that knows SOURCE as an
+        op source sets ``library`` (every op spec of it) and ``library_source``; zlf ab then
+        samples or filters them (``--sample``, OP arguments) into ``ops``.
     :param options: the ``zlf ab`` command line, typed: a :class:`zlf.ab.extending.CampaignOptions`
         (``options.ops``, ``options.aa``, ``options.a_env`` ... as given; ``options.run``: the run
         settings, a :class:`zlf.config.RunConfig`; ``options.campaign``: your

@@ -58,6 +58,17 @@ def _raise_terminated(signum, frame):
     raise Terminated()
 
 
+def process_age() -> "float | None":
+    """Seconds since this process started (Linux: its start in /proc/self/stat against the boot
+    clock, 10 ms resolution); None where that cannot be read."""
+    try:
+        with open("/proc/self/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return max(0.0, time.clock_gettime(time.CLOCK_BOOTTIME) - int(fields[19]) / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+
+
 def handle_sigterm():
     """Turn SIGTERM into :class:`Terminated` (main thread only; elsewhere nothing); returns the
     previous handler, or None."""

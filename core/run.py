@@ -6,6 +6,7 @@ import contextlib
 import datetime as _dt
 import os
 import sys
+import time
 import traceback
 from pathlib import Path
 from typing import Optional
@@ -25,6 +26,48 @@ from .rundir import LOG, RunDir, disk_full
 #: torch, the CUDA stack, compiler switches); extensions add theirs (``env_prefixes`` hook).
 ENV_PREFIXES = ("TRITON_", "ZLF_", "CUDA_", "NVIDIA_", "HIP_", "ROCR_", "PYTORCH_", "TORCH_", "DISABLE_",
                 "ENABLE_", "MLIR_", "LLVM_")
+
+
+#: where a process's time went (meta.json ``time_split``, seconds): ``start`` (interpreter start to
+#: zlf's main), ``imports`` (extensions, the backend and its libraries), ``planning`` (ops resolved,
+#: points planned), then per point ``inputs``, ``compile`` (the point's first, checked call: Triton
+#: compiles, an autotuner tunes; the correctness check), ``measuring`` (the timer)
+SPLIT = ("start", "imports", "planning", "inputs", "compile", "measuring")
+
+
+class TimeSplit:
+    """A process's seconds per :data:`SPLIT` category and the kernels compiled in it (Triton's
+    ``on_compile``: ``compiled`` cache misses, ``cache_hits`` loaded from its disk cache): a
+    campaign adds them up and marks a compile where it expects none."""
+
+    def __init__(self, before: Optional[dict] = None):
+        before = before or {}
+        self.seconds = {k: float(before.get(k) or 0.0) for k in SPLIT}
+        self.compiled = int(before.get("compiled") or 0)
+        self.cache_hits = int(before.get("cache_hits") or 0)
+
+    @contextlib.contextmanager
+    def phase(self, name: str):
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] += time.perf_counter() - t0
+
+    def add(self, name: str, seconds: Optional[float]) -> None:
+        if seconds is not None:
+            self.seconds[name] += max(0.0, seconds)
+
+    def count(self, event) -> None:
+        """An ``on_compile`` event: a compile, or a load from Triton's cache."""
+        if getattr(event, "cache_hit", False):
+            self.cache_hits += 1
+        else:
+            self.compiled += 1
+
+    def to_json(self) -> dict:
+        return {**{k: round(v, 4) for k, v in self.seconds.items()}, "compiled": self.compiled,
+                "cache_hits": self.cache_hits}
 
 
 def relevant_environment(environ=None, prefixes=ENV_PREFIXES) -> dict:
@@ -147,6 +190,8 @@ class Run:
         #: the backend's :class:`~zlf.backends.base.ClockSampler` (None: the device's clock is not read)
         self.clock_sampler = None
         self.watch = PointWatch(None, self._hung)  # armed by execute() with --time-limit
+        #: where this process's time goes (meta.json ``time_split``)
+        self.split = TimeSplit()
         #: the pipe to the supervising parent (:class:`zlf.supervise.Link`), None without one
         self.link = None
         #: the process running the points: a copy an op's os.fork() returns into ends at once
@@ -180,8 +225,15 @@ class Run:
         """Install the compiler hooks, arm the time limit, call ``before_run``. Call :meth:`close`
         afterwards even when this raises."""
         hooks, backend = self.hooks, self.backend
+        observed = hooks.on_compile if hooks.implemented("on_compile") else None
+
+        def on_compile(event):  # counted always: a campaign checks that later rounds compile nothing
+            self.split.count(event)
+            if observed is not None:
+                observed(event)
+
         self.compiler_hooks = backend.install_compiler_hooks(
-            hooks.on_compile if hooks.implemented("on_compile") else None,
+            on_compile,
             hooks.on_launch if hooks.implemented("on_launch") else None,
         )
         self.meta["compiler_hook_api"] = getattr(self.compiler_hooks, "api", None)
@@ -286,6 +338,7 @@ class Run:
         self._extra[key] = value
 
     def save_meta(self) -> None:
+        self.meta["time_split"] = self.split.to_json()
         self.rundir.write_meta(self.meta)
 
     def _hung(self, point) -> None:
@@ -346,14 +399,15 @@ def run_point(run: Run, planned) -> PointRecord:
     try:
         with run.watch(point):
             run.begin_point(point, op)
-            inputs = point_inputs(op, point, backend)
-            run.current_inputs = inputs
-            poison(inputs, op.outputs)
-            with run.launch_window(point):
+            with run.split.phase("inputs"):
+                inputs = point_inputs(op, point, backend)
+                run.current_inputs = inputs
+                poison(inputs, op.outputs)
+            with run.split.phase("compile"), run.launch_window(point):
                 returned = op.fn(*inputs)
                 leave_if_forked(run.pid)
                 backend.synchronize()
-            with outside(op):
+            with run.split.phase("compile"), outside(op):
                 max_err, error = check_output(op, inputs, returned, point.dtype)
             if error and run.config.check_mode == "warn":
                 unchecked, error = error, None  # timed anyway; every table says UNCHECKED
@@ -362,7 +416,8 @@ def run_point(run: Run, planned) -> PointRecord:
                 status = STATUS_FAILED
             else:
                 # the clock is read beside the timer (a background thread), never between its samples
-                with (run.clock_sampler.window() if run.clock_sampler else contextlib.nullcontext()) as window:
+                with run.split.phase("measuring"), (
+                        run.clock_sampler.window() if run.clock_sampler else contextlib.nullcontext()) as window:
                     timing = run.time_point(lambda: op.fn(*inputs), point, op=op, inputs=inputs,
                                             call_on=(lambda args: lambda: op.fn(*args)) if op.copies else None)
                 leave_if_forked(run.pid)

@@ -382,6 +382,29 @@ class Campaign(Execution):
     def runs(self) -> list:
         return self.data["runs"]
 
+    @property
+    def library(self) -> bool:
+        """Whether this campaign A/Bs a library (``--library``): a failed run's partner of the same
+        round still runs, so that each op's outcome is known per side."""
+        return bool(self.data.get("library"))
+
+    @property
+    def processes(self) -> dict:
+        """``{process key: {"round", "side", "ops", "rc", "seconds", "split"}}``: every finished
+        process's wall time and time split (:meth:`~zlf.ab.execute.Execution.note_process`)."""
+        return self.data.get("processes") or {}
+
+    def skip_reason(self, run: dict, failed_ops: Optional[dict] = None) -> Optional[str]:
+        """Why ``run`` is not started, its op having failed: None when it runs. A library campaign
+        runs the failed run's partner of the same round (the op's outcome on that side).
+        ``failed_ops``: :meth:`failed_ops`, when the caller has it."""
+        failed = (self.failed_ops() if failed_ops is None else failed_ops).get(run["op"])
+        if not failed:
+            return None
+        if self.library and run["round"] == failed["round"]:
+            return None
+        return f"op failed in r{failed['round']}_{failed['side']}"
+
     # ------------------------------------------------------------------ the state, typed
     @property
     def statistics(self) -> Statistics:
@@ -533,12 +556,19 @@ class Campaign(Execution):
         """Whether the ops of a (round, side) share one process (campaigns before this: no)."""
         return self.data.get("process") == SHARED_PROCESS
 
-    def shares(self, run: dict) -> bool:
+    def shares(self, run: dict, index: Optional[tuple] = None) -> bool:
         """Whether ``run`` goes into a shared process: not once its op has failed or crashed in
-        one (from that round on the op runs alone), nor for a task package."""
-        if not self.shared or self.op_spec(run["op"]).command != "run":
+        one (from that round on the op runs alone), nor for a task package. ``index``:
+        :meth:`share_index`, for a caller that asks of many runs (a library has thousands)."""
+        if not self.shared:
             return False
-        return not any(r.get("alone") for r in self.runs if r["op"] == run["op"])
+        alone, commands = index if index is not None else self.share_index()
+        return commands.get(run["op"]) == "run" and run["op"] not in alone
+
+    def share_index(self) -> tuple:
+        """``(ops sent alone, {op: its command})``: what :meth:`shares` reads."""
+        return ({r["op"] for r in self.runs if r.get("alone")},
+                {o["name"]: o.get("command") or "run" for o in self.data["ops"]})
 
     def next_run(self) -> Optional[dict]:
         """The run to start next: the earliest round first, in the round's side order (a shared
@@ -552,7 +582,7 @@ class Campaign(Execution):
         return min(todo, key=order)[1]
 
     def op_spec(self, name: str) -> OpSpec:
-        return next(o for o in self.ops if o.name == name)
+        return OpSpec(**next(o for o in self.data["ops"] if o["name"] == name))
 
     def needs(self, run: dict) -> list:
         """What the active extensions add to ``run``: :class:`~zlf.ab.extending.RunNeed` objects."""
@@ -592,23 +622,34 @@ class Campaign(Execution):
     def shared_groups(self, runs=None) -> list:
         """``[[run, ...]]``: the pending shared runs (or ``runs``) grouped by round, side and
         :meth:`origin`, in campaign order (the group of the first pending run first)."""
-        failed = self.failed_ops()
+        failed, index = self.failed_ops(), self.share_index()
         todo = runs if runs is not None else [
-            r for r in self.runs if r["status"] in (PENDING, RUNNING) and self.shares(r) and r["op"] not in failed]
+            r for r in self.runs if r["status"] in (PENDING, RUNNING) and self.shares(r, index) and r["op"] not in failed]
         groups: dict = {}
+        chunk = self.chunks()
         for r in todo:
-            groups.setdefault((r["round"], r["side"], self.origin(r)), []).append(r)
+            groups.setdefault((r["round"], r["side"], chunk.get(r["op"], 0), self.origin(r)), []).append(r)
         return list(groups.values())
+
+    def chunks(self) -> dict:
+        """``{op: chunk}``: a library campaign spread over GPUs (``library.chunks``, one per GPU of
+        ``--gpus``) runs a round's ops as that many shared processes per side, each chunk a unit
+        of its own (A and B on one GPU), ops dealt round-robin in campaign order; else one chunk."""
+        n = int((self.data.get("library") or {}).get("chunks") or 1)
+        if n <= 1:
+            return {}
+        return {o["name"]: i % n for i, o in enumerate(self.data["ops"])}
 
     def processes_left(self) -> int:
         """How many processes the pending runs still take: one per round and side whose ops
         share one, one per run that runs alone (an op that failed is skipped without one). By
         round and side, not :meth:`shared_groups`: before round 1 A has run, the runs that will
         read it name their own directories, which would split its groups."""
-        failed = self.failed_ops()
-        pending = [r for r in self.runs if r["status"] in (PENDING, RUNNING) and r["op"] not in failed]
-        shared = {(r["round"], r["side"]) for r in pending if self.shares(r)}
-        return len(shared) + sum(1 for r in pending if not self.shares(r))
+        failed, index = self.failed_ops(), self.share_index()
+        pending = [r for r in self.runs if r["status"] in (PENDING, RUNNING) and not self.skip_reason(r, failed)]
+        chunk = self.chunks()
+        shared = {(r["round"], r["side"], chunk.get(r["op"], 0)) for r in pending if self.shares(r, index)}
+        return len(shared) + sum(1 for r in pending if not self.shares(r, index))
 
     def shared_key(self, runs: list) -> str:
         """A fresh ``_shared/r<k>_<side>[-n]`` for one process of ``runs`` (never reused: a
@@ -623,9 +664,14 @@ class Campaign(Execution):
         raise RuntimeError(f"no free key for {base}")
 
     def start(self, run: dict, worker: Optional[dict] = None) -> None:
-        run.update(status=RUNNING, started=now(), finished=None, rc=None, error=None, flags=[])
-        if worker:
-            run.update(worker)
+        self.start_all([run], worker)
+
+    def start_all(self, runs: list, worker: Optional[dict] = None) -> None:
+        """Mark ``runs`` running (one process's), then save once."""
+        for run in runs:
+            run.update(status=RUNNING, started=now(), finished=None, rc=None, error=None, flags=[])
+            if worker:
+                run.update(worker)
         self.save()
 
 def file_identity(path) -> dict:

@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import sys
+import time
 
 import attrs
 
@@ -21,18 +22,18 @@ from ..console import warn
 from ..errors import UsageError
 from ..compare import GATE
 from ..executors import add_scale_arguments, make_executor, parse_gpus, pin_variable
-from ..options import SECONDS, CommandTraits, Number, deprecated, env_name
+from ..options import SECONDS, SEED, CommandTraits, Number, deprecated, env_name
 from ..procs import stop_code, stop_word
 from ..redact import REDACTED
 from ..rundir import RunDir, disk_full, safe_name
-from . import report
+from . import library, report
 from .analysis import decide_campaign, load_noise
 from .campaign import Campaign, Driving, OpSpec, Statistics, key_path
 from .driving import Printer, Scaled, Stopped, drive
 from .extending import CampaignOptions, CampaignPlan
 from .guards import busy_backend, campaign_guards, switch_guard, switch_guard_messages
-from .layout import (CONFIGS, C_COMPLETE, C_DISK_FULL, C_INTERRUPTED, C_RUNNING, PENDING, PER_OP, RUNNING, SHARED, SHARED_PROCESS,
-                     SUMMARY_LOG, now)
+from .layout import (CONFIGS, C_COMPLETE, C_DISK_FULL, C_INTERRUPTED, C_RUNNING, FAILED, OK, PENDING, PER_OP, RUNNING,
+                     SHARED, SHARED_PROCESS, SKIPPED, SUMMARY_LOG, now)
 from .sides import CAMPAIGN_OWN, build_sides, side_configs
 
 EPILOG = """\
@@ -48,8 +49,11 @@ examples:
   zlf ab --switch X --gpus 0,1,2,3               one worker per GPU; a round's A and B share a GPU
   zlf ab --switch X --process-per-op a b c       a zlf run process per op (default: one per round and side)
   zlf ab --switch X --executor ray --ray-address HEAD:6379   Ray tasks of one GPU each
+  zlf ab --switch X --library ops.txt            A/B a library: every op listed in ops.txt, one per line
+  zlf ab --switch X --library ops.txt --sample 40 --sample-seed 22   a seeded sample of it
+  zlf ab --status runs/ab_X_20250101-120000      the table so far of a running or stopped campaign
 verdicts (B against A): FASTER, SLOWER, SAME, UNSURE -- the rule is in docs/ab.md
-exit codes: 0 done, 1 an op failed (or --fail-if-slower and a point is SLOWER), 2 bad input, 130 interrupted,
+exit codes: 0 done, 1 an op failed (--library: on B only) (or --fail-if-slower and a point is SLOWER), 2 bad input, 130 interrupted,
             143 terminated (SIGTERM; --resume continues either)
 """
 
@@ -66,6 +70,9 @@ DEFAULT_ROUNDS = 6
 #: first look of an adaptive campaign when --rounds is not given.
 DEFAULT_FIRST_LOOK = 3
 DEFAULT_MAX_ROUNDS = 12
+#: a library campaign's per-point time limit unless --time-limit is given (a hung op costs this,
+#: three times: in its shared process, then alone on each side)
+LIBRARY_TIME_LIMIT = 60.0
 _DEFAULTS = stats.Settings()
 UNITS = ("pair", "op")
 
@@ -142,6 +149,24 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     deprecated(o, "--fail-on-slower", "--fail-if-slower", dest="fail_if_slower", action="store_const", const=0.0)
     output.add_format_argument(o)
     o.add_argument("--dry-run", action="store_true", help="print the sides, the runs and the guards; run nothing")
+    lib = parser.add_argument_group("a whole op library (docs/ab.md, \"A/B a library\")")
+    lib.add_argument("--library", metavar="SOURCE",
+                     help="A/B every op of SOURCE: an op source an active extension knows (the examples below name "
+                          "them) or a file with one OP per line; OP "
+                          "arguments pick ops of it. Screening rounds (--rounds, default 3) cover every point, then "
+                          "only the ops with a point not yet decided get more rounds (up to --max-rounds); the other "
+                          "side of a failed run still runs; per-point --time-limit default 60; one table for the "
+                          "library, findings first (an op that fails on B only, then verdicts by evidence)")
+    lib.add_argument("--sample", type=Number(int, 1, 10**6, unit="ops"), metavar="N",
+                     help="with --library: a random sample of N of its ops (random.Random(--sample-seed).sample)")
+    lib.add_argument("--sample-seed", type=SEED, default=0, metavar="S", help="seed of --sample (default 0)")
+    lib.add_argument("--method", choices=stats.METHODS, default=None,
+                     help="with --library: the error rate the library's directions are held to: bh (default: the "
+                          "false discovery rate, Benjamini-Hochberg), by (the same under any dependence, "
+                          "Benjamini-Yekutieli), holm (the chance of any wrong verdict, family-wise)")
+    lib.add_argument("--status", metavar="DIR",
+                     help="print the table so far of campaign DIR (running, stopped or finished), with its "
+                          "progress; starts and writes nothing")
     add_scale_arguments(parser)  # core's run options, passed to every run, come from zlf.options.add_run_options
     parser.add_argument("--unit", choices=UNITS, default=None,
                         help="work unit with --gpus / --executor: a round pair (default) or a whole op")
@@ -173,9 +198,31 @@ def check_ray_address(scale) -> None:
 
 
 def _plan(args, session) -> CampaignPlan:
-    """The ops from the OP arguments, then what the extensions set (``campaign_setup``)."""
-    plan = CampaignPlan(ops=[OpSpec.parse(t) for t in (args.ops or ["add", "softmax", "matmul"])])
-    session.hooks.campaign_setup(plan=plan, options=CampaignOptions.from_args(args, session.hooks), session=session)
+    """The ops from the OP arguments, then what the extensions set (``campaign_setup``); with
+    ``--library``, the ops of the library, sampled or picked by the OP arguments."""
+    if args.library is None:
+        if args.sample is not None:
+            raise UsageError("--sample needs --library SOURCE (the ops to sample from)")
+        if args.method is not None:
+            raise UsageError("--method needs --library SOURCE (a campaign of a few ops is held to Holm's rule)")
+        plan = CampaignPlan(ops=[OpSpec.parse(t) for t in (args.ops or ["add", "softmax", "matmul"])])
+        session.hooks.campaign_setup(plan=plan, options=CampaignOptions.from_args(args, session.hooks), session=session)
+    else:
+        plan = CampaignPlan()
+        session.hooks.campaign_setup(plan=plan, options=CampaignOptions.from_args(args, session.hooks), session=session)
+        if plan.library is None:  # no extension knows the name: a file of ops
+            if not os.path.isfile(args.library):
+                raise UsageError(f"--library {args.library!r}: neither an op source an active extension "
+                                 "knows (zlf plugins lists them) nor a file of ops")
+            plan.library, plan.library_source = library.read_op_list(args.library), os.path.abspath(args.library)
+        source = plan.library_source or args.library
+        chosen = library.select(plan.library, args.ops, args.sample, args.sample_seed, source)
+        plan.ops = [OpSpec.parse(spec) for spec in chosen]
+        plan.data[library.FIELD] = {"source": source, "size": len(plan.library), "sample": args.sample,
+                                    "seed": args.sample_seed if args.sample is not None else None,
+                                    "named": list(args.ops or ())}
+        if plan.label is None:
+            plan.label = ("aa" if args.aa else (args.switch or "ab")) + "_library"
     _check_ops(plan.ops)
     return plan
 
@@ -221,7 +268,10 @@ def _check_ops(ops) -> None:
 
 
 def _statistics(args) -> Statistics:
-    """campaign.json's ``statistics``: the rule's knobs and the rounds, checked."""
+    """campaign.json's ``statistics``: the rule's knobs and the rounds, checked. A library campaign
+    screens every point, then confirms the open ones: adaptive."""
+    if args.library is not None:
+        args.until_confident = True
     first = args.rounds if args.rounds is not None else (DEFAULT_FIRST_LOOK if args.until_confident else DEFAULT_ROUNDS)
     if args.until_confident and args.max_rounds < first:
         raise UsageError(f"--max-rounds {args.max_rounds} is below the first look ({first} rounds)")
@@ -238,11 +288,26 @@ def _statistics(args) -> Statistics:
         max_rounds=args.max_rounds if args.until_confident else first)
 
 
+def _screening_plan(args, statistics):
+    """A library campaign's two-stage rule (:class:`zlf.ab.screening.Plan`): ``--rounds`` screen
+    rounds, up to ``--max-rounds``, the error control of ``--method``; refused in one line when
+    it cannot decide."""
+    from . import screening
+
+    plan = screening.Plan(screen_rounds=statistics.first_look, max_rounds=statistics.max_rounds, method=args.method or stats.BH)
+    try:
+        plan.check()
+    except ValueError as exc:
+        raise UsageError(f"--library: {exc}") from None
+    return plan
+
+
 def _campaign_data(args, session, plan, a, b, statistics) -> dict:
     """campaign.json's fields of a new campaign (before its runs)."""
     ops = plan.ops
     return {
-        "label": args.label or ("aa" if args.aa else (args.switch or plan.label or "ab")),
+        "label": args.label or (plan.label if library.FIELD in plan.data else None)
+        or ("aa" if args.aa else (args.switch or plan.label or "ab")),
         "command": ["zlf", *sys.argv[1:]],
         "cwd": os.getcwd(),
         "driver_pid": os.getpid(),
@@ -270,6 +335,8 @@ def _campaign_data(args, session, plan, a, b, statistics) -> dict:
 def _new_campaign(args, session):
     statistics = _statistics(args)
     plan = _plan(args, session)
+    if args.library is not None and getattr(args, "time_limit", None) is None:
+        args.time_limit = LIBRARY_TIME_LIMIT  # a hang costs a limit, not the campaign
     canaries, why = _canaries(args, plan)
     plan.ops += [OpSpec.parse(name) for name in canaries]
     statistics = attrs.evolve(statistics, canary_ops=canaries, controls_note=why)
@@ -278,6 +345,9 @@ def _new_campaign(args, session):
     data = _campaign_data(args, session, plan, a, b, statistics)
     data["context"] = session.hooks.campaign_context(data=data)
     _preflight(Driving.from_json(data), session)  # refuse before anything is written: a refused campaign cannot be resumed
+    if data.get(library.FIELD) is not None:  # one chunk of the ops per GPU: every GPU works on every round
+        data[library.FIELD]["chunks"] = len((data.get("scale") or {}).get("gpus") or ()) or 1
+        data[library.SCREENING] = {"plan": _screening_plan(args, statistics).to_json(), "state": None}
     guard = switch_guard((a, b), plan.ops, args.switch_source, plan.not_switches)
     data["guards"] = {"switch_source": guard}
     if args.dry_run:
@@ -335,6 +405,8 @@ def plan_line(campaign) -> str:
 
 
 def main(args, session) -> int:
+    if args.status:
+        return status(args.status, getattr(args, "format", "table"))
     if args.resume:
         campaign = _resume(args, session)
     else:  # its run settings were checked by the command line (RunConfig.check)
@@ -360,7 +432,11 @@ def main(args, session) -> int:
 
 def _drive(campaign, printer, busy, scaled, args, session) -> int:
     try:
-        drive(campaign, printer, busy, campaign.driving.idle_wait, scaled)
+        t0 = time.monotonic()
+        try:
+            drive(campaign, printer, busy, campaign.driving.idle_wait, scaled)
+        finally:  # the campaign's own elapsed time, summed over --resume's (library.time_split)
+            campaign.data["driver_s"] = round(float(campaign.data.get("driver_s") or 0.0) + time.monotonic() - t0, 2)
     except OSError as exc:
         if not disk_full(exc):
             raise
@@ -475,6 +551,10 @@ def _finish(campaign, scaled, args, session) -> int:
     campaign.save()
     decided, remarks, excluded, alpha = decide_campaign(campaign)
     results = decided.results
+    step = None
+    if campaign.library:  # the verdicts of the two-stage rule (screened, then confirmed)
+        step = library.look(campaign)
+        results = step.results
     unreported = {**campaign.failed_ops(), **campaign.incomplete_ops()}
     reported = [o.name for o in campaign.ops if o.name not in unreported]
     for name in campaign.statistics.canary_ops:  # a canary that failed is a line,
@@ -482,7 +562,10 @@ def _finish(campaign, scaled, args, session) -> int:
     text = report.write(campaign, results, remarks, excluded, alpha, campaign_guards(campaign, reported), decided)
     fmt = getattr(args, "format", "table")
     out = sys.stderr if fmt in ("csv", "json") else sys.stdout
-    print(output.campaign_summary(campaign, results, text, fmt))
+    if campaign.library:
+        unreported = _library_finish(campaign, results, fmt, unreported, step)
+    else:
+        print(output.campaign_summary(campaign, results, text, fmt))
     if scaled is not None and scaled.stats:
         table = "per worker (GPU):\n" + scaled.table()
         print(table, file=out)
@@ -495,6 +578,53 @@ def _finish(campaign, scaled, args, session) -> int:
     pct = campaign.fail_if_slower
     if pct is not None and any(r.verdict == stats.SLOWER and _delta(r) > pct for r in results):
         return 1
+    return 0
+
+
+def _library_finish(campaign, results, fmt: str, unreported: dict, step=None) -> dict:
+    """Print and keep the library's table (library.txt, library.json; the time split in
+    campaign.json too); the per-point table stays in summary.log and report.md. An op that fails
+    on A (or on both sides) is a row of the table, not a failed campaign; returns what fails it
+    (exit 1): ops that fail on B only (a regression of their own) and ops with runs not done."""
+    outcome = library.outcomes(campaign)
+    split = library.time_split(campaign)
+    campaign.data["time_split"] = split
+    campaign.save()
+    library.write(campaign, results, outcome, step)
+    if fmt in ("table", "markdown"):
+        print("\n".join(library.lines(campaign, results, outcome, step=step)))
+        print(f"per-point table: {campaign.path / SUMMARY_LOG} and report.md")
+    else:
+        print(output.render(library.HEADERS, library.table_rows(campaign, results, outcome), fmt))
+        for line in library.lines(campaign, results, outcome, step=step)[2:]:
+            print(line, file=sys.stderr)
+    return {op: v for op, v in unreported.items() if op not in outcome or not outcome[op].failed
+            or outcome[op].where == "B only"}
+
+
+def status(path: str, fmt: str = "table") -> int:
+    """``zlf ab --status DIR``: the campaign's progress and its table so far, from campaign.json
+    and the finished runs (a running campaign is read, never written)."""
+    from .analysis import decide_campaign
+
+    campaign = Campaign.open(path)
+    runs = campaign.runs
+    done = sum(1 for r in runs if r["status"] in (OK, FAILED, SKIPPED))
+    rounds = library.analysable_rounds(campaign)
+    step = library.look(campaign, rounds) if rounds and campaign.library else None
+    results = step.results if step is not None else decide_campaign(campaign, rounds)[0].results if rounds else []
+    looks = campaign.looks
+    decided = (f"; last look after round {looks[-1].rounds}: {looks[-1].decided} of {looks[-1].points} points decided"
+               if looks else "")
+    running = campaign.status == C_RUNNING and _alive(campaign.driver_pid or 0)
+    state = "running" if running else campaign.status
+    print(f"campaign {campaign.path}: {state}; {done} of {len(runs)} runs done, "
+          f"{campaign.processes_left()} process(es) to go; analysed over {rounds} round(s){decided}", file=sys.stderr)
+    partial = state != C_COMPLETE
+    if fmt in ("table", "markdown"):
+        print("\n".join(library.lines(campaign, results, partial=partial, step=step)))
+    else:
+        print(output.render(library.HEADERS, library.table_rows(campaign, results), fmt))
     return 0
 
 

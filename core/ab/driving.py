@@ -27,7 +27,10 @@ class Printer:
         self.finished = 0
 
     def done(self, run) -> None:
-        """One run that ran alone (or was skipped without a process)."""
+        """One run that ran alone (or was skipped without a process: a library campaign says
+        nothing of those, its table counts the failed ops)."""
+        if run["status"] == SKIPPED and self.campaign.library:
+            return
         self._print([run], clean(run["op"]))
 
     def process(self, runs: list) -> None:
@@ -38,11 +41,14 @@ class Printer:
         names = ", ".join(clean(o) for o in own) or "controls"
         if own and controls:
             names += f" (+{controls} control op{'s' if controls > 1 else ''})"
+        if self.campaign.library and len(own) > 3:  # a library's process: its count, not its names
+            names = f"{len(own)} ops" + (f" (+{controls} control op{'s' if controls > 1 else ''})" if controls else "")
         self._print(runs, names)
 
     def _print(self, runs: list, names: str) -> None:
         run = runs[0]
-        seconds = max((r.get("seconds") or 0 for r in runs), default=0)
+        process = (self.campaign.processes).get(run.get("process") or run["dir"]) or {}
+        seconds = process.get("seconds") or max((r.get("seconds") or 0 for r in runs), default=0)
         if run["status"] != SKIPPED:
             self.finished += 1
             if seconds:
@@ -57,7 +63,14 @@ class Printer:
         where = f" on {gpu_label(run['gpu'])}" if run.get("gpu") else ""
         count = f"[{self.finished}/{total}]" if run["status"] != SKIPPED else "[skipped]"
         print(f"{count} r{run['round']}_{run['side']} {names} {what}{where}{took}{flags}{error}"
-              f"  (elapsed {_clock(time.monotonic() - self.t0)}{eta})", file=sys.stderr, flush=True)
+              f"  (elapsed {_clock(time.monotonic() - self.t0)}{eta}{self._decided()})", file=sys.stderr, flush=True)
+
+    def _decided(self) -> str:
+        """``, 412/930 points decided`` after a look (an adaptive campaign's), else nothing."""
+        looks = self.campaign.looks
+        if not looks:
+            return ""
+        return f", {looks[-1].decided}/{looks[-1].points} points decided"
 
     def line(self, text: str) -> None:
         print(clean_lines(text), file=sys.stderr, flush=True)
@@ -80,10 +93,11 @@ def run_pending(campaign, printer, busy=None, idle_wait=60.0) -> None:
             (r for r in campaign.runs if r["status"] not in (OK, FAILED, SKIPPED)), None)
         if run is None:
             return
-        failed = campaign.failed_ops().get(run["op"])
-        if failed:
-            run.update(status=SKIPPED, error=f"op failed in r{failed['round']}_{failed['side']}")
-            campaign.save()
+        why = campaign.skip_reason(run)
+        if why:
+            run.update(status=SKIPPED, error=why)
+            if not campaign.library:  # a library's skips are saved with its next run (thousands of saves else)
+                campaign.save()
             printer.done(run)
             continue
         if busy is not None:
@@ -218,6 +232,10 @@ def drive(campaign, printer, busy=None, idle_wait=60.0, scaled=None) -> None:
         if not s.until_confident:
             return
         n = campaign.planned_rounds()
+        if campaign.library:
+            if not _library_look(campaign, printer, n, s):
+                return
+            continue
         results, frozen, extend = look(campaign, n)
         alpha = look_level(campaign, n)
         campaign.data["frozen"] = {p: list(v) for p, v in frozen.items()}
@@ -236,3 +254,32 @@ def drive(campaign, printer, busy=None, idle_wait=60.0, scaled=None) -> None:
         campaign.add_round(n + 1, ops=extend)
 
 
+
+
+def _library_look(campaign, printer, n: int, s) -> bool:
+    """A library campaign's look after round ``n`` (:func:`zlf.ab.library.look`: the screen, then
+    confirmation looks); adds round ``n + 1`` for the ops with a point still open. False: done."""
+    from . import library
+
+    step_ = library.look(campaign, n, screen_rows=False)
+    library.keep(campaign, step_)
+    extend = [o.name for o in campaign.ops if o.name in step_.extend and op_rounds(campaign, o.name) == n]
+    if extend:  # the canaries measure every process that runs an op under test
+        extend += [o for o in s.canary_ops if o not in extend]
+    plan = library.plan_of(campaign)
+    decided, points = library.decided_count(step_)
+    alpha = s.alpha if n <= plan.screen_rounds else plan.spending(s.alpha).level(n)
+    looks = campaign.looks
+    if not looks or looks[-1].rounds != n:
+        campaign.add_look(Look(rounds=n, alpha=alpha, points=points, decided=decided, undecided=points - decided,
+                               ops_extended=extend, at=now()))
+    campaign.save()
+    stage = "screen" if n == plan.screen_rounds else ("screening" if n < plan.screen_rounds else "confirmation look")
+    own = [o for o in extend if o not in s.canary_ops]
+    printer.line(f"{stage} after round {n}: {decided} of {points} points decided "
+                 f"({len(step_.state.cleared)} cleared SAME at the screen)"
+                 + (f"; another round for {len(own)} op{'s' if len(own) != 1 else ''}" if own else ""))
+    if not extend:
+        return False
+    campaign.add_round(n + 1, ops=extend)
+    return True

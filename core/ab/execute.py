@@ -13,10 +13,12 @@ from pathlib import Path
 from typing import Optional
 
 from ..config import owned_options
+from ..errors import UsageError
 from ..executors import ROOT, config_of, device_identity, environment, execute_spec
 from ..rundir import RunDir
 from ..scheduler import Unit
-from .layout import (FAILED, LOGS, OK, PENDING, RUNNING, SHARED, SKIPPED, STAGING, inside_dir, split_run_dir)
+from .layout import (FAILED, LOGS, OK, PENDING, RUNNING, SHARED, SKIPPED, STAGING, inside_dir, read_shared,
+                     split_run_dir)
 
 
 class Execution:
@@ -99,8 +101,7 @@ class Execution:
         Raises KeyboardInterrupt (after marking the runs pending) when the user interrupts.
         """
         key = self.shared_key(runs)
-        for run in runs:
-            self.start(run)
+        self.start_all(runs)
         try:
             outcome = execute_spec(self.shared_spec(key, runs), self.path)
         except KeyboardInterrupt:
@@ -124,6 +125,7 @@ class Execution:
         rc = outcome["rc"]
         raw = self.path / key
         states = self._shared_states(raw if outcome["made"] else None, runs, rc)
+        self.note_process(key, outcome, raw if outcome["made"] else None, runs)
         if rc == 130 or rc == -signal.SIGINT:
             for run in runs:
                 run.update(status=PENDING, started=None, finished=None)
@@ -131,7 +133,7 @@ class Execution:
             self.save()
             return False
         share = round((outcome["seconds"] or 0) / max(1, len(runs)), 2)
-        why = None
+        source = read_shared(raw) if outcome["made"] and any(s[0] == OK for s in states) else None
         for run, (state, names, points) in zip(runs, states):
             if run["status"] != RUNNING:
                 continue  # its round went alone meanwhile (scaled: the other side failed first)
@@ -140,7 +142,7 @@ class Execution:
                 if dest.exists():
                     shutil.rmtree(dest)
                 split_run_dir(raw, dest, names, points, {"key": key, "ops": [r["op"] for r in runs], "rc": rc},
-                              self.hooks)
+                              self.hooks, source)
                 log = self.log_path(run)
                 log.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(self.path / outcome["log"], log)
@@ -153,8 +155,7 @@ class Execution:
             elif state == "not reached":
                 run.update(status=PENDING, started=None)
             else:
-                if why is None:
-                    why = _failure_reason(rc, raw if outcome["made"] else None, self.path / outcome["log"])
+                why = _failure_reason(rc, raw if outcome["made"] else None, self.path / outcome["log"], names)
                 for side in ("A", "B"):  # the round's pair again, both sides alone: one pair, one way
                     r = self.find(run["op"], run["round"], side)
                     if r is not None and r["status"] in (PENDING, RUNNING, OK):
@@ -224,6 +225,7 @@ class Execution:
         rc = outcome["rc"]
         final = self.run_dir(run)
         made = outcome["made"] and final.is_dir()
+        self.note_process(run["dir"], outcome, final if made else None, [run])
         run.update(rc=rc, finished=outcome["finished"], seconds=outcome["seconds"])
         if outcome.get("started"):
             run["started"] = outcome["started"]
@@ -244,6 +246,20 @@ class Execution:
         return True
 
 
+    def note_process(self, key: str, outcome: dict, run_dir: Optional[Path], runs: list) -> None:
+        """Keep one finished process's wall seconds, time split and compile counts in campaign.json's
+        ``processes`` (:func:`zlf.ab.library.time_split` adds them up); a process stopped by the
+        user is not one (it runs again)."""
+        if outcome["rc"] in (130, 143, -signal.SIGINT, -signal.SIGTERM):
+            return
+        from .library import process_entry
+
+        try:
+            meta = RunDir(run_dir).meta() if run_dir is not None else {}
+        except (OSError, UsageError):  # an unreadable meta.json costs the split, not the filing
+            meta = {}
+        self.data.setdefault("processes", {})[key] = process_entry(outcome, meta, runs)
+
     def run_spec(self, run: dict) -> dict:
         """Everything needed to execute ``run`` anywhere: paths relative to ``{campaign}``.
 
@@ -255,9 +271,12 @@ class Execution:
         staging = self._staging(run).relative_to(self.path)
         log = str(self.log_path(run).relative_to(self.path))
         config, needs, if_exists = self._config_spec(run, log, root)
-        return {"key": run["dir"], "argv": self._argv(run, [self.op_spec(run["op"]).run_spec], root / staging, root),
+        spec = {"key": run["dir"], "argv": self._argv(run, [self.op_spec(run["op"]).run_spec], root / staging, root),
                 "env": self.env_overrides(run, root=root), "cwd": self.cwd, "staging": str(staging),
                 "dir": run["dir"], "log": log, "config": config, "needs": needs, "if_exists": if_exists}
+        if self.library:  # the round's other side runs too: a failure on B only is a finding of its own
+            spec["goes_on"] = True
+        return spec
 
     def shared_spec(self, key: str, runs: list) -> dict:
         """The run spec of one process that runs every op of ``runs`` (one round, one side, one
@@ -274,10 +293,12 @@ class Execution:
                 "if_exists": if_exists, "shared": [r["dir"] for r in runs]}
 
 
-def _failure_reason(rc: int, run_dir: Optional[Path], log: Path) -> str:
+def _failure_reason(rc: int, run_dir: Optional[Path], log: Path, ops=None) -> str:
+    """Why a run failed: its first point not ok (of ``ops`` only, when given: a shared process's
+    op is told its own), else its exit and the log's last line."""
     if run_dir is not None:
         records, _ = RunDir(run_dir).records()
-        bad = [r for r in records if r.status != "ok"]
+        bad = [r for r in records if r.status != "ok" and (not ops or r.op in ops)]
         if bad:
             r = bad[0]
             more = f" (+{len(bad) - 1} more)" if len(bad) > 1 else ""
@@ -336,7 +357,7 @@ def _shared_units(campaign) -> list:
     A and B on one GPU; the rounds of ops sent alone as per-op pair units (after the shared
     ones). A round half done on some GPU when the campaign stopped runs again whole."""
     failed = campaign.failed_ops()
-    pending = [r for r in campaign.runs if r["status"] in (PENDING, RUNNING) and r["op"] not in failed]
+    pending = [r for r in campaign.runs if r["status"] in (PENDING, RUNNING) and not campaign.skip_reason(r, failed)]
     rounds: dict = {}
     alone: dict = {}
     for run in pending:
@@ -345,17 +366,21 @@ def _shared_units(campaign) -> list:
         else:
             alone.setdefault((run["op"], run["round"]), []).append(run)
     units = []
+    chunk = campaign.chunks()
+    position = {id(r): i for i, r in enumerate(campaign.runs)}
     for k, runs in rounds.items():
         for run in list(runs):
             other = campaign.find(run["op"], k, "B" if run["side"] == "A" else "A")
             if other and other["status"] == OK and "gpu" in other and other not in runs:
                 runs.append(other)  # its pair partner ran on another GPU: both again, here
         order = ("A", "B") if k % 2 == 1 else ("B", "A")
-        runs.sort(key=lambda r: (order.index(r["side"]), campaign.runs.index(r)))
-        keys = []
-        for side in order:  # A's processes are known (keys) before B's origin is looked up
-            keys += [campaign.shared_key(g) for g in campaign.shared_groups([r for r in runs if r["side"] == side])]
-        units.append(Unit(f"r{k}", keys))
+        runs.sort(key=lambda r: (order.index(r["side"]), position[id(r)]))
+        for j in sorted({chunk.get(r["op"], 0) for r in runs}):  # a library's ops in one chunk per GPU
+            mine = [r for r in runs if chunk.get(r["op"], 0) == j]
+            keys = []
+            for side in order:  # A's processes are known (keys) before B's origin is looked up
+                keys += [campaign.shared_key(g) for g in campaign.shared_groups([r for r in mine if r["side"] == side])]
+            units.append(Unit(f"r{k}" + (f"/c{j}" if len(set(chunk.values())) > 1 else ""), keys))
     for (op, k), runs in alone.items():
         units.append(Unit(f"{op}/r{k}", [r["dir"] for r in runs], group=op))
     return _after_sources(campaign, units)
@@ -407,9 +432,8 @@ class CampaignJob:
 
     def started(self, key: str, worker: dict) -> None:
         if key in self.campaign.groups:
-            for run in self._group(key):
-                if not run.get("alone"):  # a round sent alone meanwhile is not in this process's hands
-                    self.campaign.start(run, worker)
+            # a round sent alone meanwhile is not in this process's hands
+            self.campaign.start_all([run for run in self._group(key) if not run.get("alone")], worker)
             return
         self.campaign.start(self._runs[key], worker)
 
@@ -431,7 +455,7 @@ class CampaignJob:
         run.update(worker)
         filed = self.campaign.file(run, outcome)
         self.printer.done(run)
-        return filed and run["status"] == OK
+        return filed and (run["status"] == OK or self.campaign.library)
 
     def skipped(self, keys, reason: str) -> None:
         for key in keys:

@@ -70,6 +70,10 @@ class CampaignPlan:
     :ivar per_op: run every op in its own process.
     :ivar label: the default campaign label (None: the switch, ``aa`` or ``ab``).
     :ivar data: campaign.json fields being written; an extension may add its own.
+    :ivar library: ``zlf ab --library SOURCE`` names an op source (``options.library``): the
+        extension that knows SOURCE sets this to the library's op specs (every op, in its order;
+        the campaign samples or filters them) and :attr:`library_source` to how it describes
+        the source. None: no extension knows it (a file of ops is then read).
     """
 
     ops: list = attrs.field(factory=list)
@@ -82,6 +86,8 @@ class CampaignPlan:
     per_op: bool = False
     label: Optional[str] = None
     data: dict = attrs.field(factory=dict)
+    library: Optional[list] = None
+    library_source: str = ""
 
 
 def _given(values) -> tuple:
@@ -99,6 +105,9 @@ class CampaignOptions:
     :ivar a_env: ``--a-env K=V`` items as given; ``b_env`` likewise.
     :ivar a_python: ``--a-python`` as given; ``b_python`` likewise.
     :ivar resume: ``--resume DIR`` (None: a new campaign).
+    :ivar library: ``--library SOURCE`` (None: no library): the op source an extension may know
+        (it sets :attr:`CampaignPlan.library`); ``sample`` and ``sample_seed``: ``--sample``,
+        ``--sample-seed``.
     :ivar run: the run settings given to ``zlf ab`` (:class:`zlf.config.RunConfig`: core's run
         options and the extensions' ``add_options``, typed as declared).
     :ivar campaign: the values of the options extensions added through ``add_campaign_options``,
@@ -118,6 +127,9 @@ class CampaignOptions:
     a_python: Optional[str] = None
     b_python: Optional[str] = None
     resume: Optional[str] = None
+    library: Optional[str] = None
+    sample: Optional[int] = None
+    sample_seed: int = 0
 
     @classmethod
     def from_args(cls, args, hooks) -> "CampaignOptions":
@@ -127,7 +139,9 @@ class CampaignOptions:
         sets = getattr(hooks, "campaign_option_sets", ())
         campaign = ExtensionOptions({s.owner: {o.dest: given.get(o.dest, o.default) for o in s.options}
                                      for s in sets}).bound(sets)
-        own = {f: given.get(f) for f in ("ops", "aa", "switch", "a_env", "b_env", "a_python", "b_python", "resume")}
+        own = {f: given.get(f) for f in ("ops", "aa", "switch", "a_env", "b_env", "a_python", "b_python", "resume",
+                                         "library", "sample")}
+        own["sample_seed"] = given.get("sample_seed") or 0
         return cls(run=RunConfig.from_args(args, getattr(hooks, "option_sets", ())), campaign=campaign, **own)
 
     def get(self, name: str, default=None):

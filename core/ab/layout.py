@@ -71,23 +71,32 @@ def link_or_copy(src, dst) -> None:
         shutil.copy2(src, dst)
 
 
-def split_run_dir(raw: Path, dest: Path, names: set, points: int, shared: dict, hooks=None) -> None:
+def read_shared(raw: Path) -> tuple:
+    """``(records, shapes, meta)`` of a shared process's run directory, read once for every op
+    :func:`split_run_dir` splits off it (a library's process holds hundreds)."""
+    src = RunDir(raw)
+    return src.records()[0], src.shapes() or {}, src.meta()
+
+
+def split_run_dir(raw: Path, dest: Path, names: set, points: int, shared: dict, hooks=None, source=None) -> None:
     """Write the run directory of the ops ``names`` from a shared process's ``raw`` one: their
     records and shapes, meta.json with their counts and a ``shared_process`` section, the whole
     run.log, and every other file whole -- unless an extension splits it by shape
-    (``campaign_split_item``)."""
-    src = RunDir(raw)
+    (``campaign_split_item``). ``source``: :func:`read_shared` of ``raw``, when the caller has it."""
+    all_records, all_shapes, meta = source if source is not None else read_shared(raw)
+    meta = dict(meta)
     final, dest = dest, dest.with_name(f".{dest.name}.split")  # in place only once whole
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir(parents=True)
     out = RunDir(dest)
-    records = [r for r in src.records()[0] if r.op in names]
+    records = [r for r in all_records if r.op in names]
     for r in records:
         out.append(r)
-    shapes = {op: v for op, v in (src.shapes() or {}).items() if op in names}
+    shapes = {op: v for op, v in all_shapes.items() if op in names}
     write_atomic(dest / SHAPES, yaml.safe_dump(shapes, sort_keys=False, default_flow_style=None))
-    meta = src.meta()
     ran_status = meta.get("status")
+    if isinstance(meta.get("op_args"), list):  # this op's arguments: a library's process has hundreds
+        meta["op_args"] = [a for a in meta["op_args"] if isinstance(a, dict) and set(a.get("ops") or ()) & names]
     meta.update(ops=sorted(names), points=points, status="complete",
                 counts={s: sum(1 for r in records if r.status == s) for s in ("ok", "FAILED", "OOM")},
                 shared_process={**shared, "status": ran_status})

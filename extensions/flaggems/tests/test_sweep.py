@@ -293,3 +293,21 @@ def test_a_full_disk_under_the_sweeps_table_is_one_line_not_a_thread_traceback(t
     assert errors[0].endswith("sweep.jsonl")
     root = sweep_dir(proc.stderr, tmp_path)
     assert [r["op"] for r in sweep.read_rows(root)] == ["needs_vllm"]  # the row written stays for --resume
+
+
+def test_zlf_ab_library_flaggems_takes_the_sweeps_ops(zlf_cli, tmp_path):
+    # zlf ab --library flaggems: the checkout's ops as the sweep lists them, sampled as it samples
+    import random
+
+    from zlf_flaggems import checkout
+
+    ops = sweep.list_ops(checkout.find_checkout(str(SWEEP), "--flaggems-dir"))
+    proc = zlf_cli("ab", "--switch", "X", "--controls", "none", "--dry-run", "--library", "flaggems",
+                   "--flaggems-dir", str(SWEEP), "--sample", "3", "--sample-seed", "5", env={"FLAGGEMS_DIR": ""})
+    assert proc.returncode == 0, proc.stderr
+    chosen = [spec.split(":")[0] for spec in random.Random(5).sample(ops, 3)]
+    assert f"ops: {', '.join(chosen)}; 3 rounds, then up to 12 until confident" in proc.stdout
+    assert f'"flaggems_dir": "{SWEEP.resolve()}"' in proc.stdout
+    proc = zlf_cli("ab", "--switch", "X", "--dry-run", "--library", "flaggems", env={"FLAGGEMS_DIR": ""})
+    assert proc.returncode == 2 and proc.stderr.strip() == (
+        "zlf: error: --library flaggems: no FlagGems checkout given: use --flaggems-dir DIR or FLAGGEMS_DIR=DIR")

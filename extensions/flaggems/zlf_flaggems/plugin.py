@@ -32,6 +32,8 @@ from .table import render
 from .twins import Twins
 
 ENV_FLAGTUNE = "USE_FLAGTUNE"
+#: ``zlf ab --library flaggems``: the benchmark ops of the checkout
+LIBRARY = "flaggems"
 LEVELS = ("core", "comprehensive")
 MODES = ("kernel", "operator", "wrapper", "cudagraph")
 RESULTS_FILE = "flaggems_results.txt"
@@ -137,6 +139,31 @@ class FlagGems:
                             "--time-limit: a slow compile is not a hang (default 0)")
         g.add_argument("--flaggems-flagtune", choices=("0", "1"),
                        help=f"set {ENV_FLAGTUNE} before flag_gems is imported (default: the environment's)")
+
+    @hookimpl
+    def add_campaign_options(self, parser):
+        from zlf.ab.cli import add_example
+
+        add_example(parser, "zlf ab --switch X --library flaggems --flaggems-dir ~/FlagGems --sample 40   every "
+                            "benchmark op of a FlagGems checkout (docs/flaggems.md, \"A/B a whole release\")")
+
+    @hookimpl
+    def campaign_setup(self, plan, options, session):
+        """``zlf ab --library flaggems``: every benchmark op of the checkout, as ``zlf sweep`` lists
+        them (``MARK:FILE``); the runs get the checkout's resolved path."""
+        if getattr(options, "library", None) != LIBRARY:
+            return
+        from . import sweep
+
+        co = _checkout.checkout_from_options({"flaggems_dir": getattr(options, "flaggems_dir", None)})
+        if co is None:
+            raise UsageError(f"--library {LIBRARY}: no FlagGems checkout given: use --flaggems-dir DIR or "
+                             f"{_checkout.ENV_DIR}=DIR")
+        ops = sweep.list_ops(co)
+        if not ops:
+            raise UsageError(f"--library {LIBRARY}: no benchmark op (pytest mark) in {co.bench_dir}/test_*.py")
+        plan.library, plan.library_source = ops, f"{LIBRARY} {co.root}"
+        plan.options["flaggems_dir"] = str(co.root)
 
     @hookimpl
     def env_prefixes(self):
