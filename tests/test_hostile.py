@@ -525,3 +525,17 @@ def test_l2_flush_kernel_survives_a_library_that_overrides_aten(recwarn):
     torch.sum(cache, dim=1, out=sink)
     assert sink.tolist() == [100] * 8
     assert native_kernel("aten::no_such_op", "CPU") is None
+
+
+@pytest.mark.parametrize("name", ["add_", "erfinv_"])
+def test_ab_takes_an_in_place_op_name_ending_in_an_underscore(tmp_path, name):
+    # FlagGems' in-place ops (add_, erfinv_, ...) end in "_": a library of them must be A/B-able
+    proc = zlf("ab", f"{name}:add", "--aa", "--dry-run", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert name in proc.stdout
+
+
+@pytest.mark.parametrize("name", ["campaign.json", "summary.log", "library.json", "Report.md", "campaign.key"])
+def test_ab_refuses_an_op_name_that_is_a_file_of_the_campaign(tmp_path, name):
+    proc = zlf("ab", f"{name}:add", "--aa", "--dry-run", cwd=tmp_path)
+    one_line_error(proc, "is a file of the campaign itself")

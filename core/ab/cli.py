@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -25,15 +26,16 @@ from ..executors import add_scale_arguments, make_executor, parse_gpus, pin_vari
 from ..options import SECONDS, SEED, CommandTraits, Number, deprecated, env_name
 from ..procs import stop_code, stop_word
 from ..redact import REDACTED
-from ..rundir import RunDir, disk_full, safe_name
+from ..rundir import RunDir, disk_full
 from . import library, report
 from .analysis import decide_campaign, load_noise
-from .campaign import Campaign, Driving, OpSpec, Statistics, key_path
+from .campaign import KEY_FILE, Campaign, Driving, OpSpec, Statistics, key_path
 from .driving import Printer, Scaled, Stopped, drive
 from .extending import CampaignOptions, CampaignPlan
 from .guards import busy_backend, campaign_guards, switch_guard, switch_guard_messages
-from .layout import (CONFIGS, C_COMPLETE, C_DISK_FULL, C_INTERRUPTED, C_RUNNING, FAILED, OK, PENDING, PER_OP, RUNNING,
-                     SHARED, SHARED_PROCESS, SKIPPED, SUMMARY_LOG, now)
+from .layout import (CAMPAIGN, CONFIGS, C_COMPLETE, C_DISK_FULL, C_INTERRUPTED, C_RUNNING, FAILED, LOGS, OK, PENDING,
+                     PER_OP, PLOT, REPORT, RUNNING, SHARED, SHARED_PROCESS, SKIPPED, STAGING, SUMMARY_JSON,
+                     SUMMARY_LOG, now)
 from .sides import CAMPAIGN_OWN, build_sides, side_configs
 
 EPILOG = """\
@@ -248,6 +250,13 @@ def _canaries(args, plan) -> tuple:
     return [o for o in ctl.CANARY_OPS if o not in names], ""
 
 
+#: an op's folder name as given: FlagGems' in-place ops end in ``_`` (``add_``, ``erfinv_``)
+OP_DIR_NAME = re.compile(r"[A-Za-z0-9_+-][A-Za-z0-9_.+-]*")
+#: what the campaign folder itself holds beside its ops' folders
+CAMPAIGN_FILES = {n.lower() for n in (CAMPAIGN, SUMMARY_LOG, SUMMARY_JSON, REPORT, PLOT, LOGS, STAGING,
+                                      KEY_FILE, library.TEXT, library.JSON)}
+
+
 def _check_ops(ops) -> None:
     if any(o.run_spec in ("builtin", "all") for o in ops):
         raise UsageError("name the ops (add softmax matmul) instead of 'builtin': each op gets its own runs")
@@ -257,9 +266,11 @@ def _check_ops(ops) -> None:
     if CONFIGS in names:
         raise UsageError(f"op name {CONFIGS!r} is where the sides' run configurations are: rename the op (NAME:FILE)")
     for name in names:  # each op's runs live in <campaign>/<op name>/
-        if safe_name(name, "") != name:
+        if not OP_DIR_NAME.fullmatch(name):
             raise UsageError(f"op name {name!r} cannot name a directory of the campaign "
                              "(letters, digits and _ . + - only, not starting with a dot)")
+        if name.lower() in CAMPAIGN_FILES:
+            raise UsageError(f"op name {name!r} is a file of the campaign itself: rename the op (NAME:FILE)")
     if len(set(names)) != len(names):
         raise UsageError(f"op named twice: {sorted({n for n in names if names.count(n) > 1})[0]!r}")
     for o in ops:
