@@ -2,8 +2,9 @@
 
 ``make test`` runs core's tests with core alone, then every extension's tests with all of them
 installed; an extension that quietly needs another (an import, an entry point, an option another
-extension declares) passes there. This script installs core and one extension into a fresh
-virtual environment and runs that extension's tests, for every extension (or those named)::
+extension declares) passes there. This script installs core and one extension (with the
+extensions its pyproject.toml requires, ``zlf-shapes`` for ``profile``) into a fresh virtual
+environment and runs that extension's tests, for every extension (or those named)::
 
     python scripts/each_distribution.py                 # every extension, one after another
     python scripts/each_distribution.py seed history    # these (folder names under extensions/)
@@ -22,8 +23,10 @@ import importlib.metadata as md
 import os
 import subprocess
 import sys
+import re
 import tempfile
 import time
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,6 +36,22 @@ EXTENSIONS = ROOT / "extensions"
 def extensions() -> list:
     return sorted(p.name for p in EXTENSIONS.iterdir()
                   if (p / "pyproject.toml").is_file() and not p.name.startswith("_") and (p / "tests").is_dir())
+
+
+def local_needs(name: str) -> list:
+    """The folders of the other extensions ``name`` declares it needs (``zlf-shapes`` ...), and
+    theirs: an extension is tested with core, itself and what its pyproject.toml requires."""
+    folders = {tomllib.loads((EXTENSIONS / f / "pyproject.toml").read_text())["project"]["name"].lower(): f
+               for f in extensions()}
+    found, todo = [], [name]
+    while todo:
+        project = tomllib.loads((EXTENSIONS / todo.pop() / "pyproject.toml").read_text())["project"]
+        for req in project.get("dependencies", []):
+            dist = re.split(r"[\s<>=!~;\[]", req, maxsplit=1)[0].lower().replace("_", "-")
+            if dist in folders and folders[dist] not in found and folders[dist] != name:
+                found.append(folders[dist])
+                todo.append(folders[dist])
+    return found
 
 
 def visible_zlf() -> list:
@@ -57,7 +76,8 @@ def one(name: str, where: Path, log_path: Path, workers: str) -> tuple:
             [sys.executable, "-m", "venv", "--system-site-packages", str(venv)],
             [python, "-m", "pip", "install", "-q", "--disable-pip-version-check", "setuptools>=70.1", "wheel"],
             [python, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-build-isolation",
-             "-e", str(ROOT), "-e", str(EXTENSIONS / name)],
+             "-e", str(ROOT), *[a for dep in local_needs(name) for a in ("-e", str(EXTENSIONS / dep))],
+             "-e", str(EXTENSIONS / name)],
         ]
         for cmd in steps:
             if run(cmd, log, env):
