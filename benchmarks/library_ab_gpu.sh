@@ -17,7 +17,8 @@
 # when the budget is spent, and resumed by the next call), LIB_POINT_LIMIT (60 s per point),
 # LIB_COMPILE_LIMIT (120 s more for a point's first FlagGems call), LIB_MAX_SHAPES (3 smallest
 # built-in shapes per op), LIB_ROUNDS (3 screening rounds), LIB_MAX_ROUNDS (6), LIB_RUN_ARGS
-# ("--warmup-ms 10 --rep-ms 40"), LIB_RELEASE_OPS (929: the ops of the release extrapolated to).
+# ("--warmup-ms 10 --rep-ms 40"), LIB_RELEASE_OPS (929: the ops of the release extrapolated to),
+# LIB_OPS ("mm addmm softmax": these ops instead of the sample), LIB_ORDER (aa,ab; or ab,aa).
 set -uo pipefail
 
 source "$(dirname "$0")/out_dir.sh" "$@"
@@ -44,7 +45,9 @@ mkdir -p "$STATE/config"
 export XDG_CONFIG_HOME="$STATE/config"   # the campaign key travels with the campaigns: --resume verifies them
 TRITON="${LIB_TRITON_CACHE:-$ROOT/.cache/library_ab_triton}"  # A/A's side A and the A/B's side A share kernels
 read -r -a RUN_ARGS <<< "${LIB_RUN_ARGS:---warmup-ms 10 --rep-ms 40}"
-COMMON=(--library flaggems --flaggems-dir "$FLAGGEMS_DIR" --sample "${LIB_SAMPLE:-40}" --sample-seed "${LIB_SEED:-22}"
+# LIB_OPS: these ops of the checkout instead of a sample
+if [ -n "${LIB_OPS:-}" ]; then read -r -a PICK <<< "$LIB_OPS"; else PICK=(--sample "${LIB_SAMPLE:-40}" --sample-seed "${LIB_SEED:-22}"); fi
+COMMON=(--library flaggems --flaggems-dir "$FLAGGEMS_DIR" "${PICK[@]}"
         --flaggems-max-shapes "${LIB_MAX_SHAPES:-3}" --time-limit "${LIB_POINT_LIMIT:-60}"
         --flaggems-compile-time-limit "${LIB_COMPILE_LIMIT:-120}" --rounds "${LIB_ROUNDS:-3}"
         --max-rounds "${LIB_MAX_ROUNDS:-6}" --triton-cache "$TRITON" --out "$STATE" "${EXTS[@]}" "${RUN_ARGS[@]}")
@@ -74,7 +77,12 @@ campaign() {
     *) echo "$name: exit $rc"; tail -20 "$OUT/${name}_progress.txt"; return 1 ;; esac
 }
 
-campaign aa --aa --a-env DISABLE_MMA_V3=0 && campaign ab --switch DISABLE_MMA_V3
+# LIB_ORDER=ab,aa runs the A/B first (both share side A's kernels: the second pays one side's compiles)
+if [ "${LIB_ORDER:-aa,ab}" = "ab,aa" ]; then
+  campaign ab --switch DISABLE_MMA_V3 && campaign aa --aa --a-env DISABLE_MMA_V3=0
+else
+  campaign aa --aa --a-env DISABLE_MMA_V3=0 && campaign ab --switch DISABLE_MMA_V3
+fi
 
 for name in aa ab; do
   dir="$(ls -d "$STATE"/ab_"$name"_* 2>/dev/null | head -1)"
