@@ -42,6 +42,11 @@ UNSURE = "UNSURE"
 VERDICTS = (FASTER, SLOWER, SAME, UNSURE)
 PAIRED, UNPAIRED, AUTO = "paired", "unpaired", "auto"
 PAIRINGS = (AUTO, PAIRED, UNPAIRED)
+#: how verdicts are controlled over the points analysed together: Holm's step-down (family-wise
+#: error, every verdict), or Benjamini–Hochberg / Benjamini–Yekutieli step-up over the directions
+#: (false discovery rate) with each SAME judged at the point's own level (docs/ab.md).
+HOLM, BH, BY = "holm", "bh", "by"
+METHODS = (HOLM, BH, BY)
 
 #: 1.4826 * MAD estimates the standard deviation of normal data; robust to one odd round.
 MAD_TO_SD = 1.4826
@@ -65,6 +70,9 @@ class Settings:
     trim: Optional[float] = None
     #: auto (chosen from the data), paired or unpaired.
     pairing: str = AUTO
+    #: :data:`METHODS`: holm (family-wise error over every verdict, ``zlf ab``'s rule) or bh / by
+    #: (false discovery rate over the directions, SAME per point: a library's confirmation stage).
+    method: str = HOLM
 
 
 @attrs.frozen
@@ -635,6 +643,50 @@ def adaptive_step(values: dict, settings: Settings, plan: SpendingPlan, frozen: 
     return results, frozen, extend
 
 
+def _multiple(dec: dict, frozen: dict, values: dict, level, method: str, m: int) -> tuple:
+    """The verdicts that survive the correction over the ``m`` points: ``(verdicts, judged, stop)``
+    with ``judged`` the level each decided point met and ``stop`` the divisor of ``alpha`` whose
+    level the undecided points' intervals are shown at (``level(point, divisor)`` is the level of
+    ``alpha / divisor`` at that point's look).
+
+    holm: Holm's step-down over every verdict; frozen points count as decided steps.
+    bh / by: each SAME at the point's own level (divisor 1: an equivalence test per point, the
+    rate of losing a changed point); the directions by the Benjamini–Hochberg step-up, the
+    ``r``-th smallest (frozen directions counted first, ``f`` of them) judged at divisor
+    ``m · c / (f + r)`` (``c = 1``, or ``sum 1/i`` for Benjamini–Yekutieli, valid under any
+    dependence), and every direction up to the largest ``r`` that passes is decided. At a fixed
+    look (no plan, nothing frozen) this is ``scipy.stats.false_discovery_control``'s adjusted
+    p-value against alpha.
+    """
+    verdicts, judged = {}, {}
+    order = sorted(dec, key=lambda q: dec[q][1] / max(level(q, 1), 1e-300))
+    if method == HOLM:  # frozen points first (decided at an earlier look), then by p relative to the level
+        j = len([q for q in frozen if q in values])
+        for point in order:
+            v, p = dec[point]
+            lvl = level(point, m - j)
+            if v != UNSURE and p <= lvl:
+                verdicts[point], judged[point] = v, lvl
+                j += 1
+            else:
+                break
+        return verdicts, judged, max(1, m - j)
+    for point in order:
+        v, p = dec[point]
+        if v == SAME and p <= level(point, 1):
+            verdicts[point], judged[point] = v, level(point, 1)
+    c = sum(1.0 / i for i in range(1, m + 1)) if method == BY else 1.0
+    f = len([q for q, (v, _) in frozen.items() if q in values and v in (FASTER, SLOWER)])
+    directions = [q for q in order if dec[q][0] in (FASTER, SLOWER)]
+    passed = 0
+    for r, point in enumerate(directions, 1):
+        if dec[point][1] <= level(point, m * c / (f + r)):
+            passed = r
+    for point in directions[:passed]:
+        verdicts[point], judged[point] = dec[point][0], level(point, m * c / (f + passed))
+    return verdicts, judged, m * c / (f + passed + 1)
+
+
 # ----------------------------------------------------------------------------- one campaign
 def analyse(values: dict, settings: Settings = Settings(), alpha: Optional[float] = None,
             noise: Optional[dict] = None, notes: Optional[dict] = None, frozen: Optional[dict] = None,
@@ -683,18 +735,7 @@ def analyse(values: dict, settings: Settings = Settings(), alpha: Optional[float
         if notes.get(point) and v in (FASTER, SLOWER):
             v, p = UNSURE, 1.0
         dec[point] = (v, p)
-    # Holm: frozen points first (decided at an earlier look), then by p relative to the level
-    order = sorted(dec, key=lambda q: dec[q][1] / max(level(q, 1), 1e-300))
-    verdicts, judged = {}, {}
-    j = len([q for q in frozen if q in values])
-    for point in order:
-        v, p = dec[point]
-        lvl = level(point, m - j)
-        if v != UNSURE and p <= lvl:
-            verdicts[point], judged[point] = v, lvl
-            j += 1
-        else:
-            break
+    verdicts, judged, stop = _multiple(dec, frozen, values, level, settings.method, m)
     out = []
     for point, (a_ms, b_ms) in values.items():
         n = len(a_ms)
@@ -705,7 +746,7 @@ def analyse(values: dict, settings: Settings = Settings(), alpha: Optional[float
             v, decided_at = verdicts[point], n
         else:
             v, decided_at = UNSURE, None
-        lvl = judged.get(point) or level(point, max(1, m - j))
+        lvl = judged.get(point) or level(point, stop)
         ci = e.interval(lvl) if e is not None and n >= 2 else None
         ci_pct = (pct(ci[0]), pct(ci[1])) if ci else None
         d = log_deltas(a_ms, b_ms)

@@ -1,0 +1,268 @@
+"""The two-stage rule of a library campaign: screen every point, confirm only the rest.
+
+Pure numbers in, numbers out (the library driver reads the runs and stores :class:`State`;
+docs/ab.md, "A library campaign: screen, then confirm"). Thousands of points make Holm's
+family-wise rule of a small campaign too strict to be useful (its first step tests at
+``alpha / m``), and give every point the same rounds although most of a release is unchanged.
+
+The rule (two-stage selection then inference on fresh data, as in Zehetmayer, Bauer and Posch's
+two-stage designs for many hypotheses; the confirmation decides on its own rounds only):
+
+* **Screen**: the first ``screen_rounds`` rounds of every point, the campaign's verdict rule
+  (controls' normalisation, then :func:`zlf.stats.analyse`). A point whose screen interval lies
+  wholly inside ``±δ`` at its own level ``alpha`` (an equivalence test per point, TOST) is
+  **cleared**: SAME, final, no more rounds. Every other point is **selected**.
+* **Confirm**: only the selected points' ops get further rounds, and only those rounds (after
+  the screen's) decide: they are independent of the selection, so the selected points form an
+  ordinary family. Looks after each confirmation round from :data:`zlf.stats.MIN_ROUNDS` on,
+  levels spent over the looks (Lan–DeMets O'Brien–Fleming, :class:`zlf.stats.SpendingPlan`), a
+  verdict decided at a look kept; up to ``max_rounds`` rounds in all, then UNSURE.
+* **Error rate over the library** (``method``): ``bh`` (default) -- the directions (SLOWER,
+  FASTER) by the Benjamini–Hochberg step-up over the selected points, so the expected share of
+  wrong directions among the library's directions (the false discovery rate) is at most
+  ``alpha``; ``by`` -- Benjamini–Yekutieli, the same under any dependence between points;
+  ``holm`` -- Holm's step-down over the selected points, the chance of any wrong verdict among
+  them at most ``alpha`` (family-wise). With ``bh``/``by`` every SAME is an equivalence test at
+  the point's own level: a point truly changed by δ or more is cleared at the screen with
+  probability at most ``alpha`` and called SAME in confirmation with at most ``alpha`` more.
+
+The unit of replication stays the process round (one value per point, round and side) and the
+controls' process factors are taken out before each stage's rule, as in every ``zlf ab`` campaign.
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import attrs
+
+from .. import controls as ctl
+from .. import stats
+
+SCREEN, CONFIRM = "screen", "confirm"
+#: defaults: the screen of a small campaign (3 rounds) and ``--max-rounds``' 12 in all.
+SCREEN_ROUNDS, MAX_ROUNDS = 3, 12
+
+
+@attrs.frozen
+class Plan:
+    """The two-stage rule's settings (campaign.json keeps :meth:`to_json` under ``screening``)."""
+
+    screen_rounds: int = SCREEN_ROUNDS
+    #: rounds a selected point gets at most, screen included.
+    max_rounds: int = MAX_ROUNDS
+    #: :data:`zlf.stats.METHODS`: bh (false discovery rate, default), by, or holm (family-wise).
+    method: str = stats.BH
+
+    @property
+    def confirm_rounds(self) -> int:
+        """Confirmation rounds at most (after the screen's)."""
+        return self.max_rounds - self.screen_rounds
+
+    def check(self) -> None:
+        """Raise ValueError (one line, for ``zlf: error:``) when the plan cannot decide."""
+        if self.screen_rounds < stats.MIN_ROUNDS:
+            raise ValueError(f"the screen needs at least {stats.MIN_ROUNDS} rounds (got {self.screen_rounds})")
+        if self.confirm_rounds < stats.MIN_ROUNDS:
+            raise ValueError(f"--max-rounds must leave at least {stats.MIN_ROUNDS} confirmation rounds after the "
+                             f"{self.screen_rounds} of the screen (got {self.max_rounds})")
+        if self.method not in stats.METHODS:
+            raise ValueError(f"unknown error control {self.method!r} (choose from {', '.join(stats.METHODS)})")
+
+    def spending(self, alpha: float) -> stats.SpendingPlan:
+        """The confirmation's looks: one per confirmation round from :data:`zlf.stats.MIN_ROUNDS`."""
+        return stats.SpendingPlan(stats.MIN_ROUNDS, self.confirm_rounds, alpha)
+
+    def to_json(self) -> dict:
+        return attrs.asdict(self)
+
+    @classmethod
+    def from_json(cls, doc: dict) -> "Plan":
+        return cls(**{k: doc[k] for k in ("screen_rounds", "max_rounds", "method") if k in doc})
+
+
+@attrs.frozen
+class State:
+    """What a library campaign keeps between looks (campaign.json, :meth:`to_json`)."""
+
+    #: whether the screen has been decided (its rounds all done).
+    screened: bool = False
+    #: points the screen cleared (SAME, final).
+    cleared: tuple = ()
+    #: points sent to confirmation.
+    selected: tuple = ()
+    #: ``{point: (verdict, confirmation rounds)}`` decided at a confirmation look.
+    frozen: dict = attrs.field(factory=dict)
+
+    def to_json(self) -> dict:
+        return {"screened": self.screened, "cleared": list(self.cleared), "selected": list(self.selected),
+                "frozen": {p: list(v) for p, v in self.frozen.items()}}
+
+    @classmethod
+    def from_json(cls, doc: Optional[dict]) -> "State":
+        doc = doc or {}
+        return cls(bool(doc.get("screened")), tuple(doc.get("cleared") or ()), tuple(doc.get("selected") or ()),
+                   {p: tuple(v) for p, v in (doc.get("frozen") or {}).items()})
+
+
+@attrs.frozen
+class Step:
+    """One look of a library campaign.
+
+    ``results``: one :class:`zlf.stats.PointStats` per point under test, in the order of the
+    values: a cleared point's screen row (SAME, ``decided_at`` the screen's rounds), a selected
+    point's confirmation row (its values, rounds and interval are the confirmation rounds'; UNSURE
+    while open). ``stage``: ``{point: "screen" | "confirm"}``, where its verdict comes from.
+    ``rounds``: ``{point: rounds it ran}`` (screen plus confirmation). ``extend``: the groups
+    (ops) that need another round (empty: the campaign is done). ``state``: to store.
+    ``screen``: the screen's :class:`zlf.ab.analysis.Decided` (None before it is decided).
+    """
+
+    results: list
+    stage: dict
+    rounds: dict
+    extend: list
+    state: State
+    screen: object = None
+
+    @property
+    def done(self) -> bool:
+        return not self.extend
+
+    def counts(self) -> dict:
+        """``{verdict: points}``, with ``"cleared"`` (SAME at the screen) and ``"open"`` (UNSURE
+        with rounds still to come) besides."""
+        out = stats.counts(self.results)
+        out["cleared"] = len(self.state.cleared)
+        out["open"] = 0 if self.done else sum(1 for r in self.results if r.verdict == stats.UNSURE)
+        return out
+
+
+def split(values: dict, screen_rounds: int) -> tuple:
+    """``(screen values, confirmation values)`` of ``{point: (A, B)}``: the first
+    ``screen_rounds`` rounds, and the rounds after them (points with none left out)."""
+    first = {p: (list(a[:screen_rounds]), list(b[:screen_rounds])) for p, (a, b) in values.items()}
+    later = {p: (list(a[screen_rounds:]), list(b[screen_rounds:])) for p, (a, b) in values.items()
+             if len(a) > screen_rounds}
+    return first, later
+
+
+def _split_processes(processes: Optional[dict], screen_rounds: int, later: bool) -> Optional[dict]:
+    if processes is None:
+        return None
+    cut = slice(screen_rounds, None) if later else slice(0, screen_rounds)
+    return {p: (list(a[cut]), list(b[cut])) for p, (a, b) in processes.items()}
+
+
+def screen(values: dict, settings: stats.Settings, plan: Plan, noise=None, notes=None, mode: str = ctl.NONE,
+           controls=(), canaries=(), processes=None, why: str = "", kinds=None):
+    """The screen over its rounds: ``(Decided, cleared points, selected points)``.
+
+    ``values`` hold at least the screen's rounds of every point (later rounds are ignored).
+    Cleared: the points whose verdict at their own level ``alpha`` is SAME (``method`` bh makes
+    every SAME a per-point equivalence test). Canaries are neither.
+    """
+    from .analysis import decide  # analysis imports the ab package's readers: imported when used
+
+    first, _ = split(values, plan.screen_rounds)
+    decided = decide(first, attrs.evolve(settings, method=stats.BH), noise, notes, None, None, mode, controls,
+                     canaries, _split_processes(processes, plan.screen_rounds, False), why, False, kinds)
+    cleared = tuple(r.point for r in decided.results if r.verdict == stats.SAME)
+    gone = set(cleared)
+    selected = tuple(r.point for r in decided.results if r.point not in gone)
+    return decided, cleared, selected
+
+
+def step(values: dict, settings: stats.Settings, plan: Plan, state: State, group_of: Callable[[str], str],
+         noise=None, notes=None, mode: str = ctl.NONE, controls=(), canaries=(), processes=None, why: str = "",
+         kinds=None, screen_rows: bool = True) -> Step:
+    """One look of a library campaign, after the rounds in ``values``: the screen once its rounds
+    are done, then a confirmation look after every round.
+
+    :param values: ``{point: (A values per round, B values per round)}`` of every point done so
+        far (canaries included), all rounds from the first: what ``zlf.ab.analysis.collect`` gives.
+        Points of an op that got no more rounds simply have fewer; a point that is missing (its op
+        failed) is left out of everything.
+    :param settings: the campaign's verdict rule (alpha, ``--min-effect`` δ, pairing, trim);
+        its ``method`` is replaced by ``plan.method``.
+    :param plan: :class:`Plan`.
+    :param state: what the last look returned (``State()`` at first).
+    :param group_of: ``point -> op``: the unit that gets another round.
+    :param noise, notes, mode, controls, canaries, processes, why, kinds: as
+        :func:`zlf.ab.analysis.decide` takes them (A/A entries, points that must not get a
+        direction, the controls, ``{point: (A process ids, B process ids)}`` per round).
+    :param screen_rows: with False, a look after the screen's leaves the cleared points' rows
+        out of ``results`` (they do not change; recomputing them costs a screen's analysis).
+    :return: :class:`Step`.
+    """
+    from .driving import step as adaptive_look  # driving imports this module
+
+    settings = attrs.evolve(settings, method=plan.method)
+    canaries = tuple(canaries)
+    under_test = [p for p in values if p not in canaries]
+    decided = None
+    if not state.screened:
+        short = [p for p in under_test if len(values[p][0]) < plan.screen_rounds]
+        if short or not under_test:
+            results = [attrs.evolve(r, verdict=stats.UNSURE, decided_at=None)
+                       for r in stats.analyse({p: values[p] for p in under_test}, settings, notes=notes)]
+            return Step(results, {p: SCREEN for p in under_test}, {p: len(values[p][0]) for p in under_test},
+                        list(dict.fromkeys(group_of(p) for p in short)), state)
+        decided, cleared, selected = screen(values, settings, plan, noise, notes, mode, controls, canaries, processes,
+                                            why, kinds)
+        state = State(True, cleared, selected, {})
+    elif screen_rows:
+        decided, _, _ = screen(values, settings, plan, noise, notes, mode, controls, canaries, processes, why, kinds)
+    screened_rows = {r.point: r for r in decided.results} if decided is not None else {}
+    present = [p for p in state.selected if p in values]
+    _, later = split(values, plan.screen_rounds)
+    confirmation: dict = {}
+    extend: list = []
+    if present:
+        confirmed = {p: len(later[p][0]) if p in later else 0 for p in present}
+        if max(confirmed.values()) < stats.MIN_ROUNDS:  # no verdict before 3 confirmation rounds
+            extend = list(dict.fromkeys(group_of(p) for p in present))
+        else:
+            keep = set(present) | set(canaries) | set(controls)
+            confirm_values = {p: v for p, v in later.items() if p in keep}
+            used = [c for c in controls if c in confirm_values]
+            look_results, frozen, extend = adaptive_look(
+                confirm_values, settings, plan.spending(settings.alpha), dict(state.frozen), group_of, noise, notes,
+                mode if used else ctl.NONE, used, [c for c in canaries if c in confirm_values],
+                _split_processes(processes, plan.screen_rounds, True), why, kinds)
+            confirmation = {r.point: r for r in look_results}
+            state = attrs.evolve(state, frozen=frozen)
+    results, stage, rounds = [], {}, {}
+    chosen = set(present)
+    for p in under_test:
+        if p in chosen:
+            row = confirmation.get(p) or screened_rows.get(p)
+            stage[p] = CONFIRM
+            if row is not None:
+                verdict, at = state.frozen.get(p, (stats.UNSURE, None))
+                results.append(attrs.evolve(row, verdict=verdict, decided_at=at))
+        else:
+            stage[p] = SCREEN
+            if p in screened_rows:
+                results.append(attrs.evolve(screened_rows[p], verdict=stats.SAME, decided_at=plan.screen_rounds))
+        rounds[p] = len(values[p][0])
+    return Step(results, stage, rounds, extend, state, decided)
+
+
+def statement(plan: Plan, settings: stats.Settings, step_: Optional[Step] = None) -> str:
+    """One line stating the library-wide error rate the verdicts carry (printed under the table)."""
+    a = f"{settings.alpha:g}"
+    d = f"{settings.min_effect_pct:g} %"
+    directions = {
+        stats.BH: f"false discovery rate of SLOWER/FASTER over the library <= {a} (Benjamini-Hochberg)",
+        stats.BY: f"false discovery rate of SLOWER/FASTER over the library <= {a} under any dependence "
+                  "(Benjamini-Yekutieli)",
+        stats.HOLM: f"chance of any wrong verdict among the confirmed points <= {a} (Holm, family-wise)",
+    }[plan.method]
+    same = (f"; a point changed by {d} or more is cleared as SAME at the screen with probability <= {a} "
+            f"and called SAME in confirmation with <= {a} more")
+    cost = ""
+    if step_ is not None and step_.rounds:
+        mean = sum(step_.rounds.values()) / len(step_.rounds)
+        cost = (f"; screen {plan.screen_rounds} rounds cleared {len(step_.state.cleared)} of {len(step_.rounds)} points, "
+                f"{mean:.2g} rounds per point")
+    return f"library rule: screen then confirm (delta {d}): {directions}{same}{cost}"
