@@ -73,6 +73,10 @@ class Settings:
     #: :data:`METHODS`: holm (family-wise error over every verdict, ``zlf ab``'s rule) or bh / by
     #: (false discovery rate over the directions, SAME per point: a library's confirmation stage).
     method: str = HOLM
+    #: the number of points the correction covers (None: the points analysed). A library
+    #: campaign's later looks analyse only its open points, but its family is the whole library:
+    #: the points outside ``values`` count as decided without a direction (cleared as SAME).
+    family: Optional[int] = None
 
 
 @attrs.frozen
@@ -661,7 +665,7 @@ def _multiple(dec: dict, frozen: dict, values: dict, level, method: str, m: int)
     verdicts, judged = {}, {}
     order = sorted(dec, key=lambda q: dec[q][1] / max(level(q, 1), 1e-300))
     if method == HOLM:  # frozen points first (decided at an earlier look), then by p relative to the level
-        j = len([q for q in frozen if q in values])
+        j = len([q for q in frozen if q in values]) + max(0, m - len(values))  # outside: decided SAME
         for point in order:
             v, p = dec[point]
             lvl = level(point, m - j)
@@ -721,7 +725,7 @@ def analyse(values: dict, settings: Settings = Settings(), alpha: Optional[float
     chosen, trim = choose_estimate(values, settings, noise)
     pairing = pairing or chosen
     noise = {p: nz for p in values if (nz := aa_noise_at(noise, p, trim)) is not None}
-    m = max(1, len(values))
+    m = max(1, len(values), settings.family or 0)
     est, dec = {}, {}
     for point, (a_ms, b_ms) in values.items():
         e = estimate(a_ms, b_ms, pairing, trim, noise.get(point))

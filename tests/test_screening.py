@@ -106,19 +106,33 @@ def test_screen_clears_unchanged_points_and_confirms_changed_ones():
     assert sum(st.rounds.values()) / len(st.rounds) < 12
 
 
-def test_confirmation_decides_on_its_own_rounds_only():
-    # the screen's rounds show a large slowdown that the later rounds do not: the point is
-    # selected, and the confirmation (fresh rounds) must not call it SLOWER
+def test_later_looks_keep_the_whole_library_as_the_family():
+    # the looks after the screen analyse only the open points, but BH's m is the library's size:
+    # the same open points against a larger family decide no more directions than alone
     rng = np.random.default_rng(4)
-    values = library(rng, points=8, rounds=12, noise_pct=0.3)
-    p0 = next(iter(values))
-    a, b = values[p0]
-    values[p0] = (a, [x * (1.2 if k < 3 else 1.0) for k, x in enumerate(b)])
+    values = library(rng, points=40, rounds=6, changed=range(0, 40, 2), effect_pct=2.5, noise_pct=1.0)
+    alone = stats.analyse(values, stats.Settings(method=stats.BH))
+    within = stats.analyse(values, stats.Settings(method=stats.BH, family=4000))
+    count = [sum(r.verdict in (stats.SLOWER, stats.FASTER) for r in rs) for rs in (alone, within)]
+    assert count[0] > count[1]
+    # Holm counts the points outside the values as decided steps (cleared at the screen): the
+    # open points step down exactly as they would alone
+    holm = stats.analyse(values, stats.Settings(method=stats.HOLM, family=4000))
+    holm_alone = stats.analyse(values, stats.Settings(method=stats.HOLM))
+    assert [r.verdict for r in holm] == [r.verdict for r in holm_alone]
+    assert any(r.verdict != stats.UNSURE for r in holm)
+
+
+def test_a_selected_point_is_judged_on_all_its_rounds():
+    # a point that is slower in every round but too noisy to be cleared at the screen: its row
+    # at the end holds the screen's rounds and the later ones
+    rng = np.random.default_rng(12)
+    values = library(rng, points=8, rounds=12, changed={0}, effect_pct=6.0, noise_pct=1.0)
     st, _ = drive(values, screening.Plan())
+    p0 = next(iter(values))
     row = next(r for r in st.results if r.point == p0)
-    assert p0 in st.state.selected
-    assert row.verdict != stats.SLOWER
-    assert row.a_ms == tuple(a[3:row.rounds + 3])  # the row's values are the confirmation's
+    assert p0 in st.state.selected and row.verdict == stats.SLOWER
+    assert row.a_ms == tuple(values[p0][0][:row.rounds]) and row.rounds > 3
 
 
 def test_confirmation_stops_at_the_budget_with_unsure():
@@ -127,7 +141,7 @@ def test_confirmation_stops_at_the_budget_with_unsure():
     values = library(rng, points=8, rounds=20, noise_pct=6.0)
     plan = screening.Plan(screen_rounds=3, max_rounds=8)
     st, looks = drive(values, plan)
-    assert st.done and looks == 1 + (8 - 3)  # the screen, then a look after each confirmation round
+    assert st.done and looks == 1 + (8 - 3)  # the screen, then a look after each later round
     assert max(st.rounds.values()) == 8
     assert any(r.verdict == stats.UNSURE for r in st.results)
 
@@ -160,7 +174,7 @@ def test_state_and_plan_round_trip_through_json():
 
 @pytest.mark.parametrize("plan, message", [
     (screening.Plan(screen_rounds=2), "the screen needs at least 3 rounds"),
-    (screening.Plan(screen_rounds=3, max_rounds=5), "at least 3 confirmation rounds"),
+    (screening.Plan(screen_rounds=3, max_rounds=3), "must leave confirmation rounds after the 3 of the screen"),
     (screening.Plan(method="fdr"), "unknown error control 'fdr'"),
 ])
 def test_plan_check_says_what_is_wrong(plan, message):

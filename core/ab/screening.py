@@ -5,29 +5,33 @@ docs/ab.md, "A library campaign: screen, then confirm"). Thousands of points mak
 family-wise rule of a small campaign too strict to be useful (its first step tests at
 ``alpha / m``), and give every point the same rounds although most of a release is unchanged.
 
-The rule (two-stage selection then inference on fresh data, as in Zehetmayer, Bauer and Posch's
-two-stage designs for many hypotheses; the confirmation decides on its own rounds only):
+The rule is a group-sequential design per point with stopping for equivalence at its first look,
+the library's points one family:
 
-* **Screen**: the first ``screen_rounds`` rounds of every point, the campaign's verdict rule
-  (controls' normalisation, then :func:`zlf.stats.analyse`). A point whose screen interval lies
-  wholly inside ``±δ`` at its own level ``alpha`` (an equivalence test per point, TOST) is
-  **cleared**: SAME, final, no more rounds. Every other point is **selected**.
-* **Confirm**: only the selected points' ops get further rounds, and only those rounds (after
-  the screen's) decide: they are independent of the selection, so the selected points form an
-  ordinary family. Looks after each confirmation round from :data:`zlf.stats.MIN_ROUNDS` on,
-  levels spent over the looks (Lan–DeMets O'Brien–Fleming, :class:`zlf.stats.SpendingPlan`), a
-  verdict decided at a look kept; up to ``max_rounds`` rounds in all, then UNSURE.
+* **Screen** (the first look, after ``screen_rounds`` rounds of every point): the campaign's
+  verdict rule (controls' normalisation, then :func:`zlf.stats.analyse`). A point whose interval
+  lies wholly inside ``±δ`` at its own level ``alpha`` (an equivalence test per point, TOST) is
+  **cleared**: SAME, final, no more rounds. Every other point is **selected**. Nothing gets a
+  direction at the screen.
+* **Confirm**: only the selected points' ops get further rounds, one look after each round up to
+  ``max_rounds``, on all of a point's rounds (the screen's included). Each look's levels come from
+  Lan–DeMets O'Brien–Fleming spending over the looks after rounds ``screen_rounds..max_rounds``
+  (:class:`zlf.stats.SpendingPlan`); a verdict decided at a look is kept (and, with controls, only
+  when the values as measured agree, as ``--until-confident`` freezes); at ``max_rounds`` the
+  last look's verdicts stand and the rest are UNSURE. Stopping a point for SAME can only remove
+  directions, so the screen costs the directions' error rate nothing.
 * **Error rate over the library** (``method``): ``bh`` (default) -- the directions (SLOWER,
-  FASTER) by the Benjamini–Hochberg step-up over the selected points, so the expected share of
-  wrong directions among the library's directions (the false discovery rate) is at most
-  ``alpha``; ``by`` -- Benjamini–Yekutieli, the same under any dependence between points;
-  ``holm`` -- Holm's step-down over the selected points, the chance of any wrong verdict among
-  them at most ``alpha`` (family-wise). With ``bh``/``by`` every SAME is an equivalence test at
-  the point's own level: a point truly changed by δ or more is cleared at the screen with
-  probability at most ``alpha`` and called SAME in confirmation with at most ``alpha`` more.
+  FASTER) by the Benjamini–Hochberg step-up over all the library's ``m`` points (the cleared
+  ones count as decided without a direction), so the expected share of wrong directions among
+  the library's directions (the false discovery rate) is at most ``alpha``; ``by`` --
+  Benjamini–Yekutieli, the same under any dependence between points; ``holm`` -- Holm's
+  step-down, the chance of any wrong verdict at most ``alpha`` (family-wise). With ``bh``/``by``
+  each SAME is an equivalence test at the point's own level: a point truly changed by δ or more
+  is cleared at the screen with probability at most ``alpha``, and called SAME at a later look
+  with at most ``alpha`` more (spent over the looks).
 
 The unit of replication stays the process round (one value per point, round and side) and the
-controls' process factors are taken out before each stage's rule, as in every ``zlf ab`` campaign.
+controls' process factors are taken out before each look, as in every ``zlf ab`` campaign.
 """
 from __future__ import annotations
 
@@ -62,15 +66,15 @@ class Plan:
         """Raise ValueError (one line, for ``zlf: error:``) when the plan cannot decide."""
         if self.screen_rounds < stats.MIN_ROUNDS:
             raise ValueError(f"the screen needs at least {stats.MIN_ROUNDS} rounds (got {self.screen_rounds})")
-        if self.confirm_rounds < stats.MIN_ROUNDS:
-            raise ValueError(f"--max-rounds must leave at least {stats.MIN_ROUNDS} confirmation rounds after the "
-                             f"{self.screen_rounds} of the screen (got {self.max_rounds})")
+        if self.confirm_rounds < 1:
+            raise ValueError(f"--max-rounds must leave confirmation rounds after the {self.screen_rounds} of the "
+                             f"screen (got {self.max_rounds})")
         if self.method not in stats.METHODS:
             raise ValueError(f"unknown error control {self.method!r} (choose from {', '.join(stats.METHODS)})")
 
     def spending(self, alpha: float) -> stats.SpendingPlan:
-        """The confirmation's looks: one per confirmation round from :data:`zlf.stats.MIN_ROUNDS`."""
-        return stats.SpendingPlan(stats.MIN_ROUNDS, self.confirm_rounds, alpha)
+        """The looks' levels: one look per round from the screen's to ``max_rounds``."""
+        return stats.SpendingPlan(self.screen_rounds, self.max_rounds, alpha)
 
     def to_json(self) -> dict:
         return attrs.asdict(self)
@@ -90,7 +94,7 @@ class State:
     cleared: tuple = ()
     #: points sent to confirmation.
     selected: tuple = ()
-    #: ``{point: (verdict, confirmation rounds)}`` decided at a confirmation look.
+    #: ``{point: (verdict, rounds)}`` decided at a confirmation look.
     frozen: dict = attrs.field(factory=dict)
 
     def to_json(self) -> dict:
@@ -110,8 +114,7 @@ class Step:
 
     ``results``: one :class:`zlf.stats.PointStats` per point under test, in the order of the
     values: a cleared point's screen row (SAME, ``decided_at`` the screen's rounds), a selected
-    point's confirmation row (its values, rounds and interval are the confirmation rounds'; UNSURE
-    while open). ``stage``: ``{point: "screen" | "confirm"}``, where its verdict comes from.
+    point's row of the last look (all its rounds; UNSURE while open). ``stage``: ``{point: "screen" | "confirm"}``, where its verdict comes from.
     ``rounds``: ``{point: rounds it ran}`` (screen plus confirmation). ``extend``: the groups
     (ops) that need another round (empty: the campaign is done). ``state``: to store.
     ``screen``: the screen's :class:`zlf.ab.analysis.Decided` (None before it is decided).
@@ -194,8 +197,6 @@ def step(values: dict, settings: stats.Settings, plan: Plan, state: State, group
         out of ``results`` (they do not change; recomputing them costs a screen's analysis).
     :return: :class:`Step`.
     """
-    from .driving import step as adaptive_look  # driving imports this module
-
     settings = attrs.evolve(settings, method=plan.method)
     canaries = tuple(canaries)
     under_test = [p for p in values if p not in canaries]
@@ -214,23 +215,20 @@ def step(values: dict, settings: stats.Settings, plan: Plan, state: State, group
         decided, _, _ = screen(values, settings, plan, noise, notes, mode, controls, canaries, processes, why, kinds)
     screened_rows = {r.point: r for r in decided.results} if decided is not None else {}
     present = [p for p in state.selected if p in values]
-    _, later = split(values, plan.screen_rounds)
     confirmation: dict = {}
     extend: list = []
-    if present:
-        confirmed = {p: len(later[p][0]) if p in later else 0 for p in present}
-        if max(confirmed.values()) < stats.MIN_ROUNDS:  # no verdict before 3 confirmation rounds
-            extend = list(dict.fromkeys(group_of(p) for p in present))
-        else:
-            keep = set(present) | set(canaries) | set(controls)
-            confirm_values = {p: v for p, v in later.items() if p in keep}
-            used = [c for c in controls if c in confirm_values]
-            look_results, frozen, extend = adaptive_look(
-                confirm_values, settings, plan.spending(settings.alpha), dict(state.frozen), group_of, noise, notes,
-                mode if used else ctl.NONE, used, [c for c in canaries if c in confirm_values],
-                _split_processes(processes, plan.screen_rounds, True), why, kinds)
-            confirmation = {r.point: r for r in look_results}
-            state = attrs.evolve(state, frozen=frozen)
+    if present and max(len(values[p][0]) for p in present) > plan.screen_rounds:
+        keep = set(present) | set(canaries) | set(controls)
+        look_values = {p: v for p, v in values.items() if p in keep}
+        used = [c for c in controls if c in look_values]
+        family = attrs.evolve(settings, family=len(under_test))  # the cleared points stay in the family
+        look_results, frozen, extend = _look(look_values, family, plan, dict(state.frozen), group_of, noise, notes,
+                                             mode if used else ctl.NONE, used,
+                                             [c for c in canaries if c in look_values], processes, why, kinds)
+        confirmation = {r.point: r for r in look_results}
+        state = attrs.evolve(state, frozen=frozen)
+    elif present:  # the screen's look: every selected op gets a round
+        extend = list(dict.fromkeys(group_of(p) for p in present))
     results, stage, rounds = [], {}, {}
     chosen = set(present)
     for p in under_test:
@@ -238,7 +236,12 @@ def step(values: dict, settings: stats.Settings, plan: Plan, state: State, group
             row = confirmation.get(p) or screened_rows.get(p)
             stage[p] = CONFIRM
             if row is not None:
-                verdict, at = state.frozen.get(p, (stats.UNSURE, None))
+                if p in state.frozen:
+                    verdict, at = state.frozen[p]
+                elif not extend and p in confirmation:  # the last look: its verdicts stand
+                    verdict, at = row.verdict, (row.rounds if row.verdict != stats.UNSURE else None)
+                else:
+                    verdict, at = stats.UNSURE, None
                 results.append(attrs.evolve(row, verdict=verdict, decided_at=at))
         else:
             stage[p] = SCREEN
@@ -246,6 +249,37 @@ def step(values: dict, settings: stats.Settings, plan: Plan, state: State, group
                 results.append(attrs.evolve(screened_rows[p], verdict=stats.SAME, decided_at=plan.screen_rounds))
         rounds[p] = len(values[p][0])
     return Step(results, stage, rounds, extend, state, decided)
+
+
+def _look(values, settings, plan: Plan, frozen: dict, group_of, noise, notes, mode, controls, canaries, processes,
+          why, kinds) -> tuple:
+    """One look after the screen: ``(results, frozen, groups to extend)``.
+
+    Levels from :meth:`Plan.spending` at each point's rounds; a verdict decided at a look is
+    frozen. A SAME is frozen on the normalised values, as the screen clears; a direction only when
+    the values as measured give it too (as ``--until-confident`` freezes: a direction is a claim
+    the controls' factors must not make alone). Nothing is frozen while the controls cannot tell
+    who moved. Groups with a point still open get another round until ``plan.max_rounds``.
+    """
+    from .analysis import decide
+
+    spend = plan.spending(settings.alpha)
+    decided = decide(values, settings, noise, notes, spend, frozen, mode, controls, canaries, processes, why, False,
+                     kinds)
+    results = decided.results
+    norm = decided.normalisation
+    before, after = frozen, stats.newly_frozen(results, frozen)
+    if norm.undecided or (norm.disagree and not norm.active):
+        after = dict(before)
+    elif norm.active:
+        new = {p: v for p, v in after.items() if p not in before and v[0] in (stats.FASTER, stats.SLOWER)}
+        measured = {p: norm.raw[p] for p in new}
+        same = {r.point: r.verdict for r in stats.look(measured, settings, spend, {}, notes=notes)} if measured else {}
+        after = {p: v for p, v in after.items() if p not in new or same.get(p) == v[0]}
+    n = max((len(a) for a, _ in values.values()), default=0)
+    open_ = [r.point for r in results if r.point not in after]
+    extend = list(dict.fromkeys(group_of(p) for p in open_)) if n < plan.max_rounds else []
+    return results, after, extend
 
 
 def statement(plan: Plan, settings: stats.Settings, step_: Optional[Step] = None) -> str:
@@ -256,10 +290,10 @@ def statement(plan: Plan, settings: stats.Settings, step_: Optional[Step] = None
         stats.BH: f"false discovery rate of SLOWER/FASTER over the library <= {a} (Benjamini-Hochberg)",
         stats.BY: f"false discovery rate of SLOWER/FASTER over the library <= {a} under any dependence "
                   "(Benjamini-Yekutieli)",
-        stats.HOLM: f"chance of any wrong verdict among the confirmed points <= {a} (Holm, family-wise)",
+        stats.HOLM: f"chance of any wrong verdict over the library <= {a} (Holm, family-wise)",
     }[plan.method]
     same = (f"; a point changed by {d} or more is cleared as SAME at the screen with probability <= {a} "
-            f"and called SAME in confirmation with <= {a} more")
+            f"and called SAME at a later look with <= {a} more")
     cost = ""
     if step_ is not None and step_.rounds:
         mean = sum(step_.rounds.values()) / len(step_.rounds)
