@@ -267,11 +267,13 @@ LIB_MODELS = ("a", "d")
 
 
 def library_values(rng, model: str, rounds: int, ops: int = LIB_OPS, per_op: int = LIB_PER_OP,
-                   effects: dict = LIB_EFFECTS) -> tuple:
+                   effects: dict = LIB_EFFECTS, shift_pct: float = 0.0) -> tuple:
     """``(values, truth)``: ``{point: (A per round, B per round)}`` of every point (canaries last)
     for ``rounds`` rounds, and ``{point: true effect percent}``. Noise as :func:`campaign`'s
     models: every point of a process (one round of one side) shares its process's factor, which
-    for (d) is the slow clock mode (+4 % with probability 0.3) of all its ops and the canaries."""
+    for (d) is the slow clock mode (+4 % with probability 0.3) of all its ops and the canaries.
+    ``shift_pct`` moves every other point (not the canaries) by that much on B: a change inside
+    ``±δ``, where a direction is wrong and BH's bound is nearly reached."""
     n = ops * per_op
     bases = np.log(10.0 ** rng.uniform(-2, 1, n + CANARIES))
     values = campaign(rng, model, 0.0, rounds, bases)
@@ -287,10 +289,9 @@ def library_values(rng, model: str, rounds: int, ops: int = LIB_OPS, per_op: int
     for p, name in enumerate(names[:n]):
         new = f"op{order[p // per_op]}/{p}/float32"
         a, b = values[name]
-        if name in truth:
-            b = b * (1.0 + truth[name] / 100.0)
+        b = b * (1.0 + truth.get(name, shift_pct) / 100.0)
         renamed[new] = (a, b)
-        true[new] = truth.get(name, 0.0)
+        true[new] = truth.get(name, shift_pct)
     renamed.update({name: values[name] for name in names[n:]})
     return renamed, true
 
@@ -343,7 +344,8 @@ def run_library(job, ops: int = LIB_OPS) -> dict:
     ``ops`` of :data:`LIB_PER_OP` points each (a test runs a smaller library)."""
     from zlf.ab import screening
 
-    model, design, screen_rounds, max_rounds, method, campaigns, seed = job
+    model, design, screen_rounds, max_rounds, method, campaigns, seed, *rest = job
+    shift = rest[0] if rest else 0.0
     rng = np.random.default_rng(seed)
     settings = attrs_evolve(stats.Settings(), method=method)
     delta = settings.min_effect_pct
@@ -351,10 +353,10 @@ def run_library(job, ops: int = LIB_OPS) -> dict:
     fdp, any_false, rounds_used, points, cleared = [], 0, [], 0, 0
     per_effect: dict = {}
     for _ in range(campaigns):
-        values, truth = library_values(rng, model, max_rounds, ops)
+        values, truth = library_values(rng, model, max_rounds, ops, shift_pct=shift)
         if design == "two-stage":
             verdicts, used, screened = library_campaign(values, settings, plan)
-            cleared += sum(truth[p] == 0.0 for p in screened)
+            cleared += sum(truth[p] == shift for p in screened)
         else:
             verdicts, used = fixed_campaign(values, settings, max_rounds), {p: max_rounds for p in truth}
         false = sum(wrong_direction(verdicts[p], truth[p], delta) for p in truth)
@@ -373,7 +375,7 @@ def run_library(job, ops: int = LIB_OPS) -> dict:
             "max_rounds": max_rounds, "method": method, "campaigns": campaigns, "points": points,
             "fdr": float(np.mean(fdp)), "fdp_max": float(np.max(fdp)), "campaigns_with_false_direction": any_false,
             "mean_rounds": float(np.mean(rounds_used)), "by_effect": per_effect,
-            "unchanged_cleared_at_screen": cleared if design == "two-stage" else None}
+            "unchanged_cleared_at_screen": cleared if design == "two-stage" else None, "shift_pct": shift}
 
 
 def attrs_evolve(obj, **changes):
@@ -382,10 +384,15 @@ def attrs_evolve(obj, **changes):
     return attrs.evolve(obj, **changes)
 
 
-def library_grid(campaigns: int, seed: int, screens=(3, 5), max_rounds: int = MAX_ROUNDS) -> list:
+def library_grid(campaigns: int, seed: int, screens=(3, 5), max_rounds: int = MAX_ROUNDS, shift: float = 0.0) -> list:
     """The library cells: the two-stage rule (BH) at each screen length in each model, and the
-    one-stage baselines at ``max_rounds`` (BH and Holm, ``zlf ab``'s rule) in each model."""
+    one-stage baselines at ``max_rounds`` (BH and Holm, ``zlf ab``'s rule) in each model; with
+    ``shift`` (every unchanged point moved by that much, inside δ), the two-stage rule at the
+    first screen length and one-stage BH, model (a)."""
     jobs = []
+    if shift:
+        jobs = [("a", "two-stage", screens[0], max_rounds, stats.BH), ("a", "fixed", None, max_rounds, stats.BH)]
+        return [j + (campaigns, seed + 50_000 + i, shift) for i, j in enumerate(jobs)]
     for model in LIB_MODELS:
         for screen in screens:
             jobs.append((model, "two-stage", screen, max_rounds, stats.BH))
@@ -401,17 +408,20 @@ def library_table(rows) -> list:
     for r in rows:
         if r.get("kind") != "library":
             continue
-        eff = r["by_effect"]
-        changed = {k: v for k, v in eff.items() if float(k) != 0.0}
+        eff = dict(r["by_effect"])
+        null = f"{r.get('shift_pct', 0.0):g}"
+        eff["0"] = eff.pop(null)
+        changed = {k: v for k, v in eff.items() if k != "0"}
         power = sum(v["right"] for v in changed.values())
         total = sum(v["points"] for v in changed.values())
         lost = sum(v["same"] for v in changed.values())
         design = f"screen {r['screen_rounds']} + confirm to {r['max_rounds']}" if r["design"] == "two-stage" else f"fixed {r['max_rounds']}"
-        out.append([r["model"], design, r["method"], r["campaigns"], f"{100 * r['fdr']:.2f} %",
+        model = r["model"] + (f", others {r['shift_pct']:+g} %" if r.get("shift_pct") else "")
+        out.append([model, design, r["method"], r["campaigns"], f"{100 * r['fdr']:.2f} %",
                     _share(r["campaigns_with_false_direction"], r["campaigns"]),
                     _share(power, total), "; ".join(f"{k:>4}: {100 * v['right'] / v['points']:.0f} %"
                                                      for k, v in sorted(changed.items(), key=lambda kv: float(kv[0]))),
-                    f"{lost}/{total}", _share(eff["0"]["same"], eff["0"]["points"]),
+                    f"{lost}/{total}", _share(eff["0"]["right"], eff["0"]["points"]),
                     _share(r["unchanged_cleared_at_screen"], eff["0"]["points"]) if r.get("unchanged_cleared_at_screen") is not None else "",
                     f"{r['mean_rounds']:.2f}"])
     return out
@@ -512,6 +522,9 @@ def main(argv=None) -> int:
                         help="the library-shaped campaigns instead (2,000 points, 2 %% changed; two-stage rule and "
                              "one-stage baselines; --campaigns per cell, default 10)")
     parser.add_argument("--screens", default="3,5", metavar="N,N", help="--library: screen lengths (default 3,5)")
+    parser.add_argument("--shift", type=float, default=0.0, metavar="PCT",
+                        help="--library: move every unchanged point by PCT on B (inside delta: a direction there is "
+                             "wrong), the cells that test BH's bound where it is nearly reached")
     parser.add_argument("--workers", type=int, default=max(1, multiprocessing.cpu_count()), metavar="N")
     args = parser.parse_args(argv)
     t0 = time.time()
@@ -543,7 +556,7 @@ def main(argv=None) -> int:
 def main_library(args, t0) -> int:
     from tabulate import tabulate
 
-    jobs = library_grid(args.campaigns or 10, args.seed, tuple(int(x) for x in args.screens.split(",")))
+    jobs = library_grid(args.campaigns or 10, args.seed, tuple(int(x) for x in args.screens.split(",")), shift=args.shift)
     rows = []
     with multiprocessing.Pool(args.workers) if args.workers > 1 else _Serial() as pool:
         for row in pool.imap(run_library, jobs):
