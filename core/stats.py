@@ -686,7 +686,10 @@ def _multiple(dec: dict, frozen: dict, values: dict, level, method: str, m: int)
     directions = [q for q in order if dec[q][0] in (FASTER, SLOWER)]
     passed = 0
     for r, point in enumerate(directions, 1):
-        if dec[point][1] <= level(point, m * c / (f + r)):
+        p = dec[point][1]
+        # no rank's level exceeds the point's own (divisor 1): only such p-values need theirs, which
+        # under a spending plan costs a group-sequential boundary per rank
+        if p <= level(point, 1) and p <= level(point, m * c / (f + r)):
             passed = r
     for point in directions[:passed]:
         verdicts[point], judged[point] = dec[point][0], level(point, m * c / (f + passed))
