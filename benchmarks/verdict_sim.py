@@ -384,7 +384,8 @@ def attrs_evolve(obj, **changes):
     return attrs.evolve(obj, **changes)
 
 
-def library_grid(campaigns: int, seed: int, screens=(3, 5), max_rounds: int = MAX_ROUNDS, shift: float = 0.0) -> list:
+def library_grid(campaigns: int, seed: int, screens=(3, 5), max_rounds: int = MAX_ROUNDS, shift: float = 0.0,
+                 models=LIB_MODELS) -> list:
     """The library cells: the two-stage rule (BH) at each screen length in each model, and the
     one-stage baselines at ``max_rounds`` (BH and Holm, ``zlf ab``'s rule) in each model; with
     ``shift`` (every unchanged point moved by that much, inside δ), the two-stage rule at the
@@ -393,12 +394,12 @@ def library_grid(campaigns: int, seed: int, screens=(3, 5), max_rounds: int = MA
     if shift:
         jobs = [("a", "two-stage", screens[0], max_rounds, stats.BH), ("a", "fixed", None, max_rounds, stats.BH)]
         return [j + (campaigns, seed + 50_000 + i, shift) for i, j in enumerate(jobs)]
-    for model in LIB_MODELS:
+    for model in models:
         for screen in screens:
             jobs.append((model, "two-stage", screen, max_rounds, stats.BH))
         for method in (stats.BH, stats.HOLM):
             jobs.append((model, "fixed", None, max_rounds, method))
-    return [j + (campaigns, seed + 40_000 + i) for i, j in enumerate(jobs)]
+    return [j + (campaigns, seed + 40_000 + LIB_MODELS.index(j[0]) * 4 + i % 4) for i, j in enumerate(jobs)]
 
 
 def library_table(rows) -> list:
@@ -522,6 +523,8 @@ def main(argv=None) -> int:
                         help="the library-shaped campaigns instead (2,000 points, 2 %% changed; two-stage rule and "
                              "one-stage baselines; --campaigns per cell, default 10)")
     parser.add_argument("--screens", default="3,5", metavar="N,N", help="--library: screen lengths (default 3,5)")
+    parser.add_argument("--models", default=",".join(LIB_MODELS), metavar="M,M",
+                        help=f"--library: noise models (default {','.join(LIB_MODELS)})")
     parser.add_argument("--shift", type=float, default=0.0, metavar="PCT",
                         help="--library: move every unchanged point by PCT on B (inside delta: a direction there is "
                              "wrong), the cells that test BH's bound where it is nearly reached")
@@ -556,7 +559,8 @@ def main(argv=None) -> int:
 def main_library(args, t0) -> int:
     from tabulate import tabulate
 
-    jobs = library_grid(args.campaigns or 10, args.seed, tuple(int(x) for x in args.screens.split(",")), shift=args.shift)
+    jobs = library_grid(args.campaigns or 10, args.seed, tuple(int(x) for x in args.screens.split(",")), shift=args.shift,
+                        models=tuple(args.models.split(",")))
     rows = []
     with multiprocessing.Pool(args.workers) if args.workers > 1 else _Serial() as pool:
         for row in pool.imap(run_library, jobs):
