@@ -257,6 +257,182 @@ class _Serial:
         return (fn(j) for j in jobs)
 
 
+# ----------------------------------------------------------------------------- a library campaign
+#: a library-shaped campaign: 2,000 points in 500 ops of 4 (an op's shapes and dtypes), 40 of them
+#: (2 %, 10 ops) changed on B: {effect percent: ops}. A compiler change moves an op's kernels
+#: together, so whole ops change.
+LIB_OPS, LIB_PER_OP = 500, 4
+LIB_EFFECTS = {2.0: 3, 5.0: 3, -3.0: 2, 200.0: 2}
+LIB_MODELS = ("a", "d")
+
+
+def library_values(rng, model: str, rounds: int, ops: int = LIB_OPS, per_op: int = LIB_PER_OP,
+                   effects: dict = LIB_EFFECTS, shift_pct: float = 0.0) -> tuple:
+    """``(values, truth)``: ``{point: (A per round, B per round)}`` of every point (canaries last)
+    for ``rounds`` rounds, and ``{point: true effect percent}``. Noise as :func:`campaign`'s
+    models: every point of a process (one round of one side) shares its process's factor, which
+    for (d) is the slow clock mode (+4 % with probability 0.3) of all its ops and the canaries.
+    ``shift_pct`` moves every other point (not the canaries) by that much on B: a change inside
+    ``±δ``, where a direction is wrong and BH's bound is nearly reached."""
+    n = ops * per_op
+    bases = np.log(10.0 ** rng.uniform(-2, 1, n + CANARIES))
+    values = campaign(rng, model, 0.0, rounds, bases)
+    names = list(values)
+    truth, op = {}, 0
+    for effect, count in effects.items():
+        for _ in range(count):
+            for k in range(per_op):
+                truth[names[op * per_op + k]] = effect
+            op += 1
+    order = rng.permutation(ops)  # changed ops anywhere in the library
+    renamed, true = {}, {}
+    for p, name in enumerate(names[:n]):
+        new = f"op{order[p // per_op]}/{p}/float32"
+        a, b = values[name]
+        b = b * (1.0 + truth.get(name, shift_pct) / 100.0)
+        renamed[new] = (a, b)
+        true[new] = truth.get(name, shift_pct)
+    renamed.update({name: values[name] for name in names[n:]})
+    return renamed, true
+
+
+def library_campaign(values: dict, settings, plan) -> tuple:
+    """The two-stage rule as a library campaign runs it (``zlf.ab.screening.step``): every op its
+    screen rounds, then a round more only for the ops the last look extends; the canaries run
+    in every process. ``(verdict per point, rounds per point, points the screen cleared)``."""
+    from zlf.ab import screening
+
+    can = canary_points(values)
+    rounds = {op_of(p): plan.screen_rounds for p in values if p not in can}
+    state = screening.State()
+    while True:
+        longest = max(rounds.values())
+        cut = {p: (a[:rounds.get(op_of(p), longest)], b[:rounds.get(op_of(p), longest)]) for p, (a, b) in values.items()}
+        st = screening.step(cut, settings, plan, state, op_of, mode=ctl.AUTO, controls=can, canaries=can,
+                            screen_rows=False)
+        state = st.state
+        if st.done:
+            break
+        for op in st.extend:
+            rounds[op] += 1
+    verdicts = {p: stats.SAME for p in state.cleared}
+    verdicts.update({r.point: r.verdict for r in st.results})  # the last look's rows of the selected points
+    return verdicts, dict(st.rounds), state.cleared
+
+
+def fixed_campaign(values: dict, settings, rounds: int) -> dict:
+    """One stage, every point ``rounds`` rounds: ``zlf ab``'s fixed rule (``settings.method``)."""
+    can = canary_points(values)
+    cut = {p: (a[:rounds], b[:rounds]) for p, (a, b) in values.items()}
+    decided = decide(cut, settings, None, mode=ctl.AUTO, controls=can, canaries=can, control_rows=False)
+    return {r.point: r.verdict for r in decided.results}
+
+
+def wrong_direction(verdict: str, effect: float, delta: float) -> bool:
+    """A direction the truth does not have: any direction on a change within ±δ, the opposite one
+    beyond it (a change of exactly δ may be called either way or SAME, as in :func:`wrong_verdicts`)."""
+    if verdict not in (stats.SLOWER, stats.FASTER):
+        return False
+    if abs(effect) < delta:
+        return True
+    return verdict != (stats.SLOWER if effect > 0 else stats.FASTER)
+
+
+def run_library(job, ops: int = LIB_OPS) -> dict:
+    """One cell of library campaigns: ``(model, design, screen rounds, max rounds, method,
+    campaigns, seed)`` with design ``two-stage`` or ``fixed`` (every point ``max rounds``);
+    ``ops`` of :data:`LIB_PER_OP` points each (a test runs a smaller library)."""
+    from zlf.ab import screening
+
+    model, design, screen_rounds, max_rounds, method, campaigns, seed, *rest = job
+    shift = rest[0] if rest else 0.0
+    rng = np.random.default_rng(seed)
+    settings = attrs_evolve(stats.Settings(), method=method)
+    delta = settings.min_effect_pct
+    plan = screening.Plan(screen_rounds, max_rounds, method)
+    fdp, any_false, rounds_used, points, cleared = [], 0, [], 0, 0
+    per_effect: dict = {}
+    for _ in range(campaigns):
+        values, truth = library_values(rng, model, max_rounds, ops, shift_pct=shift)
+        if design == "two-stage":
+            verdicts, used, screened = library_campaign(values, settings, plan)
+            cleared += sum(truth[p] == shift for p in screened)
+        else:
+            verdicts, used = fixed_campaign(values, settings, max_rounds), {p: max_rounds for p in truth}
+        false = sum(wrong_direction(verdicts[p], truth[p], delta) for p in truth)
+        directions = sum(verdicts[p] in (stats.SLOWER, stats.FASTER) for p in truth)
+        fdp.append(false / max(1, directions))
+        any_false += false > 0
+        rounds_used.append(sum(used.values()) / len(used))
+        points += len(truth)
+        for p, effect in truth.items():
+            cell = per_effect.setdefault(f"{effect:g}", {"points": 0, "right": 0, "same": 0, "unsure": 0, "wrong": 0})
+            cell["points"] += 1
+            v = verdicts[p]
+            right = (stats.SAME if abs(effect) < delta else stats.SLOWER if effect > 0 else stats.FASTER)
+            cell["right" if v == right else "same" if v == stats.SAME else "unsure" if v == stats.UNSURE else "wrong"] += 1
+    return {"kind": "library", "model": model, "design": design, "screen_rounds": screen_rounds if design == "two-stage" else None,
+            "max_rounds": max_rounds, "method": method, "campaigns": campaigns, "points": points,
+            "fdr": float(np.mean(fdp)), "fdp_max": float(np.max(fdp)), "campaigns_with_false_direction": any_false,
+            "mean_rounds": float(np.mean(rounds_used)), "by_effect": per_effect,
+            "unchanged_cleared_at_screen": cleared if design == "two-stage" else None, "shift_pct": shift}
+
+
+def attrs_evolve(obj, **changes):
+    import attrs
+
+    return attrs.evolve(obj, **changes)
+
+
+def library_grid(campaigns: int, seed: int, screens=(3, 5), max_rounds: int = MAX_ROUNDS, shift: float = 0.0,
+                 models=LIB_MODELS) -> list:
+    """The library cells: the two-stage rule (BH) at each screen length in each model, and the
+    one-stage baselines at ``max_rounds`` (BH and Holm, ``zlf ab``'s rule) in each model; with
+    ``shift`` (every unchanged point moved by that much, inside δ), the two-stage rule at the
+    first screen length and one-stage BH, model (a)."""
+    jobs = []
+    if shift:
+        jobs = [("a", "two-stage", screens[0], max_rounds, stats.BH), ("a", "fixed", None, max_rounds, stats.BH)]
+        return [j + (campaigns, seed + 50_000 + i, shift) for i, j in enumerate(jobs)]
+    for model in models:
+        for screen in screens:
+            jobs.append((model, "two-stage", screen, max_rounds, stats.BH))
+        for method in (stats.BH, stats.HOLM):
+            jobs.append((model, "fixed", None, max_rounds, method))
+    return [j + (campaigns, seed + 40_000 + LIB_MODELS.index(j[0]) * 4 + i % 4) for i, j in enumerate(jobs)]
+
+
+def library_table(rows) -> list:
+    """Rows of the library table: per cell the FDR, campaigns with a false direction, power per
+    effect, changed points lost as SAME, and the mean rounds per point."""
+    out = []
+    for r in rows:
+        if r.get("kind") != "library":
+            continue
+        eff = dict(r["by_effect"])
+        null = f"{r.get('shift_pct', 0.0):g}"
+        eff["0"] = eff.pop(null)
+        changed = {k: v for k, v in eff.items() if k != "0"}
+        power = sum(v["right"] for v in changed.values())
+        total = sum(v["points"] for v in changed.values())
+        lost = sum(v["same"] for v in changed.values())
+        design = f"screen {r['screen_rounds']} + confirm to {r['max_rounds']}" if r["design"] == "two-stage" else f"fixed {r['max_rounds']}"
+        model = r["model"] + (f", others {r['shift_pct']:+g} %" if r.get("shift_pct") else "")
+        out.append([model, design, r["method"], r["campaigns"], f"{100 * r['fdr']:.2f} %",
+                    _share(r["campaigns_with_false_direction"], r["campaigns"]),
+                    _share(power, total), "; ".join(f"{k:>4}: {100 * v['right'] / v['points']:.0f} %"
+                                                     for k, v in sorted(changed.items(), key=lambda kv: float(kv[0]))),
+                    f"{lost}/{total}", _share(eff["0"]["right"], eff["0"]["points"]),
+                    _share(r["unchanged_cleared_at_screen"], eff["0"]["points"]) if r.get("unchanged_cleared_at_screen") is not None else "",
+                    f"{r['mean_rounds']:.2f}"])
+    return out
+
+
+LIBRARY_HEADERS = ["model", "design", "method", "campaigns", "FDR (mean FDP)", "campaigns with a false direction",
+                   "power on changed points", "power by effect %", "changed lost as SAME", "unchanged SAME",
+                   "unchanged cleared at the screen", "mean rounds per point"]
+
+
 # ----------------------------------------------------------------------------- the table of targets
 def wilson(k: int, n: int, z: float = 1.96) -> tuple:
     """95 % Wilson score interval of a binomial share, percent."""
@@ -343,10 +519,21 @@ def main(argv=None) -> int:
                         help="campaigns per cell of the MDE power check (default: --campaigns)")
     parser.add_argument("--points", type=int, choices=(20, 40), default=20, help="points per campaign, in 4 ops (default 20)")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--library", action="store_true",
+                        help="the library-shaped campaigns instead (2,000 points, 2 %% changed; two-stage rule and "
+                             "one-stage baselines; --campaigns per cell, default 10)")
+    parser.add_argument("--screens", default="3,5", metavar="N,N", help="--library: screen lengths (default 3,5)")
+    parser.add_argument("--models", default=",".join(LIB_MODELS), metavar="M,M",
+                        help=f"--library: noise models (default {','.join(LIB_MODELS)})")
+    parser.add_argument("--shift", type=float, default=0.0, metavar="PCT",
+                        help="--library: move every unchanged point by PCT on B (inside delta: a direction there is "
+                             "wrong), the cells that test BH's bound where it is nearly reached")
     parser.add_argument("--workers", type=int, default=max(1, multiprocessing.cpu_count()), metavar="N")
     args = parser.parse_args(argv)
-    campaigns = args.campaigns or (20 if args.grid == "quick" else 300)
     t0 = time.time()
+    if args.library:
+        return main_library(args, t0)
+    campaigns = args.campaigns or (20 if args.grid == "quick" else 300)
 
     def progress(row, done):
         print(f"[{done}] {time.time() - t0:.0f}s {json.dumps(row)}", file=sys.stderr, flush=True)
@@ -366,6 +553,24 @@ def main(argv=None) -> int:
     print()
     print(tabulate(targets(rows), headers=["target", "wanted", "achieved [95 % Wilson] (count)", "met"]))
     print(f"\n{len(rows)} rows in {time.time() - t0:.0f}s")
+    return 0
+
+
+def main_library(args, t0) -> int:
+    from tabulate import tabulate
+
+    jobs = library_grid(args.campaigns or 10, args.seed, tuple(int(x) for x in args.screens.split(",")), shift=args.shift,
+                        models=tuple(args.models.split(",")))
+    rows = []
+    with multiprocessing.Pool(args.workers) if args.workers > 1 else _Serial() as pool:
+        for row in pool.imap(run_library, jobs):
+            rows.append(row)
+            print(f"[{len(rows)}] {time.time() - t0:.0f}s {json.dumps(row)}", file=sys.stderr, flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    print(tabulate(library_table(rows), headers=LIBRARY_HEADERS))
+    print(f"\n{len(rows)} cells in {time.time() - t0:.0f}s")
     return 0
 
 

@@ -255,6 +255,9 @@ class TimingBudget:
     max_samples: int = MAX_SAMPLES
     #: sets of the inputs a flushed point's calls cycle through (None: :data:`INPUT_COPIES`)
     input_copies: Optional[int] = None
+    #: stop sampling a point once its median's interval is within this many percent of it
+    #: (``--max-noise``; None: the whole ``rep_ms`` budget, :func:`zlf.timing.time_direct`)
+    max_noise: Optional[float] = None
     extensions: ExtensionOptions = attrs.field(factory=ExtensionOptions, eq=False, repr=False)
 
     def budgets(self, backend) -> tuple:
@@ -309,7 +312,7 @@ ARGS = {
     "gpus": "gpus", "executor": "executor", "ray_address": "ray_address", "retries": "retries",
     "timer": "timing.timer", "warmup_ms": "timing.warmup_ms", "rep_ms": "timing.rep_ms",
     "flush_l2": "timing.flush_l2", "warmup": "timing.warmup", "iters": "timing.iters",
-    "input_copies": "timing.input_copies",
+    "input_copies": "timing.input_copies", "max_noise": "timing.max_noise",
 }
 #: parsed-namespace entries that are the command line's own, never a run setting: the command's
 #: wiring (:data:`zlf.records.COMMAND_WIRING`) and the file the settings come from.
@@ -420,6 +423,8 @@ class RunConfig:
             number.check(getattr(self.timing if section else self, name), flag)
         if self.gpus is not None:
             parse_gpus(self.gpus)
+        if self.timing.max_noise is not None and self.timing.iters is not None:
+            raise UsageError("--max-noise stops sampling on noise and --iters fixes the calls: give one of them")
 
     # ------------------------------------------------------------------ the command line's view
     def namespace(self, base=None) -> argparse.Namespace:

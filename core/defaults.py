@@ -7,7 +7,7 @@ import attrs
 
 from . import hookimpl
 from .config import as_budget
-from .timing import Rotation, input_copies, time_direct, time_kernels
+from .timing import STOPPED_BUDGET, Rotation, input_copies, time_direct, time_kernels
 
 
 @hookimpl(trylast=True)
@@ -50,9 +50,15 @@ def time_fn(fn, point, backend, options, kernel_timer, op, inputs, call_on):
     timing = None
     if kernel_timer is not None:
         timing = time_kernels(kernel_timer, fn, backend, warmup_ms=warmup_ms, rep_ms=rep_ms, flush_l2=flush_l2)
+        if timing is not None and budget.max_noise is not None and "sampling" not in timing.extra:
+            # --max-noise is the direct timer's: say so where it was not honoured
+            timing = attrs.evolve(timing, extra={**timing.extra, "sampling": {
+                "stopped": STOPPED_BUDGET, "max_noise_pct": budget.max_noise,
+                "why": f"the {timing.timer} timer samples its whole budget (--max-noise is core's direct timer's)"}})
     if timing is None:
         timing = time_direct(fn, backend, warmup_ms=warmup_ms, rep_ms=rep_ms, flush_l2=flush_l2,
-                             min_samples=budget.min_samples, max_samples=budget.max_samples)
+                             min_samples=budget.min_samples, max_samples=budget.max_samples,
+                             max_noise=budget.max_noise)
     if copies is not None and timing is not None:
         timing = attrs.evolve(timing, extra={**timing.extra, "input_copies": copies})
     return timing

@@ -121,6 +121,7 @@ NUMBERS = {
     "timing.warmup": ("--warmup-calls", Number(int, 0, 10**6, unit="calls")),
     "timing.iters": ("--iters", Number(int, 1, 10**6, unit="calls")),
     "timing.input_copies": ("--input-copies", Number(int, 1, 4096, note="1: no copies")),
+    "timing.max_noise": ("--max-noise", Number(float, 0, 100, low_open=True, unit="percent")),
 }
 
 
@@ -229,6 +230,10 @@ TIMING_HELP = {
              "or core (core's event timer)",
     "warmup_ms": "warm-up budget per point, in ms (default: backend's, 25 on GPU)",
     "rep_ms": "measurement budget per point, in ms (default: backend's, 100 on GPU)",
+    "max_noise": "core's direct timer stops sampling a point once the 95 %% interval of its median, from its "
+                 "samples' order statistics, is within PCT %% of the median (nvbench's --max-noise, on the "
+                 "median's interval): at least 20 samples and one cycle of the input copies, at most "
+                 "--rep-ms; records.extra.sampling says what stopped it (default: off, --rep-ms for every point)",
     "flush_l2": "flush L2 before every sample (direct timer's default on GPUs)",
     "no_flush_l2": "keep L2 warm between samples",
     "input_copies": "with L2 flushed, core's timers cycle each point's calls through N sets of its inputs (the "
@@ -263,6 +268,7 @@ def add_run_options(parser: argparse.ArgumentParser, traits: CommandTraits) -> N
     t.add_argument("--timer", metavar="EXT", help=TIMING_HELP["timer"])
     t.add_argument("--warmup-ms", type=number_type("--warmup-ms"), metavar="MS", help=TIMING_HELP["warmup_ms"])
     t.add_argument("--rep-ms", type=number_type("--rep-ms"), metavar="MS", help=TIMING_HELP["rep_ms"])
+    t.add_argument("--max-noise", type=number_type("--max-noise"), metavar="PCT", help=TIMING_HELP["max_noise"])
     l2 = t.add_mutually_exclusive_group()
     l2.add_argument("--flush-l2", dest="flush_l2", action="store_true", default=None, help=TIMING_HELP["flush_l2"])
     l2.add_argument("--no-flush-l2", dest="flush_l2", action="store_false", help=TIMING_HELP["no_flush_l2"])

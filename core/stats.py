@@ -19,7 +19,9 @@ The verdict rule, per point (m points analysed together, level alpha for this lo
   (SLOWER), wholly below ``-δ`` (FASTER) or wholly inside ``±δ`` (SAME);
 * Holm's step-down over the m points: sorted by that p-value, the j-th (from 0) is decided while
   ``p <= alpha / (m - j)``; the first that fails and every later one are UNSURE. The interval shown
-  is at the confidence the point was judged at;
+  is at the confidence the point was judged at. A library campaign (``Settings.method`` bh/by,
+  zlf.ab.screening) instead judges each SAME at ``alpha`` and the directions by the
+  Benjamini–Hochberg (or –Yekutieli) step-up (:func:`_multiple`);
 * fewer than 3 rounds, or a point that must not get a direction (mixed timers): at most SAME.
 
 Sign flips (rounds whose delta has the minority sign) are reported, never a gate.
@@ -686,7 +688,10 @@ def _multiple(dec: dict, frozen: dict, values: dict, level, method: str, m: int)
     directions = [q for q in order if dec[q][0] in (FASTER, SLOWER)]
     passed = 0
     for r, point in enumerate(directions, 1):
-        if dec[point][1] <= level(point, m * c / (f + r)):
+        p = dec[point][1]
+        # no rank's level exceeds the point's own (divisor 1): only such p-values need theirs, which
+        # under a spending plan costs a group-sequential boundary per rank
+        if p <= level(point, 1) and p <= level(point, m * c / (f + r)):
             passed = r
     for point in directions[:passed]:
         verdicts[point], judged[point] = dec[point][0], level(point, m * c / (f + passed))
@@ -700,7 +705,8 @@ def analyse(values: dict, settings: Settings = Settings(), alpha: Optional[float
     """Statistics and verdicts for every point of a campaign.
 
     :param values: ``{point: (a_ms per round, b_ms per round)}`` in round order; the points
-        analysed together form the family Holm's procedure covers.
+        analysed together form the family the correction covers (Holm's, or BH/BY's with
+        ``settings.method``; ``settings.family`` when it counts points decided elsewhere).
     :param settings: the rule's knobs.
     :param alpha: the level of this look (default ``settings.alpha``).
     :param noise: ``{point: Noise or A/A summary.json entry}`` (``--noise-from``), pooled in.

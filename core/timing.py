@@ -77,12 +77,50 @@ def sample_counts(fn, backend, flush, warmup_ms: float, rep_ms: float,
     return max(1, int(warmup_ms / estimate_ms)), min(max_samples, max(min_samples, int(rep_ms / estimate_ms)))
 
 
+#: the fewest samples whose median's interval ``--max-noise`` trusts (the 95 % order-statistic
+#: interval of a median needs 6 samples to exist at all, and a few dozen to be steady)
+NOISE_MIN_SAMPLES = 20
+#: confidence of the median's interval ``--max-noise`` compares with
+NOISE_CONFIDENCE = 0.95
+#: what stopped a point's sampling (``Timing.extra["sampling"]["stopped"]``)
+STOPPED_NOISE, STOPPED_BUDGET = "noise", "budget"
+
+
+def median_noise_pct(samples) -> float:
+    """Half the width of the distribution-free 95 % confidence interval of the samples' median
+    (order statistics at binomial ranks, ``scipy.stats.quantile_test``), in percent of the median:
+    how far the point's recorded value could move with more samples. Infinite below 6 samples
+    (no such interval exists)."""
+    import math
+
+    from scipy.stats import quantile_test  # only a run with --max-noise pays for scipy.stats
+
+    xs = sorted(float(x) for x in samples)
+    n = len(xs)
+    mid = xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
+    if n < 6 or mid <= 0:
+        return math.inf
+    ci = quantile_test(xs, q=mid, p=0.5).confidence_interval(NOISE_CONFIDENCE)
+    if not (math.isfinite(ci.low) and math.isfinite(ci.high)):
+        return math.inf
+    return float(100.0 * (ci.high - ci.low) / (2.0 * mid))
+
+
 def time_direct(fn, backend, *, warmup_ms: float, rep_ms: float, flush_l2: bool,
-                max_samples: int = MAX_SAMPLES, min_samples: int = MIN_SAMPLES) -> Timing:
+                max_samples: int = MAX_SAMPLES, min_samples: int = MIN_SAMPLES,
+                max_noise: Optional[float] = None) -> Timing:
     """Time ``fn`` with one event pair per call; L2 flushed before each sample when asked.
 
     Host launch cost is inside each sample (that is what "direct" means); use a graph timer for
     kernels of a few microseconds.
+
+    ``max_noise`` (``--max-noise``, percent): nvbench's relative-noise stopping rule on the value
+    zlf records, the median. Samples come in batches, each doubling the count, from the minimum
+    (``min_samples``, :data:`NOISE_MIN_SAMPLES` and one whole cycle of a :class:`Rotation`'s
+    input sets) to the ``rep_ms`` budget's count (the maximum, as without it); after each batch,
+    sampling stops once :func:`median_noise_pct` is at most ``max_noise``. The timing's
+    ``extra["sampling"]`` says what stopped it (``noise`` or ``budget``), the noise reached and
+    the budget's count. Without ``max_noise`` every point samples its whole budget.
     """
     flush = backend.flush_l2 if flush_l2 else (lambda: None)
     fn()
@@ -90,16 +128,39 @@ def time_direct(fn, backend, *, warmup_ms: float, rep_ms: float, flush_l2: bool,
     n_warmup, n_rep = sample_counts(fn, backend, flush, warmup_ms, rep_ms, min_samples, max_samples)
     for _ in range(n_warmup):
         fn()
-    starts = [backend.event() for _ in range(n_rep)]
-    ends = [backend.event() for _ in range(n_rep)]
-    for i in range(n_rep):
+    if max_noise is None:
+        samples = _sample(fn, backend, flush, n_rep)
+        return Timing.from_samples(samples, timer=backend.timer_name, l2="flush" if flush_l2 else "warm")
+    cycle = len(fn.calls) if isinstance(fn, Rotation) else 1
+    target = min(n_rep, max(min_samples, NOISE_MIN_SAMPLES, cycle))
+    samples: list = []
+    while True:
+        samples += _sample(fn, backend, flush, target - len(samples))
+        noise = median_noise_pct(samples)
+        if noise <= max_noise:
+            stopped = STOPPED_NOISE
+            break
+        if len(samples) >= n_rep:
+            stopped = STOPPED_BUDGET
+            break
+        target = min(n_rep, 2 * len(samples))
+    sampling = {"stopped": stopped, "max_noise_pct": max_noise, "noise_pct": noise if noise != float("inf") else None,
+                "samples": len(samples), "budget_samples": n_rep}
+    return Timing.from_samples(samples, timer=backend.timer_name, l2="flush" if flush_l2 else "warm",
+                               extra={"sampling": sampling})
+
+
+def _sample(fn, backend, flush, n: int) -> list:
+    """``n`` samples of ``fn``, one event pair each, read after one synchronisation."""
+    starts = [backend.event() for _ in range(n)]
+    ends = [backend.event() for _ in range(n)]
+    for i in range(n):
         flush()
         starts[i].record()
         fn()
         ends[i].record()
     backend.synchronize()
-    samples = [s.elapsed_time(e) for s, e in zip(starts, ends)]
-    return Timing.from_samples(samples, timer=backend.timer_name, l2="flush" if flush_l2 else "warm")
+    return [s.elapsed_time(e) for s, e in zip(starts, ends)]
 
 
 # ----------------------------------------------------------------------------- input copies

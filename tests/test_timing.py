@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from zlf.testing import FakeClock, fake_backend_class
-from zlf.timing import sample_counts, time_direct
+from zlf.errors import UsageError
+from zlf.timing import Rotation, sample_counts, time_direct
 
 # budgets a little over a whole number of calls: the clock counts float seconds, so an estimate
 # of 0.5 ms may read a hair over it
@@ -50,6 +51,77 @@ def test_the_timer_still_takes_the_minimum_samples_of_a_slow_call():
     timing = time_direct(fn, backend, warmup_ms=5, rep_ms=20, flush_l2=False)
     assert list(timing.samples_ms) == pytest.approx([12.0] * 5)
     assert fn.calls == 1 + 1 + 1 + 5  # first call, the estimate, one warm-up, the samples
+
+
+# ----------------------------------------------------------------------------- --max-noise
+# nvbench's relative-noise stopping rule on the median: samples in doubling batches from the
+# minimum to the rep_ms budget, stopped once the median's 95 % interval is within PCT of it.
+
+
+def jittered(clock, ms: float, spread_pct: float, seed: int = 0):
+    """A call taking ``ms`` with a normal spread of ``spread_pct`` % of the fake clock (seeded:
+    the same times every run)."""
+    import numpy as np
+
+    times = ms * (1.0 + spread_pct / 100 * np.random.default_rng(seed).standard_normal(20_000))
+
+    def fn():
+        clock.advance(float(times[fn.calls % times.size]))
+        fn.calls += 1
+
+    fn.calls = 0
+    return fn
+
+
+def test_without_max_noise_a_point_samples_its_whole_budget():
+    backend, clock = clocked()
+    timing = time_direct(jittered(clock, 0.1, 0.5), backend, warmup_ms=1.05, rep_ms=40.05, flush_l2=False)
+    assert len(timing.samples_ms) >= 390 and "sampling" not in timing.extra  # 40 ms of 0.1 ms calls
+
+
+def test_a_quiet_point_stops_at_the_minimum_once_its_median_is_tight():
+    backend, clock = clocked()
+    timing = time_direct(jittered(clock, 0.1, 0.5), backend, warmup_ms=1.05, rep_ms=40.05, flush_l2=False,
+                         max_noise=1.0)
+    assert len(timing.samples_ms) == 20
+    assert timing.extra["sampling"]["stopped"] == "noise"
+    assert timing.extra["sampling"]["budget_samples"] >= 390
+    assert timing.extra["sampling"]["noise_pct"] <= 1.0
+
+
+def test_a_noisy_point_doubles_its_samples_up_to_the_budget():
+    backend, clock = clocked()
+    fn = jittered(clock, 0.1, 20.0)
+    timing = time_direct(fn, backend, warmup_ms=1.05, rep_ms=40.05, flush_l2=False, max_noise=0.01)
+    assert len(timing.samples_ms) == timing.extra["sampling"]["budget_samples"] > 320  # capped, not doubled to 640
+    assert timing.extra["sampling"]["stopped"] == "budget"
+    assert timing.extra["sampling"]["noise_pct"] > 0.01
+
+
+def test_a_point_between_stops_where_its_interval_first_fits():
+    # ±5 % in a 7-call pattern: the median's interval narrows as batches double (20, 40, 80, ...)
+    backend, clock = clocked()
+    timing = time_direct(jittered(clock, 0.1, 5.0), backend, warmup_ms=1.05, rep_ms=40.05, flush_l2=False,
+                         max_noise=1.5)
+    n = len(timing.samples_ms)
+    assert timing.extra["sampling"]["stopped"] == "noise" and n in (40, 80, 160, 320)
+
+
+def test_the_minimum_covers_one_cycle_of_the_input_copies():
+    backend, clock = clocked()
+    fn = Rotation([jittered(clock, 0.1, 0.5)] * 32)
+    timing = time_direct(fn, backend, warmup_ms=1.05, rep_ms=40.05, flush_l2=False, max_noise=5.0)
+    assert len(timing.samples_ms) == 32 and timing.extra["sampling"]["stopped"] == "noise"
+
+
+def test_max_noise_is_a_run_option_checked_once():
+    from zlf.config import RunConfig
+
+    assert RunConfig.from_json({"timing": {"max_noise": 0.5}}).timing.max_noise == 0.5
+    with pytest.raises(UsageError, match="--max-noise 0: expected a positive number of percent up to 100"):
+        RunConfig.from_json({"timing": {"max_noise": 0}}).check()
+    with pytest.raises(UsageError, match="--max-noise stops sampling on noise and --iters fixes the calls"):
+        RunConfig.from_json({"timing": {"max_noise": 1.0, "iters": 10}}).check()
 
 
 # ----------------------------------------------------------------------------- input copies

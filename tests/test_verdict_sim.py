@@ -74,3 +74,16 @@ def test_the_harness_writes_the_documented_rows(sim, tmp_path):
     assert sim.targets(rows + [sim.run_agreement(("a", 1.0, 6, True, 20, 1, 106))])
     lo, hi = sim.wilson(0, 1000)
     assert lo == 0.0 and 0.3 < hi < 0.5  # the 95 % interval of 0 in 1000, percent
+
+
+def test_a_library_campaign_screens_then_confirms(sim):
+    """A small library (60 ops of 4 points, 10 of them changed: +2 %, +5 %, -3 %, +200 %) under
+    the clock-mode model: the two-stage rule finds the large changes, gives no unchanged point a
+    direction, and spends fewer rounds than the fixed design it is compared with."""
+    two = sim.run_library(("d", "two-stage", 3, 12, "bh", 2, 111), ops=60)
+    fixed = sim.run_library(("d", "fixed", None, 12, "bh", 2, 111), ops=60)
+    for row in (two, fixed):
+        eff = row["by_effect"]
+        assert eff["200"]["right"] == eff["200"]["points"] and eff["5"]["right"] == eff["5"]["points"], row
+        assert eff["0"]["wrong"] == 0 and row["campaigns_with_false_direction"] == 0, row
+    assert two["mean_rounds"] < 0.9 * fixed["mean_rounds"] == 0.9 * 12
