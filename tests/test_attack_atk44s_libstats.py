@@ -170,17 +170,17 @@ def test_aa_libraries_under_other_noise_give_no_direction(case):
 
 # ----------------------------------------------------------------------------- FDR near its bound, power
 def test_bh_false_discovery_rate_with_20pct_tripled_and_the_rest_just_inside_delta():
-    """20 % of 200 points 3x slower (whole ops), the other 80 % moved +0.9 % (inside δ = 1 %:
+    """20 % of 400 points 3x slower (whole ops), the other 80 % moved +0.9 % (inside δ = 1 %:
     any direction there is false, BH's bound nearly reached), t3 tails and per-op noise, 3
     campaigns: every 3x point SLOWER, and the false discovery proportion stays within the
     stated FDR <= 0.05 (mean over campaigns; the pooled share's Clopper-Pearson lower bound too)."""
     fdps, false_total, dirs_total = [], 0, 0
     for seed in range(3):
-        t = truths(200, {200.0: 40}, rest=0.9)
+        t = truths(400, {200.0: 80}, rest=0.9)
         values = library(np.random.default_rng(4420 + seed), t, 12, noise_pct=0.7, tail="t3", op_sd_pct=0.3)
         verdicts, _ = drive(values, screening.Plan(3, 12, stats.BH))
         names = list(values)
-        assert all(verdicts[names[i]] == stats.SLOWER for i in range(40))
+        assert all(verdicts[names[i]] == stats.SLOWER for i in range(80))
         false = sum(wrong_direction(verdicts[p], t[i]) for i, p in enumerate(names))
         dirs = sum(verdicts[p] in DIRECTIONS for p in names)
         fdps.append(false / max(dirs, 1))
