@@ -660,9 +660,6 @@ def test_an_unrelated_session_keeps_its_interpreter_state_files_and_processes(fr
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="ATTACK: zlf.testing's pytest_collection_modifyitems skips any project's "
-                                       "@pytest.mark.gpu test without CUDA, importing torch in a session that "
-                                       "never asked for zlf")
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_an_unrelated_projects_own_gpu_marker_runs_as_without_zlf(fresh_venv, tmp_path):
     python, plain, _ = fresh_venv
@@ -681,9 +678,6 @@ def test_an_unrelated_projects_own_gpu_marker_runs_as_without_zlf(fresh_venv, tm
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="ATTACK: zlf.testing registers 'gpu' and 'slow' markers in every session: "
-                                       "a project's unregistered @pytest.mark.slow passes --strict-markers only "
-                                       "where zlf is installed")
 def test_strict_markers_judge_an_unrelated_project_as_without_zlf(fresh_venv, tmp_path):
     python, plain, _ = fresh_venv
     project = tmp_path / "project"
