@@ -194,7 +194,8 @@ def run_config(args, parser, hooks, read=None):
     if not getattr(args, "config", None):
         return RunConfig.from_args(args, hooks.option_sets)
     sub = type(parser).commands[args.command]
-    beside = {"out": args.out, "name": args.name, "format": args.format}  # where it goes, how it prints
+    # where it goes, how it prints: zlf run's own flags, which another command need not have
+    beside = {k: getattr(args, k) for k in ("out", "name", "format") if hasattr(args, k)}
     given = _settings_given(args, hooks.option_sets, set(beside) | {"ops", "command"})
     if given:
         flags = ", ".join(given)

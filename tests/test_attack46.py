@@ -114,8 +114,6 @@ def test_a_third_party_command_refuses_out_of_range_run_settings_as_zlf_run_does
     assert rc == 2 and len(err.strip().splitlines()) == 1 and err.startswith("zlf: error: ")
 
 
-@pytest.mark.xfail(strict=True, reason="ATTACK: a third-party command with traits config_file=True crashes on "
-                                       "--config (AttributeError: Namespace has no 'out')")
 def test_a_third_party_command_that_takes_a_config_file_reads_it(tmp_path):
     """CommandTraits.config_file: 'it takes its run settings from a RunConfig file (--config
     FILE)'. The builder gives such a command ``--config``; using it must work (or refuse in
