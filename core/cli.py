@@ -15,7 +15,7 @@ import sys
 
 from . import __version__
 from .errors import UsageError
-from .options import CommandTraits, add_config_argument, add_run_options
+from .options import CommandTraits, add_config_argument, add_run_options, add_selection_arguments
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -137,6 +137,7 @@ def build_parser(hooks) -> argparse.ArgumentParser:
     for p in dict.fromkeys(sub.choices.values()):  # an alias maps to the same parser
         name = p.prog.split()[-1]
         traits = p.get_default("traits") or CommandTraits()
+        add_selection_arguments(p)  # every command, core's and the extensions': chosen before parsing
         add_run_options(p, traits)  # core's run options, each declared once
         if traits.forwards_run_options:
             _folded_options(p, hooks, name, traits)  # a campaign passes every run option on to its runs

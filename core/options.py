@@ -12,7 +12,10 @@ import attrs
 
 
 def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--ext`` / ``--no-ext``: read before parsing (``zlf.cli``), accepted by every command."""
+    """``--ext`` / ``--no-ext``: read before parsing (``zlf.cli``), accepted by every command
+    (``zlf.cli.build_parser`` adds them to each; a parser that has them already is left as is)."""
+    if "--ext" in parser._option_string_actions:
+        return
     g = parser.add_argument_group("extension selection")
     g.add_argument("--ext", action="append", metavar="NAME",
                    help="use exactly these extensions (repeatable; also ZLF_EXTENSIONS=a,b)")

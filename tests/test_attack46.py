@@ -125,8 +125,6 @@ def test_a_third_party_command_that_takes_a_config_file_reads_it(tmp_path):
     assert json.loads(out)["time_limit_s"] == 7.0
 
 
-@pytest.mark.xfail(strict=True, reason="ATTACK: --no-ext (documented 'accepted by every command') is refused on a "
-                                       "third-party command; core adds selection flags only to its own commands")
 def test_extension_selection_flags_are_accepted_by_a_third_party_command():
     rc, out, err = _call(["atk-timeonly", "--no-ext", "shapes"], _traits_plugins())
     assert rc == 0, err

@@ -34,12 +34,10 @@ class IrDumpPlugin:
         p = subparsers.add_parser("ir", help="compile ops for a GPU target on this machine and dump their IR (no GPU needed)",
                                   description=aot.__doc__.strip().splitlines()[0])
         aot.configure_parser(p)
-        _selection_args(p)
         p.set_defaults(handler=aot.main)
         p = subparsers.add_parser("ir-diff", help="compare the IR trees of two run directories",
                                   description=ir_diff.__doc__.strip().splitlines()[0])
         ir_diff.configure_parser(p)
-        _selection_args(p)
         p.set_defaults(handler=ir_diff.main)
 
     @hookimpl
@@ -107,11 +105,3 @@ class IrDumpPlugin:
     @hookimpl
     def campaign_split_item(self, item, dest, shapes, link):
         return campaign_mod.split_ir(item, dest, shapes, link)
-
-
-def _selection_args(parser) -> None:
-    # Read before parsing by core (extensions are chosen before any is imported); declared here
-    # so that the sub-command accepts them in its own argument list too.
-    g = parser.add_argument_group("extension selection")
-    g.add_argument("--ext", action="append", metavar="NAME", help="use exactly these extensions (repeatable)")
-    g.add_argument("--no-ext", action="append", metavar="NAME", help="disable an extension before it is imported")
