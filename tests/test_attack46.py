@@ -411,8 +411,6 @@ def test_the_numeric_run_settings_are_checked_by_runconfig_check_alone():
     assert offenders == []
 
 
-@pytest.mark.xfail(strict=True, reason="ATTACK: zlf ab reads its RunConfig from the parsed args 3 times "
-                                       "(cli.run_config, CampaignOptions.from_args, sides.side_configs), not once")
 def test_a_campaign_reads_its_run_settings_from_the_command_line_once(tmp_path, monkeypatch):
     """Issue 46 (3): 'RunConfig built twice' is what it removes; the walk is CLI -> config ->
     hook -> backend with no return to the parsed command line."""

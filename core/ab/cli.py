@@ -175,7 +175,8 @@ def check_ray_address(scale) -> None:
 def _plan(args, session) -> CampaignPlan:
     """The ops from the OP arguments, then what the extensions set (``campaign_setup``)."""
     plan = CampaignPlan(ops=[OpSpec.parse(t) for t in (args.ops or ["add", "softmax", "matmul"])])
-    session.hooks.campaign_setup(plan=plan, options=CampaignOptions.from_args(args, session.hooks), session=session)
+    session.hooks.campaign_setup(plan=plan, options=CampaignOptions.from_args(args, session.hooks, session.config),
+                                 session=session)
     _check_ops(plan.ops)
     return plan
 
@@ -274,7 +275,7 @@ def _new_campaign(args, session):
     plan.ops += [OpSpec.parse(name) for name in canaries]
     statistics = attrs.evolve(statistics, canary_ops=canaries, controls_note=why)
     a, b = build_sides(args, plan.side_args)
-    configs = side_configs(args, session.hooks, plan, (a, b))
+    configs = side_configs(args, session.hooks, plan, (a, b), session.config)
     data = _campaign_data(args, session, plan, a, b, statistics)
     data["context"] = session.hooks.campaign_context(data=data)
     _preflight(Driving.from_json(data), session)  # refuse before anything is written: a refused campaign cannot be resumed
@@ -504,7 +505,8 @@ def _delta(r) -> float:
 
 def _after_campaign(campaign, results, args, session) -> None:
     """Extensions' work on the finished campaign (``after_campaign``): after every timing run."""
-    session.hooks.after_campaign(campaign, results, CampaignOptions.from_args(args, session.hooks), session)
+    session.hooks.after_campaign(campaign, results, CampaignOptions.from_args(args, session.hooks, session.config),
+                                 session)
 
 
 def _preflight(driving: Driving, session) -> None:
