@@ -468,9 +468,6 @@ def test_no_public_namespace_hands_out_a_private_name():
             getattr(zlf.ab, private)
 
 
-@pytest.mark.xfail(strict=True, reason="ATTACK: docs/extensions.md tells authors to decide by the opt-in "
-                                       "argument `command` and names a trait `run_options=True` that CommandTraits "
-                                       "does not take")
 def test_extensions_doc_teaches_traits_not_command_names():
     import attrs
 
