@@ -147,7 +147,22 @@ def declare(pm, parser, command: str = "run", traits=None, hook: str = "add_opti
         added = [(a, how) for a, how in view.added if a.dest != argparse.SUPPRESS]
         if added:
             declared.append((impl.plugin_name, added))
+    _refuse_shared_dests(declared)
     return declared
+
+
+def _refuse_shared_dests(declared) -> None:
+    """Extensions' options share one command line, so one ``dest`` names one extension's option:
+    two that declare it are a conflict named in one line (as two providers of an exclusive hook
+    are), not a type error about a value nobody gave."""
+    owners: dict = {}
+    for owner, added in declared:
+        for action, _ in added:
+            owners.setdefault(action.dest, {}).setdefault(owner, max(action.option_strings, key=len, default=action.dest))
+    for dest, by in owners.items():
+        if len(by) > 1:
+            names = " and ".join(f"{o!r} ({flag})" for o, flag in by.items())
+            raise ConfigError(f"extensions {names} both declare the option dest {dest!r}; keep one with --no-ext NAME")
 
 
 def declared_options(pm, parser, command: str = "run", traits=None) -> tuple:

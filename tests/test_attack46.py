@@ -142,8 +142,6 @@ class _DepthB:
         parser.add_argument_group("atk-b").add_argument("--atk-b-depth", dest="depth", default="deep")
 
 
-@pytest.mark.xfail(strict=True, reason="ATTACK: two extensions' options sharing a dest break every invocation with "
-                                       "a misleading type error naming one of them ('expected int, got 'deep'')")
 def test_two_extensions_declaring_one_dest_is_a_conflict_naming_both():
     """ExtensionOptions: 'option names are unique across extensions (they share one command
     line)'. Two extensions that break it are a conflict to name, as two exclusive-hook providers
