@@ -67,7 +67,13 @@ class Option:
         else:  # a converter of the extension's own: its values are whatever it returns
             kind = {int: "int", float: "float", str: "str", None: "str"}.get(action.type, "any")
         flag = max(action.option_strings, key=len) if action.option_strings else action.dest
-        return cls(dest=action.dest, flag=flag, type=kind, default=_frozen(action.default),
+        default = action.default
+        if isinstance(default, str) and callable(action.type) and kind != "list":
+            try:  # argparse converts a string default through type= as it converts a given value
+                default = action.type(default)
+            except (TypeError, ValueError, argparse.ArgumentTypeError):
+                pass  # argparse refuses it when the command line leaves it out; so does check()
+        return cls(dest=action.dest, flag=flag, type=kind, default=_frozen(default),
                    choices=tuple(action.choices) if action.choices else None, help=action.help or "",
                    number=action.type if isinstance(action.type, Number) and kind != "list" else None)
 

@@ -181,8 +181,6 @@ def test_a_wrong_campaign_option_value_is_argparses_one_line(tmp_path, monkeypat
     assert rc == 2 and len(err.strip().splitlines()) == 1 and "--atk-mode" in err
 
 
-@pytest.mark.xfail(strict=True, reason="ATTACK: a run option with a string default (argparse converts it) is "
-                                       "refused on --config: 'expected float, got '0.5'' though never given")
 def test_a_run_option_whose_default_argparse_converts_is_accepted_with_a_config_file(tmp_path, monkeypatch):
     """argparse documents ``type=float, default="0.5"`` (a string default is converted); the
     option's value from the command line is 0.5. A run from a RunConfig file that does not set
