@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any, Mapping, Optional
@@ -90,6 +91,8 @@ class Option:
             raise ConfigError(f"option {self.flag} of extension {owner!r}: expected {self.type}, got {value!r}")
         if self.type == "float":
             value = float(value)
+        if self.type in ("any", "list"):
+            value = _json_value(value, self.flag, owner)
         if self.number is not None:
             why = self.number.why_not(value)
             if why:
@@ -175,6 +178,21 @@ def declared_options(pm, parser, command: str = "run", traits=None) -> tuple:
     """One :class:`OptionSet` per extension, made from the arguments its ``add_options`` added
     to ``parser`` of ``command`` (:func:`declare`)."""
     return option_sets_of(declare(pm, parser, command, traits))
+
+
+def _json_value(value, flag: str, owner: str):
+    """A value of an option whose ``type=`` is the extension's own converter, as a run's JSON
+    configuration holds it: a path as its string, else refused in one line when not JSON data."""
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if isinstance(value, tuple):
+        return tuple(_json_value(v, flag, owner) for v in value)
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError):
+        raise ConfigError(f"option {flag} of extension {owner!r}: {value!r} is no JSON value (a run's configuration "
+                          "is a JSON file): its type= must return a str, a number, a bool or a list") from None
+    return value
 
 
 def option_sets_of(declared) -> tuple:

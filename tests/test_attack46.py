@@ -192,8 +192,6 @@ def test_a_run_option_whose_default_argparse_converts_is_accepted_with_a_config_
     assert "expected float, got '0.5'" not in err, err
 
 
-@pytest.mark.xfail(strict=True, reason="ATTACK: a run option whose type= returns a Path makes zlf ab raise "
-                                       "TypeError (not JSON serializable) writing the sides' configs")
 def test_a_run_option_of_a_non_json_type_is_no_traceback_in_a_campaign(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     rc, out, err = _call(["ab", "add", "--switch", "ATK46", "--controls", "none", "--dry-run",
