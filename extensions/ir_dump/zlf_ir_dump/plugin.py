@@ -22,10 +22,7 @@ class IrDumpPlugin:
     def add_options(self, parser, traits):
         if not traits.times_points:  # a command that times points compiles and launches kernels
             return
-        g = parser.add_argument_group("ir_dump (extension)")
-        g.add_argument("--ir", metavar="KINDS", default=None,
-                       help="IR kinds to dump per launched variant, comma-separated: ttir,ttgir,llir,ptx "
-                            "(and what the backend adds, e.g. cubin, amdgcn), or 'all' (default: ttgir)")
+        add_ir_argument(parser.add_argument_group("ir_dump (extension)"))
 
     @hookimpl
     def add_commands(self, subparsers):
@@ -105,3 +102,10 @@ class IrDumpPlugin:
     @hookimpl
     def campaign_split_item(self, item, dest, shapes, link):
         return campaign_mod.split_ir(item, dest, shapes, link)
+
+
+def add_ir_argument(parser, help: str = "IR kinds to dump per launched variant, comma-separated: ttir,ttgir,llir,"
+                                        "ptx (and what the backend adds, e.g. cubin, amdgcn), or 'all' (default: "
+                                        "ttgir)") -> None:
+    """``--ir KINDS`` (declared here only: the run option's, and ``zlf ir``'s)."""
+    parser.add_argument("--ir", metavar="KINDS", default=None, help=help)
