@@ -364,21 +364,15 @@ RUN_SETTING_FLAGS = ("--dtype", "--backend", "--device", "--time-limit", "--chec
                      "--input-copies")
 
 
-@pytest.mark.xfail(strict=True, reason="ATTACK: --time-limit is declared again in flaggems/sweep.py:100 "
-                                       "(own default 60), besides core/options.py")
 def test_time_limit_is_declared_once():
     assert len(_declarations("--time-limit")) == 1, _declarations("--time-limit")
 
 
-@pytest.mark.xfail(strict=True, reason="ATTACK: run settings --check, --gpus (flaggems sweep), --dtype, --backend, "
-                                       "--device (calibrate, ir aot, bisect) are declared outside options.py")
 def test_each_run_setting_flag_is_declared_in_one_place():
     twice = {flag: _declarations(flag) for flag in RUN_SETTING_FLAGS}
     assert {f: w for f, w in twice.items() if len(w) != 1} == {}
 
 
-@pytest.mark.xfail(strict=True, reason="ATTACK: flaggems sweep redeclares the flaggems run options "
-                                       "(--flaggems-dir, --flaggems-max-shapes, --flaggems-compile-time-limit)")
 @pytest.mark.extensions("seed", "shapes", "cupti", "cudagraph", "ir_dump", "flaggems", "autotune_replay", "history")
 def test_each_extension_run_option_is_declared_in_one_place():
     from zlf.testing import extension_hooks
