@@ -78,8 +78,9 @@ class Option:
                    choices=tuple(action.choices) if action.choices else None, help=action.help or "",
                    number=action.type if isinstance(action.type, Number) and kind != "list" else None)
 
-    def check(self, value, owner: str):
-        """``value`` as this option holds it (lists as tuples), or :class:`ConfigError`."""
+    def check(self, value, owner: str, as_json: bool = False):
+        """``value`` as this option holds it (lists as tuples), or :class:`ConfigError`.
+        ``as_json``: as a run's JSON configuration holds it (a run option's value)."""
         value = _frozen(value)
         if value is None:
             return value
@@ -91,7 +92,7 @@ class Option:
             raise ConfigError(f"option {self.flag} of extension {owner!r}: expected {self.type}, got {value!r}")
         if self.type == "float":
             value = float(value)
-        if self.type in ("any", "list"):
+        if as_json and self.type in ("any", "list"):
             value = _json_value(value, self.flag, owner)
         if self.number is not None:
             why = self.number.why_not(value)
@@ -259,9 +260,10 @@ class ExtensionOptions:
     def to_json(self) -> dict:
         return {o: {k: _thawed(v) for k, v in sorted(d.items())} for o, d in sorted(self.values.items())}
 
-    def bound(self, option_sets) -> "ExtensionOptions":
+    def bound(self, option_sets, as_json: bool = False) -> "ExtensionOptions":
         """Checked against the declarations: every value typed, missing ones at their default,
-        an option no active extension declared is a :class:`ConfigError`."""
+        an option no active extension declared is a :class:`ConfigError`. ``as_json``: values
+        as a run's JSON configuration holds them (:meth:`Option.check`)."""
         declared = {s.owner: s for s in option_sets}
         for owner, owned in self.values.items():
             for dest in owned:
@@ -269,8 +271,8 @@ class ExtensionOptions:
                     known = ", ".join(f"{s.owner}: {', '.join(o.dest for o in s.options)}" for s in option_sets)
                     raise ConfigError(f"option {dest!r} of extension {owner!r} is not declared by an active "
                                       f"extension (declared: {known or 'none'})")
-        return ExtensionOptions({s.owner: {o.dest: o.check(self.values.get(s.owner, {}).get(o.dest, o.default), s.owner)
-                                           for o in s.options} for s in option_sets})
+        return ExtensionOptions({s.owner: {o.dest: o.check(self.values.get(s.owner, {}).get(o.dest, o.default),
+                                                           s.owner, as_json) for o in s.options} for s in option_sets})
 
 
 # ----------------------------------------------------------------------------- timing
@@ -421,7 +423,7 @@ class RunConfig:
             options = ExtensionOptions({"": loose} if loose else {})
         else:
             options = ExtensionOptions({s.owner: {o.dest: given.get(o.dest, o.default) for o in s.options}
-                                        for s in option_sets}).bound(option_sets)
+                                        for s in option_sets}).bound(option_sets, as_json=True)
         return cls(**core, timing=TimingBudget(**timing), options=options)
 
     def with_changes(self, **changes) -> "RunConfig":
@@ -449,7 +451,7 @@ class RunConfig:
 
     def bound(self, option_sets) -> "RunConfig":
         """The same config with its extension options checked against ``option_sets``."""
-        return attrs.evolve(self, options=self.options.bound(option_sets))
+        return attrs.evolve(self, options=self.options.bound(option_sets, as_json=True))
 
     def check(self) -> None:
         """One-line refusals of settings that no run can use (before anything is created): the
