@@ -23,16 +23,15 @@ CPU_DTYPES = ("float32",)
 
 
 def configure_parser(parser) -> None:
-    parser.add_argument("--backend", metavar="NAME", help="cpu, cuda, or an extension's backend (default: detected)")
-    from .options import Number, number_type
+    from .options import Number, add_backend_argument, add_device_argument, add_dtype_argument
 
-    parser.add_argument("--device", type=number_type("--device"), default=0, metavar="N", help="device index (default 0)")
+    add_backend_argument(parser)
+    add_device_argument(parser)
     parser.add_argument("--copy-mib", type=Number(int, 1, 1 << 20, unit="MiB"), metavar="MIB",
                         help="size of the copied buffer (default 1024 on a GPU, 64 on cpu)")
     parser.add_argument("--matmul-n", type=Number(int, 1, 1 << 16), metavar="N",
                         help="square matmul size N×N×N (default 8192 on a GPU, 512 on cpu)")
-    parser.add_argument("--dtype", action="append", metavar="D",
-                        help="matmul dtype(s) (default bfloat16, float16, float32 on a GPU; float32 on cpu)")
+    add_dtype_argument(parser, "matmul dtype(s) (default bfloat16, float16, float32 on a GPU; float32 on cpu)")
     parser.add_argument("--reps", type=Number(int, 1, 10**6), metavar="N", help="timed repetitions of each measurement (default 30 on a GPU, 5 on cpu)")
     parser.add_argument("--no-save", action="store_true", help="print only; do not write the cache file")
     parser.add_argument("--show", action="store_true",

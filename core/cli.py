@@ -16,7 +16,7 @@ import time
 
 from . import __version__
 from .errors import UsageError
-from .options import CommandTraits, add_config_argument, add_run_options
+from .options import CommandTraits, add_config_argument, add_run_options, add_selection_arguments
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -138,6 +138,7 @@ def build_parser(hooks) -> argparse.ArgumentParser:
     for p in dict.fromkeys(sub.choices.values()):  # an alias maps to the same parser
         name = p.prog.split()[-1]
         traits = p.get_default("traits") or CommandTraits()
+        add_selection_arguments(p)  # every command, core's and the extensions': chosen before parsing
         add_run_options(p, traits)  # core's run options, each declared once
         if traits.forwards_run_options:
             _folded_options(p, hooks, name, traits)  # a campaign passes every run option on to its runs
@@ -195,7 +196,8 @@ def run_config(args, parser, hooks, read=None):
     if not getattr(args, "config", None):
         return RunConfig.from_args(args, hooks.option_sets)
     sub = type(parser).commands[args.command]
-    beside = {"out": args.out, "name": args.name, "format": args.format}  # where it goes, how it prints
+    # where it goes, how it prints: zlf run's own flags, which another command need not have
+    beside = {k: getattr(args, k) for k in ("out", "name", "format") if hasattr(args, k)}
     given = _settings_given(args, hooks.option_sets, set(beside) | {"ops", "command"})
     if given:
         flags = ", ".join(given)

@@ -14,7 +14,7 @@ import json
 import sys
 
 from . import hookimpl
-from .options import RUN_TRAITS, CommandTraits, add_run_arguments, add_selection_arguments, split_dtypes
+from .options import RUN_TRAITS, CommandTraits, add_run_arguments, split_dtypes
 from .output import add_format_argument
 
 EPILOG_RUN = """\
@@ -63,12 +63,10 @@ def add_commands(subparsers):
     from .executors import add_scale_arguments
 
     add_scale_arguments(run)
-    add_selection_arguments(run)
     run.set_defaults(handler=cmd_run, traits=RUN_TRAITS)
 
     plugins = subparsers.add_parser("plugins", help="list installed extensions (active, disabled, broken)")
     add_format_argument(plugins)
-    add_selection_arguments(plugins)
     plugins.set_defaults(handler=cmd_plugins)
 
     ops = subparsers.add_parser("ops", help="list what a run would take (op, shapes, dtypes, source); runs nothing",
@@ -77,7 +75,6 @@ def add_commands(subparsers):
                                 epilog=EPILOG_OPS, formatter_class=argparse.RawDescriptionHelpFormatter)
     ops.add_argument("ops", nargs="*", metavar="OP", help="as for zlf run (default: the built-in suite)")
     add_format_argument(ops)
-    add_selection_arguments(ops)
     # it plans what a run would: the run options (and the extensions' options) that choose ops and shapes
     ops.set_defaults(handler=cmd_ops, traits=CommandTraits(plans_shapes=True))
 
@@ -94,12 +91,11 @@ def add_commands(subparsers):
 def add_module_command(subparsers, name: str, module, help_text: str, epilog=None, **defaults):
     """Add the command ``name`` whose code is ``module``: its description is the first line of the
     module's docstring, ``module.configure_parser(parser)`` declares its options, ``module.main(args,
-    session)`` runs it; ``--ext`` / ``--no-ext`` are accepted; ``defaults`` go to ``set_defaults``
+    session)`` runs it (``--ext`` / ``--no-ext`` are accepted, as by every command); ``defaults`` go to ``set_defaults``
     (``traits=CommandTraits(...)`` and the like). For an extension's ``add_commands`` as for core's own."""
     p = subparsers.add_parser(name, help=help_text, description=(module.__doc__ or help_text).strip().splitlines()[0],
                               epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
     module.configure_parser(p)
-    add_selection_arguments(p)
     if getattr(module, "TRAITS", None) is not None:  # what the command does, where its module says it
         defaults.setdefault("traits", module.TRAITS)
     p.set_defaults(handler=module.main, **defaults)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any, Mapping, Optional
@@ -67,12 +68,19 @@ class Option:
         else:  # a converter of the extension's own: its values are whatever it returns
             kind = {int: "int", float: "float", str: "str", None: "str"}.get(action.type, "any")
         flag = max(action.option_strings, key=len) if action.option_strings else action.dest
-        return cls(dest=action.dest, flag=flag, type=kind, default=_frozen(action.default),
+        default = action.default
+        if isinstance(default, str) and callable(action.type) and kind != "list":
+            try:  # argparse converts a string default through type= as it converts a given value
+                default = action.type(default)
+            except (TypeError, ValueError, argparse.ArgumentTypeError):
+                pass  # argparse refuses it when the command line leaves it out; so does check()
+        return cls(dest=action.dest, flag=flag, type=kind, default=_frozen(default),
                    choices=tuple(action.choices) if action.choices else None, help=action.help or "",
                    number=action.type if isinstance(action.type, Number) and kind != "list" else None)
 
-    def check(self, value, owner: str):
-        """``value`` as this option holds it (lists as tuples), or :class:`ConfigError`."""
+    def check(self, value, owner: str, as_json: bool = False):
+        """``value`` as this option holds it (lists as tuples), or :class:`ConfigError`.
+        ``as_json``: as a run's JSON configuration holds it (a run option's value)."""
         value = _frozen(value)
         if value is None:
             return value
@@ -84,6 +92,8 @@ class Option:
             raise ConfigError(f"option {self.flag} of extension {owner!r}: expected {self.type}, got {value!r}")
         if self.type == "float":
             value = float(value)
+        if as_json and self.type in ("any", "list"):
+            value = _json_value(value, self.flag, owner)
         if self.number is not None:
             why = self.number.why_not(value)
             if why:
@@ -147,13 +157,43 @@ def declare(pm, parser, command: str = "run", traits=None, hook: str = "add_opti
         added = [(a, how) for a, how in view.added if a.dest != argparse.SUPPRESS]
         if added:
             declared.append((impl.plugin_name, added))
+    _refuse_shared_dests(declared)
     return declared
+
+
+def _refuse_shared_dests(declared) -> None:
+    """Extensions' options share one command line, so one ``dest`` names one extension's option:
+    two that declare it are a conflict named in one line (as two providers of an exclusive hook
+    are), not a type error about a value nobody gave."""
+    owners: dict = {}
+    for owner, added in declared:
+        for action, _ in added:
+            owners.setdefault(action.dest, {}).setdefault(owner, max(action.option_strings, key=len, default=action.dest))
+    for dest, by in owners.items():
+        if len(by) > 1:
+            names = " and ".join(f"{o!r} ({flag})" for o, flag in by.items())
+            raise ConfigError(f"extensions {names} both declare the option dest {dest!r}; keep one with --no-ext NAME")
 
 
 def declared_options(pm, parser, command: str = "run", traits=None) -> tuple:
     """One :class:`OptionSet` per extension, made from the arguments its ``add_options`` added
     to ``parser`` of ``command`` (:func:`declare`)."""
     return option_sets_of(declare(pm, parser, command, traits))
+
+
+def _json_value(value, flag: str, owner: str):
+    """A value of an option whose ``type=`` is the extension's own converter, as a run's JSON
+    configuration holds it: a path as its string, else refused in one line when not JSON data."""
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if isinstance(value, tuple):
+        return tuple(_json_value(v, flag, owner) for v in value)
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError):
+        raise ConfigError(f"option {flag} of extension {owner!r}: {value!r} is no JSON value (a run's configuration "
+                          "is a JSON file): its type= must return a str, a number, a bool or a list") from None
+    return value
 
 
 def option_sets_of(declared) -> tuple:
@@ -220,9 +260,10 @@ class ExtensionOptions:
     def to_json(self) -> dict:
         return {o: {k: _thawed(v) for k, v in sorted(d.items())} for o, d in sorted(self.values.items())}
 
-    def bound(self, option_sets) -> "ExtensionOptions":
+    def bound(self, option_sets, as_json: bool = False) -> "ExtensionOptions":
         """Checked against the declarations: every value typed, missing ones at their default,
-        an option no active extension declared is a :class:`ConfigError`."""
+        an option no active extension declared is a :class:`ConfigError`. ``as_json``: values
+        as a run's JSON configuration holds them (:meth:`Option.check`)."""
         declared = {s.owner: s for s in option_sets}
         for owner, owned in self.values.items():
             for dest in owned:
@@ -230,8 +271,8 @@ class ExtensionOptions:
                     known = ", ".join(f"{s.owner}: {', '.join(o.dest for o in s.options)}" for s in option_sets)
                     raise ConfigError(f"option {dest!r} of extension {owner!r} is not declared by an active "
                                       f"extension (declared: {known or 'none'})")
-        return ExtensionOptions({s.owner: {o.dest: o.check(self.values.get(s.owner, {}).get(o.dest, o.default), s.owner)
-                                           for o in s.options} for s in option_sets})
+        return ExtensionOptions({s.owner: {o.dest: o.check(self.values.get(s.owner, {}).get(o.dest, o.default),
+                                                           s.owner, as_json) for o in s.options} for s in option_sets})
 
 
 # ----------------------------------------------------------------------------- timing
@@ -385,7 +426,7 @@ class RunConfig:
             options = ExtensionOptions({"": loose} if loose else {})
         else:
             options = ExtensionOptions({s.owner: {o.dest: given.get(o.dest, o.default) for o in s.options}
-                                        for s in option_sets}).bound(option_sets)
+                                        for s in option_sets}).bound(option_sets, as_json=True)
         return cls(**core, timing=TimingBudget(**timing), options=options)
 
     def with_changes(self, **changes) -> "RunConfig":
@@ -413,7 +454,7 @@ class RunConfig:
 
     def bound(self, option_sets) -> "RunConfig":
         """The same config with its extension options checked against ``option_sets``."""
-        return attrs.evolve(self, options=self.options.bound(option_sets))
+        return attrs.evolve(self, options=self.options.bound(option_sets, as_json=True))
 
     def check(self) -> None:
         """One-line refusals of settings that no run can use (before anything is created): the

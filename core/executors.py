@@ -63,8 +63,7 @@ def goes_on(spec: dict) -> bool:
 def add_scale_arguments(parser) -> None:
     """``--gpus`` and friends, shared by ``zlf run`` and ``zlf ab``."""
     g = parser.add_argument_group("scale out (docs/scale.md)")
-    g.add_argument("--gpus", metavar="LIST",
-                   help="one worker per GPU, e.g. 0,1,2,3 (each pinned with the backend's visible-devices variable)")
+    add_gpus_argument(g)
     g.add_argument("--executor", choices=EXECUTORS, default=None,
                    help="local worker processes (default with --gpus) or ray tasks of one GPU each")
     g.add_argument("--ray-address", metavar="ADDR",
@@ -73,6 +72,13 @@ def add_scale_arguments(parser) -> None:
 
     g.add_argument("--retries", type=number_type("--retries"), default=None, metavar="N",
                    help=f"times a unit whose worker or node died is run again elsewhere (default {DEFAULT_RETRIES})")
+
+
+def add_gpus_argument(parser, help: str = "one worker per GPU, e.g. 0,1,2,3 (each pinned with the backend's "
+                                          "visible-devices variable)") -> None:
+    """``--gpus LIST`` (declared here only: ``zlf run``'s and ``zlf ab``'s, and a command's that
+    spreads its own processes over GPUs)."""
+    parser.add_argument("--gpus", metavar="LIST", help=help)
 
 
 def pin_variable(session, backend_name: Optional[str]) -> Optional[str]:

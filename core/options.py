@@ -12,7 +12,10 @@ import attrs
 
 
 def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--ext`` / ``--no-ext``: read before parsing (``zlf.cli``), accepted by every command."""
+    """``--ext`` / ``--no-ext``: read before parsing (``zlf.cli``), accepted by every command
+    (``zlf.cli.build_parser`` adds them to each; a parser that has them already is left as is)."""
+    if "--ext" in parser._option_string_actions:
+        return
     g = parser.add_argument_group("extension selection")
     g.add_argument("--ext", action="append", metavar="NAME",
                    help="use exactly these extensions (repeatable; also ZLF_EXTENSIONS=a,b)")
@@ -219,9 +222,31 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="runs", metavar="PARENT", help="parent of the run directory (default: runs/)")
     parser.add_argument("--name", metavar="LABEL",
                         help="run directory label (default: the op, the op file's name, or 'suite')")
-    parser.add_argument("--check", choices=CHECK_MODES, default="fail",
-                        help="a point whose result fails the reference check: fail (FAILED, not timed; default) or "
-                             "warn (timed anyway, its record marked UNCHECKED with the check's error)")
+    add_check_argument(parser)
+
+
+def add_check_argument(parser, help: str = "a point whose result fails the reference check: fail (FAILED, not "
+                                           "timed; default) or warn (timed anyway, its record marked UNCHECKED "
+                                           "with the check's error)") -> None:
+    """``--check`` (declared here only: ``zlf run``'s, and a command's that passes it on to runs)."""
+    parser.add_argument("--check", choices=CHECK_MODES, default="fail", help=help)
+
+
+def add_backend_argument(parser, help: str = "cpu, cuda, or an extension's backend (default: detected)") -> None:
+    """``--backend NAME`` (declared here only: the run options', and a command's that picks a device)."""
+    parser.add_argument("--backend", metavar="NAME", help=help)
+
+
+def add_device_argument(parser) -> None:
+    """``--device N`` (declared here only)."""
+    parser.add_argument("--device", type=number_type("--device"), default=0, metavar="N", help="device index (default 0)")
+
+
+def add_time_limit_argument(parser, help: str = "", default=None) -> None:
+    """``--time-limit SEC`` (declared here only: the run options', and a command's that passes it
+    on to runs with a default of its own)."""
+    parser.add_argument("--time-limit", type=number_type("--time-limit"), default=default, metavar="SEC",
+                        help=help or TIMING_HELP["time_limit"])
 
 
 #: the help of each timing option, as ``zlf run --help`` gives it.
@@ -260,8 +285,8 @@ def add_run_options(parser: argparse.ArgumentParser, traits: CommandTraits) -> N
     g = parser.add_argument_group("run options")
     if traits.plans_shapes:
         add_dtype_argument(g)
-    g.add_argument("--backend", metavar="NAME", help="cpu, cuda, or an extension's backend (default: detected)")
-    g.add_argument("--device", type=number_type("--device"), default=0, metavar="N", help="device index (default 0)")
+    add_backend_argument(g)
+    add_device_argument(g)
     if not traits.times_points:
         return
     t = parser.add_argument_group("timing (core's direct timer unless --timer names another)")
@@ -274,7 +299,7 @@ def add_run_options(parser: argparse.ArgumentParser, traits: CommandTraits) -> N
     l2.add_argument("--no-flush-l2", dest="flush_l2", action="store_false", help=TIMING_HELP["no_flush_l2"])
     if traits.plans_shapes:
         t.add_argument("--input-copies", type=number_type("--input-copies"), metavar="N", help=TIMING_HELP["input_copies"])
-    t.add_argument("--time-limit", type=number_type("--time-limit"), metavar="SEC", help=TIMING_HELP["time_limit"])
+    add_time_limit_argument(t)
 
 
 def add_dtype_argument(parser, help_text: str = "dtype(s) to run instead of each op's defaults "

@@ -18,8 +18,9 @@ repository's, not this plugin's (tests/_devtools, docs/testing.md).
   started), for tests of what an extension adds to campaigns; with :class:`FakeHooks`,
   :func:`extension_hooks` and :class:`ExtensionInfo` for the hooks it asks.
 
-Tests marked ``gpu`` skip when no CUDA device is visible; ``slow`` marks tests that spawn
-several zlf processes. docs/extensions.md, "Testing your extension", shows them in use.
+The plugin declares no marker and skips no test: a project that marks its GPU tests calls
+:func:`skip_without_gpu` from its own ``conftest.py``. docs/extensions.md, "Testing your
+extension", shows them in use.
 """
 from __future__ import annotations
 
@@ -101,6 +102,18 @@ def gpu_available() -> bool:
         return torch.cuda.is_available()
     except Exception:
         return False
+
+
+def skip_without_gpu(items, marker: str = "gpu") -> None:
+    """Skip the ``items`` marked ``marker`` when no CUDA device is visible: for a project's own
+    ``pytest_collection_modifyitems`` (the project registers the marker). torch is imported only
+    when an item carries the marker."""
+    marked = [item for item in items if item.get_closest_marker(marker) is not None]
+    if not marked or gpu_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (none visible)")
+    for item in marked:
+        item.add_marker(skip)
 
 
 class CLI:
@@ -407,24 +420,7 @@ def extension_hooks(*names):
     return hooks
 
 
-# ----------------------------------------------------------------------------- pytest hooks and fixtures
-
-
-def pytest_configure(config):
-    """Only the markers: the plugin changes nothing of a session (its environment, its processes)
-    that does not ask for one of its fixtures. What makes zlf's own suite fast lives in the
-    repository (tests/_devtools), not here."""
-    config.addinivalue_line("markers", "gpu: needs a CUDA GPU; skipped when none is visible")
-    config.addinivalue_line("markers", "slow: spawns several zlf processes")
-
-
-def pytest_collection_modifyitems(config, items):
-    gpu_items = [item for item in items if "gpu" in item.keywords]
-    if not gpu_items or gpu_available():
-        return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU (none visible)")
-    for item in gpu_items:
-        item.add_marker(skip)
+# ----------------------------------------------------------------------------- fixtures
 
 
 @pytest.fixture

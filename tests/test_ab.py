@@ -635,7 +635,7 @@ def test_shared_processes_isolate_a_crashing_and_a_failing_op(tmp_path):
 
 def test_process_per_op_and_task_campaigns_keep_one_process_per_run(tmp_path, capsys):
     args = parse("add", "softmax", "--switch", "X", "--process-per-op", "--dry-run")
-    session = type("S", (), {"hooks": FakeHooks([Info("seed")])})()
+    session = type("S", (), {"hooks": FakeHooks([Info("seed")]), "config": None})()
     ab_cli._new_campaign(args, session)
     out = capsys.readouterr().out
     assert "  zlf run add " in out and "  zlf run softmax " in out

@@ -114,8 +114,6 @@ def test_a_third_party_command_refuses_out_of_range_run_settings_as_zlf_run_does
     assert rc == 2 and len(err.strip().splitlines()) == 1 and err.startswith("zlf: error: ")
 
 
-@pytest.mark.xfail(strict=True, reason="ATTACK: a third-party command with traits config_file=True crashes on "
-                                       "--config (AttributeError: Namespace has no 'out')")
 def test_a_third_party_command_that_takes_a_config_file_reads_it(tmp_path):
     """CommandTraits.config_file: 'it takes its run settings from a RunConfig file (--config
     FILE)'. The builder gives such a command ``--config``; using it must work (or refuse in
@@ -127,8 +125,6 @@ def test_a_third_party_command_that_takes_a_config_file_reads_it(tmp_path):
     assert json.loads(out)["time_limit_s"] == 7.0
 
 
-@pytest.mark.xfail(strict=True, reason="ATTACK: --no-ext (documented 'accepted by every command') is refused on a "
-                                       "third-party command; core adds selection flags only to its own commands")
 def test_extension_selection_flags_are_accepted_by_a_third_party_command():
     rc, out, err = _call(["atk-timeonly", "--no-ext", "shapes"], _traits_plugins())
     assert rc == 0, err
@@ -146,8 +142,6 @@ class _DepthB:
         parser.add_argument_group("atk-b").add_argument("--atk-b-depth", dest="depth", default="deep")
 
 
-@pytest.mark.xfail(strict=True, reason="ATTACK: two extensions' options sharing a dest break every invocation with "
-                                       "a misleading type error naming one of them ('expected int, got 'deep'')")
 def test_two_extensions_declaring_one_dest_is_a_conflict_naming_both():
     """ExtensionOptions: 'option names are unique across extensions (they share one command
     line)'. Two extensions that break it are a conflict to name, as two exclusive-hook providers
@@ -187,8 +181,6 @@ def test_a_wrong_campaign_option_value_is_argparses_one_line(tmp_path, monkeypat
     assert rc == 2 and len(err.strip().splitlines()) == 1 and "--atk-mode" in err
 
 
-@pytest.mark.xfail(strict=True, reason="ATTACK: a run option with a string default (argparse converts it) is "
-                                       "refused on --config: 'expected float, got '0.5'' though never given")
 def test_a_run_option_whose_default_argparse_converts_is_accepted_with_a_config_file(tmp_path, monkeypatch):
     """argparse documents ``type=float, default="0.5"`` (a string default is converted); the
     option's value from the command line is 0.5. A run from a RunConfig file that does not set
@@ -200,8 +192,6 @@ def test_a_run_option_whose_default_argparse_converts_is_accepted_with_a_config_
     assert "expected float, got '0.5'" not in err, err
 
 
-@pytest.mark.xfail(strict=True, reason="ATTACK: a run option whose type= returns a Path makes zlf ab raise "
-                                       "TypeError (not JSON serializable) writing the sides' configs")
 def test_a_run_option_of_a_non_json_type_is_no_traceback_in_a_campaign(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     rc, out, err = _call(["ab", "add", "--switch", "ATK46", "--controls", "none", "--dry-run",
@@ -285,25 +275,14 @@ def _look(key, value):
     return lambda d: d["looks"][0].__setitem__(key, value)
 
 
-def _bad(reason):
-    return pytest.mark.xfail(strict=True, reason=f"ATTACK: {reason}")
-
-
 WRONG = [
-    pytest.param(_stat("canary_ops", 5), id="canary_ops=5", marks=_bad(
-        "statistics.canary_ops=5: TypeError traceback on --resume (not in campaign schema, Statistics converter)")),
-    pytest.param(_stat("canary_ops", "add"), id="canary_ops='add'", marks=_bad(
-        "statistics.canary_ops='add' read silently as ('a','d','d'), exit 0")),
-    pytest.param(_stat("controls", 5), id="controls=5", marks=_bad(
-        "statistics.controls=5: KeyError traceback on --resume")),
-    pytest.param(_stat("controls", "bogus"), id="controls=bogus", marks=_bad(
-        "statistics.controls='bogus': KeyError traceback on --resume")),
-    pytest.param(_stat("controls_note", ["x"]), id="controls_note=list", marks=_bad(
-        "statistics.controls_note=[...] accepted silently, exit 0")),
-    pytest.param(_stat("noise", {"p": 5}), id="noise-entry=5", marks=_bad(
-        "statistics.noise={'p': 5}: AttributeError traceback on --resume")),
-    pytest.param(_top("frozen", {"p": 5}), id="frozen-entry=5", marks=_bad(
-        "frozen={'p': 5}: TypeError traceback on --resume")),
+    pytest.param(_stat("canary_ops", 5), id="canary_ops=5"),
+    pytest.param(_stat("canary_ops", "add"), id="canary_ops='add'"),
+    pytest.param(_stat("controls", 5), id="controls=5"),
+    pytest.param(_stat("controls", "bogus"), id="controls=bogus"),
+    pytest.param(_stat("controls_note", ["x"]), id="controls_note=list"),
+    pytest.param(_stat("noise", {"p": 5}), id="noise-entry=5"),
+    pytest.param(_top("frozen", {"p": 5}), id="frozen-entry=5"),
     pytest.param(_stat("first_look", "2"), id="first_look='2'"),
     pytest.param(_stat("until_confident", "yes"), id="until_confident='yes'"),
     pytest.param(_stat("trim", "0.1"), id="trim='0.1'"),
@@ -352,8 +331,6 @@ def test_a_campaign_of_an_older_zlf_without_the_newer_fields_resumes_and_keeps_i
     assert "controls" not in data["statistics"] or data["statistics"]["controls"] == "none"
 
 
-@pytest.mark.xfail(strict=True, reason="ATTACK: campaign.schema.json does not describe statistics.controls, "
-                                       "canary_ops, controls_note (written by Statistics.to_json): never type-checked")
 def test_the_campaign_schema_describes_every_field_the_typed_views_write():
     import attrs
 
@@ -387,21 +364,15 @@ RUN_SETTING_FLAGS = ("--dtype", "--backend", "--device", "--time-limit", "--chec
                      "--input-copies")
 
 
-@pytest.mark.xfail(strict=True, reason="ATTACK: --time-limit is declared again in flaggems/sweep.py:100 "
-                                       "(own default 60), besides core/options.py")
 def test_time_limit_is_declared_once():
     assert len(_declarations("--time-limit")) == 1, _declarations("--time-limit")
 
 
-@pytest.mark.xfail(strict=True, reason="ATTACK: run settings --check, --gpus (flaggems sweep), --dtype, --backend, "
-                                       "--device (calibrate, ir aot, bisect) are declared outside options.py")
 def test_each_run_setting_flag_is_declared_in_one_place():
     twice = {flag: _declarations(flag) for flag in RUN_SETTING_FLAGS}
     assert {f: w for f, w in twice.items() if len(w) != 1} == {}
 
 
-@pytest.mark.xfail(strict=True, reason="ATTACK: flaggems sweep redeclares the flaggems run options "
-                                       "(--flaggems-dir, --flaggems-max-shapes, --flaggems-compile-time-limit)")
 @pytest.mark.extensions("seed", "shapes", "cupti", "cudagraph", "ir_dump", "flaggems", "autotune_replay", "history")
 def test_each_extension_run_option_is_declared_in_one_place():
     from zlf.testing import extension_hooks
@@ -428,8 +399,6 @@ def test_the_numeric_run_settings_are_checked_by_runconfig_check_alone():
     assert offenders == []
 
 
-@pytest.mark.xfail(strict=True, reason="ATTACK: zlf ab reads its RunConfig from the parsed args 3 times "
-                                       "(cli.run_config, CampaignOptions.from_args, sides.side_configs), not once")
 def test_a_campaign_reads_its_run_settings_from_the_command_line_once(tmp_path, monkeypatch):
     """Issue 46 (3): 'RunConfig built twice' is what it removes; the walk is CLI -> config ->
     hook -> backend with no return to the parsed command line."""
@@ -487,9 +456,6 @@ def test_no_public_namespace_hands_out_a_private_name():
             getattr(zlf.ab, private)
 
 
-@pytest.mark.xfail(strict=True, reason="ATTACK: docs/extensions.md tells authors to decide by the opt-in "
-                                       "argument `command` and names a trait `run_options=True` that CommandTraits "
-                                       "does not take")
 def test_extensions_doc_teaches_traits_not_command_names():
     import attrs
 
@@ -660,9 +626,6 @@ def test_an_unrelated_session_keeps_its_interpreter_state_files_and_processes(fr
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="ATTACK: zlf.testing's pytest_collection_modifyitems skips any project's "
-                                       "@pytest.mark.gpu test without CUDA, importing torch in a session that "
-                                       "never asked for zlf")
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_an_unrelated_projects_own_gpu_marker_runs_as_without_zlf(fresh_venv, tmp_path):
     python, plain, _ = fresh_venv
@@ -681,9 +644,6 @@ def test_an_unrelated_projects_own_gpu_marker_runs_as_without_zlf(fresh_venv, tm
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="ATTACK: zlf.testing registers 'gpu' and 'slow' markers in every session: "
-                                       "a project's unregistered @pytest.mark.slow passes --strict-markers only "
-                                       "where zlf is installed")
 def test_strict_markers_judge_an_unrelated_project_as_without_zlf(fresh_venv, tmp_path):
     python, plain, _ = fresh_venv
     project = tmp_path / "project"
@@ -691,3 +651,14 @@ def test_strict_markers_judge_an_unrelated_project_as_without_zlf(fresh_venv, tm
     (project / "test_slow.py").write_text("import pytest\n\n@pytest.mark.slow\ndef test_x():\n    pass\n")
     codes = [_session(python, plain, project, "--strict-markers", *extra).returncode for extra in (["-p", "no:zlf"], [])]
     assert codes[0] == codes[1], codes
+
+
+@pytest.mark.parametrize("field, value", [("canary_ops", "add"), ("canary_ops", [5]), ("controls", "bogus"),
+                                          ("controls_note", ["x"]), ("noise", [("p", {})]), ("until_confident", "yes")])
+def test_statistics_refuses_a_wrong_typed_field_instead_of_coercing_it(field, value):
+    """Statistics made in code (not read through the schema) refuses what it would have coerced:
+    'add' is no list of canary ops ('a', 'd', 'd')."""
+    from zlf.ab import Statistics
+
+    with pytest.raises((TypeError, ValueError)):
+        Statistics(**{field: value})

@@ -230,3 +230,20 @@ def test_session_open_selects_and_configures_from_the_config():
     assert [i.name for i in session.hooks.infos if i.status == "active"] == []  # only "c", registered directly
     with pytest.raises(UsageError, match="unknown extension 'nope'"):
         Session.open(RunConfig(ext=["nope"]))
+
+
+def test_an_option_of_the_extensions_own_type_holds_json_values():
+    """A run's configuration is a JSON file: a path-valued run option holds its string (as a file
+    read back gives it), a value that is no JSON is refused in one line naming flag and owner;
+    a campaign option keeps what its type= returned."""
+    from pathlib import Path
+
+    parser = argparse.ArgumentParser()
+    path = Option.from_action(parser.add_argument("--where", type=Path))
+    assert path.check(Path("/tmp/x"), "ext", as_json=True) == "/tmp/x"
+    paths = Option.from_action(parser.add_argument("--wheres", type=Path, action="append"), "append")
+    assert paths.check([Path("a"), Path("b")], "ext", as_json=True) == ("a", "b")
+    assert path.check(Path("/tmp/x"), "ext") == Path("/tmp/x")
+    odd = Option.from_action(parser.add_argument("--odd", type=lambda s: object()))
+    with pytest.raises(ConfigError, match=r"--odd of extension 'ext'.*no JSON value"):
+        odd.check(object(), "ext", as_json=True)

@@ -119,7 +119,30 @@ class OpSpec:
 
 
 def _tuple(value) -> tuple:
-    return tuple(value or ())
+    """A list of names (campaign.json's arrays): refused, not split into characters, when it is
+    not one."""
+    if value is None:
+        return ()
+    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)) \
+            or not all(isinstance(v, str) for v in value):
+        raise TypeError(f"expected a list of names, got {value!r}")
+    return tuple(value)
+
+
+def _text(value) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise TypeError(f"expected a string, got {value!r}")
+    return value
+
+
+def _mapping(value) -> dict:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise TypeError(f"expected an object, got {value!r}")
+    return dict(value)
 
 
 @attrs.frozen
@@ -130,21 +153,22 @@ class Statistics:
     on-disk form (docs/formats: campaign.schema.json)."""
 
     alpha: float = stats.Settings().alpha  # campaign.json always has it (its schema requires it)
-    controls: str = attrs.field(default=ctl.NONE, converter=lambda v: v or ctl.NONE)
+    controls: str = attrs.field(default=ctl.NONE, converter=lambda v: ctl.NONE if v is None else v,
+                                validator=attrs.validators.in_(ctl.MODES))
     min_effect_pct: float = stats.Settings().min_effect_pct
     pairing: str = attrs.field(default=stats.AUTO, converter=lambda v: v or stats.AUTO)
     trim: Optional[float] = None
     spending: str = "obrien-fleming"
     noise_from: Optional[str] = None
     #: ``{point: Noise as JSON}`` of the A/A campaign ``--noise-from`` named
-    noise: dict = attrs.field(factory=dict, converter=lambda v: dict(v or {}))
-    until_confident: bool = attrs.field(default=False, converter=bool)
+    noise: dict = attrs.field(factory=dict, converter=_mapping)
+    until_confident: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
     #: rounds of the first look (every round of a fixed campaign)
     first_look: int = 0
     max_rounds: int = 0
     #: the canary ops the campaign added (:mod:`zlf.controls`) and why none were, if so
     canary_ops: tuple = attrs.field(default=(), converter=_tuple)
-    controls_note: str = attrs.field(default="", converter=lambda v: v or "")
+    controls_note: str = attrs.field(default="", converter=_text)
 
     @classmethod
     def from_json(cls, d: dict) -> "Statistics":

@@ -208,10 +208,12 @@ def _plan(args, session) -> CampaignPlan:
         if args.method is not None:
             raise UsageError("--method needs --library SOURCE (a campaign of a few ops is held to Holm's rule)")
         plan = CampaignPlan(ops=[OpSpec.parse(t) for t in (args.ops or ["add", "softmax", "matmul"])])
-        session.hooks.campaign_setup(plan=plan, options=CampaignOptions.from_args(args, session.hooks), session=session)
+        options = CampaignOptions.from_args(args, session.hooks, session.config)
+        session.hooks.campaign_setup(plan=plan, options=options, session=session)
     else:
         plan = CampaignPlan()
-        session.hooks.campaign_setup(plan=plan, options=CampaignOptions.from_args(args, session.hooks), session=session)
+        options = CampaignOptions.from_args(args, session.hooks, session.config)
+        session.hooks.campaign_setup(plan=plan, options=options, session=session)
         if plan.library is None:  # no extension knows the name: a file of ops
             if not os.path.isfile(args.library):
                 raise UsageError(f"--library {args.library!r}: neither an op source an active extension "
@@ -352,7 +354,7 @@ def _new_campaign(args, session):
     plan.ops += [OpSpec.parse(name) for name in canaries]
     statistics = attrs.evolve(statistics, canary_ops=canaries, controls_note=why)
     a, b = build_sides(args, plan.side_args)
-    configs = side_configs(args, session.hooks, plan, (a, b))
+    configs = side_configs(args, session.hooks, plan, (a, b), session.config)
     data = _campaign_data(args, session, plan, a, b, statistics)
     data["context"] = session.hooks.campaign_context(data=data)
     _preflight(Driving.from_json(data), session)  # refuse before anything is written: a refused campaign cannot be resumed
@@ -645,7 +647,8 @@ def _delta(r) -> float:
 
 def _after_campaign(campaign, results, args, session) -> None:
     """Extensions' work on the finished campaign (``after_campaign``): after every timing run."""
-    session.hooks.after_campaign(campaign, results, CampaignOptions.from_args(args, session.hooks), session)
+    session.hooks.after_campaign(campaign, results, CampaignOptions.from_args(args, session.hooks, session.config),
+                                 session)
 
 
 def _preflight(driving: Driving, session) -> None:

@@ -132,9 +132,11 @@ class CampaignOptions:
     sample_seed: int = 0
 
     @classmethod
-    def from_args(cls, args, hooks) -> "CampaignOptions":
+    def from_args(cls, args, hooks, run: Optional[RunConfig] = None) -> "CampaignOptions":
         """Of the parsed ``zlf ab`` command line: the one place the hooks' view of it is read.
-        ``hooks``: the :class:`zlf.plugins.Hooks` that declared the extensions' options."""
+        ``hooks``: the :class:`zlf.plugins.Hooks` that declared the extensions' options; ``run``:
+        the invocation's run settings as the command line built them once (``session.config``),
+        read from ``args`` only when not given."""
         given = vars(args)
         sets = getattr(hooks, "campaign_option_sets", ())
         campaign = ExtensionOptions({s.owner: {o.dest: given.get(o.dest, o.default) for o in s.options}
@@ -142,7 +144,9 @@ class CampaignOptions:
         own = {f: given.get(f) for f in ("ops", "aa", "switch", "a_env", "b_env", "a_python", "b_python", "resume",
                                          "library", "sample")}
         own["sample_seed"] = given.get("sample_seed") or 0
-        return cls(run=RunConfig.from_args(args, getattr(hooks, "option_sets", ())), campaign=campaign, **own)
+        if run is None:
+            run = RunConfig.from_args(args, getattr(hooks, "option_sets", ()))
+        return cls(run=run, campaign=campaign, **own)
 
     def get(self, name: str, default=None):
         """An extension's option value: a campaign option's, else a run option's; ``default``

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from typing import Optional
 
 from ..config import RunConfig, owned_options
 from ..console import warn
@@ -69,12 +70,14 @@ CAMPAIGN_OWN = {"ops": (), "out": "runs", "name": None, "summary_format": "table
                 "ray_address": None, "retries": None}
 
 
-def side_configs(args, hooks, plan, sides) -> dict:
+def side_configs(args, hooks, plan, sides, config: Optional[RunConfig] = None) -> dict:
     """``{side name: RunConfig}``: what every run of each side is given (``zlf run --config``).
 
     The run options given to ``zlf ab`` (core's and the extensions', typed as declared), the
     extensions every run selects, and the plan's option values (:class:`CampaignPlan.options`);
     a run option the campaign sets itself (``plan.own_options``) is refused when given here.
+    ``config``: the run settings the command line gave, built once (``session.config``); read
+    from ``args`` only when not given.
     """
     sets = hooks.option_sets
     for dest in plan.own_options:
@@ -84,8 +87,8 @@ def side_configs(args, hooks, plan, sides) -> dict:
     commands = sorted({o.command for o in plan.ops})
     if len(commands) > 1:
         raise UsageError(f"the ops of one campaign run one command, not {' and '.join(commands)}")
-    config = RunConfig.from_args(args, sets).with_changes(command=commands[0] if commands else "run", **CAMPAIGN_OWN,
-                                                         **selection(hooks, plan.extensions))
+    config = (config if config is not None else RunConfig.from_args(args, sets)).with_changes(
+        command=commands[0] if commands else "run", **CAMPAIGN_OWN, **selection(hooks, plan.extensions))
     config = config.with_options(owned_options(plan.options, sets, "a campaign's option"))
     config.check()  # with the extensions' option values of the plan
     return {side.name: config for side in sides}

@@ -90,6 +90,20 @@ MAX_SHAPES = Number(int, 1, 10**6, unit="shapes")
 COMPILE_SECONDS = Number(float, 0, SECONDS, unit="seconds")
 
 
+# The run options that zlf sweep also takes and passes on to each op's zlf run: declared here only.
+def add_dir_argument(parser, help: str) -> None:
+    parser.add_argument("--flaggems-dir", metavar="DIR", help=help)
+
+
+def add_max_shapes_argument(parser, help: str, **kwargs) -> None:
+    parser.add_argument("--flaggems-max-shapes", type=MAX_SHAPES, metavar="N", help=help, **kwargs)
+
+
+def add_compile_time_limit_argument(parser, help: str, **kwargs) -> None:
+    parser.add_argument("--flaggems-compile-time-limit", type=COMPILE_SECONDS, default=0.0, metavar="SEC",
+                        help=help, **kwargs)
+
+
 class FlagGems:
     """The ``flaggems`` extension (entry point ``zlf_flaggems.plugin:FlagGems``)."""
 
@@ -120,8 +134,7 @@ class FlagGems:
         if not traits.plans_shapes:  # FlagGems' ops and shapes apply where a command plans them
             return
         g = parser.add_argument_group("flaggems (extension)")
-        g.add_argument("--flaggems-dir", metavar="DIR",
-                       help=f"FlagGems source checkout whose benchmark/ is run (also {_checkout.ENV_DIR}); "
+        add_dir_argument(g, f"FlagGems source checkout whose benchmark/ is run (also {_checkout.ENV_DIR}); "
                             "OPs are then OP[:OP_FILE[::TEST]]: tests marked OP in benchmark/test_<OP_FILE>.py")
         g.add_argument("--flaggems-level", choices=LEVELS, default="core",
                        help="FlagGems --level: comprehensive adds set_more_shapes() and extra input variants (default core)")
@@ -132,11 +145,10 @@ class FlagGems:
                        help="relative L2 error allowed against the torch reference, e.g. float32=1e-3 for TF32 "
                             "kernels (repeatable; defaults: " +
                             ", ".join(f"{k} {v:g}" for k, v in TOLERANCE.items()) + ", others exact)")
-        g.add_argument("--flaggems-max-shapes", type=MAX_SHAPES, metavar="N",
-                       help="run each op's N smallest built-in shapes only (a quick pass over many ops; default all)")
-        g.add_argument("--flaggems-compile-time-limit", type=COMPILE_SECONDS, default=0.0, metavar="SEC",
-                       help="seconds a point's first FlagGems call (Triton compiling, FlagGems tuning) gets beyond "
-                            "--time-limit: a slow compile is not a hang (default 0)")
+        add_max_shapes_argument(g, "run each op's N smallest built-in shapes only (a quick pass over many ops; "
+                                   "default all)")
+        add_compile_time_limit_argument(g, "seconds a point's first FlagGems call (Triton compiling, FlagGems "
+                                           "tuning) gets beyond --time-limit: a slow compile is not a hang (default 0)")
         g.add_argument("--flaggems-flagtune", choices=("0", "1"),
                        help=f"set {ENV_FLAGTUNE} before flag_gems is imported (default: the environment's)")
 

@@ -1,7 +1,7 @@
 """Run every benchmark op of a FlagGems checkout, each in its own zlf run process, into one table.
 
     zlf sweep --flaggems-dir ~/FlagGems                          every op of benchmark/test_*.py
-    zlf sweep --flaggems-dir ~/FlagGems --sample 100 --seed 22 --gpus 0,1,2,3
+    zlf sweep --flaggems-dir ~/FlagGems --sample 100 --sample-seed 22 --gpus 0,1,2,3
     zlf sweep --resume runs/flaggems_20261202-0412             finish what a stopped sweep left
 
 Each op runs as ``zlf run --ext flaggems --ext cudagraph --ext cupti --ext seed OP:FILE`` in a
@@ -77,39 +77,37 @@ TABLE_FIELDS = ("op", "status", "ok", "failed", "unchecked", "timers", "wall_s",
 
 
 def configure_parser(p) -> None:
-    from zlf.options import number_type
+    from zlf.executors import add_gpus_argument
+    from zlf.options import add_check_argument, add_time_limit_argument, deprecated
     from zlf.output import add_format_argument
 
-    from zlf.options import deprecated
+    from .plugin import (COMPILE_SECONDS, MAX_SHAPES, add_compile_time_limit_argument, add_dir_argument,
+                         add_max_shapes_argument)
 
-    from .plugin import COMPILE_SECONDS, MAX_SHAPES
-
-    p.add_argument("--flaggems-dir", metavar="DIR", help=f"FlagGems source checkout (also {_checkout.ENV_DIR})")
+    # the run options it passes on to each op's zlf run come from their declarers, with the sweep's help
+    add_dir_argument(p, f"FlagGems source checkout (also {_checkout.ENV_DIR})")
     p.add_argument("ops", nargs="*", metavar="OP", help="these ops (marks, or MARK:FILE) instead of every op")
     deprecated(p, "--ops", "OP arguments", dest="ops_option", metavar="A,B")
     p.add_argument("--sample", type=Number(int, 1, 10**6, unit="ops"), metavar="N",
                    help="a random sample of N ops instead of every op (with --sample-seed)")
     p.add_argument("--sample-seed", type=SEED, default=0, metavar="S", help="seed of --sample (default 0)")
-    deprecated(p, "--seed", "--sample-seed", type=SEED, dest="sample_seed")
-    p.add_argument("--gpus", metavar="LIST", help="one op at a time per listed GPU (CUDA_VISIBLE_DEVICES of "
-                   "each op's process; repeat an index for two ops on one GPU), e.g. 0,1,2,3")
+    add_gpus_argument(p, "one op at a time per listed GPU (CUDA_VISIBLE_DEVICES of each op's process; repeat an "
+                         "index for two ops on one GPU), e.g. 0,1,2,3")
     p.add_argument("--op-time-limit", type=Number(float, 0, SECONDS, low_open=True, unit="seconds"), metavar="SEC",
                    help="wall seconds per op process, past which its process group is killed and the op "
                         "recorded as hung with its last phase (default 600; with --resume: the sweep's own "
                         "unless given)")
-    p.add_argument("--time-limit", type=number_type("--time-limit"), default=60.0, metavar="SEC",
-                   help="zlf run --time-limit of every point (default 60)")
-    p.add_argument("--flaggems-compile-time-limit", type=COMPILE_SECONDS, default=0.0, metavar="SEC",
-                   dest="compile_time_limit",
-                   help="zlf run --flaggems-compile-time-limit: seconds a point's first FlagGems call (compiling, "
-                        "tuning) gets beyond --time-limit (default 0)")
+    add_time_limit_argument(p, "zlf run --time-limit of every point (default 60)", default=60.0)
+    add_compile_time_limit_argument(p, "zlf run --flaggems-compile-time-limit: seconds a point's first FlagGems "
+                                       "call (compiling, tuning) gets beyond --time-limit (default 0)",
+                                    dest="compile_time_limit")
     deprecated(p, "--compile-time-limit", "--flaggems-compile-time-limit", type=COMPILE_SECONDS,
                dest="compile_time_limit")
-    p.add_argument("--flaggems-max-shapes", type=MAX_SHAPES, metavar="N", dest="max_shapes",
-                   help="zlf run --flaggems-max-shapes: each op's N smallest built-in shapes")
+    add_max_shapes_argument(p, "zlf run --flaggems-max-shapes: each op's N smallest built-in shapes",
+                            dest="max_shapes")
     deprecated(p, "--max-shapes", "--flaggems-max-shapes", type=MAX_SHAPES, dest="max_shapes")
-    p.add_argument("--check", choices=("fail", "warn"), default="fail",
-                   help="zlf run --check: warn times points whose reference check fails, marked UNCHECKED (default fail)")
+    add_check_argument(p, "zlf run --check: warn times points whose reference check fails, marked UNCHECKED "
+                          "(default fail)")
     p.add_argument("--run-ext", action="append", metavar="NAME",
                    help=f"extensions of each op's zlf run besides flaggems (repeatable; none: flaggems alone; default: "
                         f"{' '.join(DEFAULT_RUN_EXTS)})")

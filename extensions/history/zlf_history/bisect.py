@@ -34,7 +34,7 @@ from typing import Optional
 from zlf import readers
 from zlf.console import clean
 from zlf.errors import UsageError
-from zlf.options import Number
+from zlf.options import Number, add_backend_argument
 from zlf.redact import redact_argv
 from zlf.rundir import safe_name, timestamp, write_atomic
 from zlf.trust import SIGNATURE, seal, sealed_by_me
@@ -110,7 +110,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                    help="what 'bad' means: SLOWER (default) or FASTER than good")
     s.add_argument("--point", action="append", default=[], metavar="ID",
                    help="decide on these points only (repeatable; default: every point of the ops)")
-    s.add_argument("--backend", metavar="NAME", help="passed to every campaign")
+    add_backend_argument(s, help="passed to every campaign")
     s.add_argument("--ab-arg", action="append", default=[], metavar="ARG",
                    help="one more argument for every zlf ab campaign (repeatable), e.g. --ab-arg=--dtype=float16")
     o = parser.add_argument_group("output")

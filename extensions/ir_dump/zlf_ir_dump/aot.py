@@ -46,13 +46,16 @@ class AotBackend(Backend):
 
 
 def configure_parser(p) -> None:
+    from zlf.options import add_dtype_argument
+
+    from .plugin import add_ir_argument
+
     p.add_argument("ops", nargs="*", metavar="OP",
                    help="built-in op (add, softmax, matmul), FILE.py[::NAME], or a name an extension knows; default: the built-in suite")
     p.add_argument("--target", default="cuda:90", metavar="BACKEND:ARCH",
                    help="GPU target to compile for: cuda:80, cuda:90, cuda:100, hip:gfx942 ... (default cuda:90)")
-    p.add_argument("--dtype", action="append", metavar="D", help="dtype(s) instead of each op's GPU defaults")
-    p.add_argument("--ir", metavar="KINDS", default=None,
-                   help="IR kinds, comma-separated (ttir,ttgir,llir,ptx,cubin; 'all'); default: ttgir")
+    add_dtype_argument(p, "dtype(s) instead of each op's GPU defaults")
+    add_ir_argument(p, "IR kinds, comma-separated (ttir,ttgir,llir,ptx,cubin; 'all'); default: ttgir")
     p.add_argument("--out", default="runs", metavar="PARENT", help="parent of the run directory (default: runs/)")
     p.add_argument("--name", metavar="LABEL", help="run directory label (default: ir_<op> or ir_suite)")
 

@@ -22,10 +22,7 @@ class IrDumpPlugin:
     def add_options(self, parser, traits):
         if not traits.times_points:  # a command that times points compiles and launches kernels
             return
-        g = parser.add_argument_group("ir_dump (extension)")
-        g.add_argument("--ir", metavar="KINDS", default=None,
-                       help="IR kinds to dump per launched variant, comma-separated: ttir,ttgir,llir,ptx "
-                            "(and what the backend adds, e.g. cubin, amdgcn), or 'all' (default: ttgir)")
+        add_ir_argument(parser.add_argument_group("ir_dump (extension)"))
 
     @hookimpl
     def add_commands(self, subparsers):
@@ -34,12 +31,10 @@ class IrDumpPlugin:
         p = subparsers.add_parser("ir", help="compile ops for a GPU target on this machine and dump their IR (no GPU needed)",
                                   description=aot.__doc__.strip().splitlines()[0])
         aot.configure_parser(p)
-        _selection_args(p)
         p.set_defaults(handler=aot.main)
         p = subparsers.add_parser("ir-diff", help="compare the IR trees of two run directories",
                                   description=ir_diff.__doc__.strip().splitlines()[0])
         ir_diff.configure_parser(p)
-        _selection_args(p)
         p.set_defaults(handler=ir_diff.main)
 
     @hookimpl
@@ -109,9 +104,8 @@ class IrDumpPlugin:
         return campaign_mod.split_ir(item, dest, shapes, link)
 
 
-def _selection_args(parser) -> None:
-    # Read before parsing by core (extensions are chosen before any is imported); declared here
-    # so that the sub-command accepts them in its own argument list too.
-    g = parser.add_argument_group("extension selection")
-    g.add_argument("--ext", action="append", metavar="NAME", help="use exactly these extensions (repeatable)")
-    g.add_argument("--no-ext", action="append", metavar="NAME", help="disable an extension before it is imported")
+def add_ir_argument(parser, help: str = "IR kinds to dump per launched variant, comma-separated: ttir,ttgir,llir,"
+                                        "ptx (and what the backend adds, e.g. cubin, amdgcn), or 'all' (default: "
+                                        "ttgir)") -> None:
+    """``--ir KINDS`` (declared here only: the run option's, and ``zlf ir``'s)."""
+    parser.add_argument("--ir", metavar="KINDS", default=None, help=help)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 
 from zlf import hookimpl
-from zlf.options import SECONDS, CommandTraits, Number, add_selection_arguments, deprecated, number_type
+from zlf.options import SECONDS, CommandTraits, Number, deprecated, number_type
 from zlf.output import add_format_argument
 
 #: what zlf task does: it times its cases (a run of points), makes their inputs, and takes its
@@ -63,7 +63,6 @@ def add_commands(subparsers):
     c.add_argument("--nvcc-arch", metavar="SM", help="nvcc -arch (default: the device's, e.g. sm_90a; sm_90a without a GPU)")
     c.add_argument("--nvcc-flag", action="append", metavar="FLAG", help="extra nvcc flag (repeatable)")
     c.add_argument("--cache-dir", metavar="DIR", help="compiled-library cache (default: $ZLF_TASK_CACHE or ~/.cache/zlf/taskpkg)")
-    add_selection_arguments(p)
     p.set_defaults(handler=_cmd_task, traits=TRAITS)
 
 
