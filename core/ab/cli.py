@@ -348,13 +348,16 @@ def _campaign_data(args, session, plan, a, b, statistics) -> dict:
 def _new_campaign(args, session):
     statistics = _statistics(args)
     plan = _plan(args, session)
+    config = session.config
     if args.library is not None and getattr(args, "time_limit", None) is None:
         args.time_limit = LIBRARY_TIME_LIMIT  # a hang costs a limit, not the campaign
+        if config is not None:
+            config = config.with_changes(time_limit_s=LIBRARY_TIME_LIMIT)
     canaries, why = _canaries(args, plan)
     plan.ops += [OpSpec.parse(name) for name in canaries]
     statistics = attrs.evolve(statistics, canary_ops=canaries, controls_note=why)
     a, b = build_sides(args, plan.side_args)
-    configs = side_configs(args, session.hooks, plan, (a, b), session.config)
+    configs = side_configs(args, session.hooks, plan, (a, b), config)
     data = _campaign_data(args, session, plan, a, b, statistics)
     data["context"] = session.hooks.campaign_context(data=data)
     _preflight(Driving.from_json(data), session)  # refuse before anything is written: a refused campaign cannot be resumed
