@@ -279,9 +279,6 @@ def test_max_noise_stopping_does_not_bias_the_median_of_independent_samples(dist
     assert abs(bias) <= 0.1, bias
 
 
-@pytest.mark.xfail(strict=True, reason="ATTACK: --max-noise 0.5 stops a 0.1 ms point after 20 samples (2 ms): "
-                   "a power cap setting in after 60 calls leaves it 4.7 % under the budget's median while "
-                   "noise_pct says 0.16 %; nvbench's --min-time (0.5 s) is not taken")
 def test_max_noise_does_not_stop_before_a_power_cap_sets_in():
     """The H200 power-caps under sustained load: the first 60 calls of a point run at 0.100 ms,
     every later one at 0.105 ms. docs/timing.md: noise_pct is "how far the point's recorded value
@@ -296,9 +293,6 @@ def test_max_noise_does_not_stop_before_a_power_cap_sets_in():
     assert sampling["stopped"] == "budget" or moved <= 0.5, (moved, sampling)
 
 
-@pytest.mark.xfail(strict=True, reason="ATTACK: --max-noise 0.5 on a clock alternating 40 fast / 60 slow "
-                   "(+4 %) calls stops at 20 samples inside the first fast block: recorded median 3.6 % under "
-                   "the budget's, noise_pct 0.17 %")
 def test_max_noise_does_not_stop_inside_one_clock_mode_of_a_periodic_series():
     """Clock modes that alternate, 40 calls fast then 60 slow (+4 %), as a power-capped GPU
     oscillates: the stopped median must be within max_noise of the budget's, or not stop on noise."""
