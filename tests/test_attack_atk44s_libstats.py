@@ -306,9 +306,6 @@ def test_max_noise_does_not_stop_inside_one_clock_mode_of_a_periodic_series():
 
 
 # ----------------------------------------------------------------------------- the stated rule, documented
-@pytest.mark.xfail(strict=True, reason="ATTACK: core/ab/screening.py cites docs/ab.md 'A library campaign: "
-                   "screen, then confirm' for the rule and its error rates; docs/ab.md has no such section "
-                   "and no doc states the library rule's FDR/FWER or verdict_sim --library figures")
 def test_the_library_rule_and_its_error_rate_are_in_the_docs_the_module_cites():
     src = (ROOT / "core" / "ab" / "screening.py").read_text()
     assert 'docs/ab.md, "A library campaign: screen, then confirm"' in src
