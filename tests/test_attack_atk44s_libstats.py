@@ -224,26 +224,33 @@ def test_a_point_changed_by_delta_is_called_same_at_most_as_often_as_stated(mode
 
 
 # ----------------------------------------------------------------------------- Holm's family-wise claim
-@pytest.mark.xfail(strict=True, reason="ATTACK: method holm states 'chance of any wrong verdict over the library "
-                   "<= 0.05' but the screen clears SAME at the per-point alpha: 7/12 libraries (80 of 400 "
-                   "points +1.2 %) had a changed point called SAME (FWER CP 95 % lower bound 0.28)")
 def test_holm_family_wise_claim_holds_with_many_points_changed_just_beyond_delta():
-    """With ``method holm`` the rule states "chance of any wrong verdict over the library <= alpha
-    (Holm, family-wise)". A release where 20 % of the points moved +1.2 % (beyond δ): a SAME on
-    one of them is a wrong verdict. 12 libraries of 400 points, the screen's 3 rounds."""
+    """With ``method holm`` the screen still clears SAME per point (a family-wise equivalence test
+    over the library would clear nothing), so the rule may not state Holm's rate for "any wrong
+    verdict": it states it for SLOWER/FASTER and SAME's per-point rate (changed from the attack's
+    premise, which asserted the "any wrong verdict" wording). Both printed claims must hold on a
+    release where 20 % of the points moved +1.2 % (beyond δ): 12 libraries of 400 points, run as
+    a campaign (screen 3 rounds, 12 at most). Family-wise: the libraries with any wrong
+    direction; per point: the changed points cleared at the screen (<= alpha) and called SAME
+    in all (<= 2·alpha); refuted only when the Clopper-Pearson lower bound exceeds them."""
     plan = screening.Plan(3, 12, stats.HOLM)
     settings = stats.Settings()
-    assert "chance of any wrong verdict over the library <= 0.05" in screening.statement(plan, settings)
+    said = screening.statement(plan, settings)
+    assert "any wrong verdict" not in said
+    assert "chance of any wrong SLOWER/FASTER over the library <= 0.05 (Holm, family-wise)" in said
+    assert "SAME per point: a point changed by 1 % or more is cleared as SAME at the screen with probability <= 0.05" in said
     t = truths(400, {1.2: 80})
-    with_wrong = 0
+    with_wrong = cleared = same = 0
     for seed in range(12):
-        values = library(np.random.default_rng(4450 + seed), t, 3, noise_pct=0.5)
-        st = screening.step(values, settings, plan, screening.State(), op_of)
+        values = library(np.random.default_rng(4450 + seed), t, plan.max_rounds, noise_pct=0.5)
+        verdicts, st = drive(values, plan, settings)
         names = list(values)
-        cleared = set(st.state.cleared)
-        with_wrong += any(names[i] in cleared for i in range(80))
-    lo, _ = cp(with_wrong, 12)
-    assert lo <= ALPHA, f"{with_wrong}/12 libraries with a wrong SAME (FWER lower bound {lo:.2f})"
+        with_wrong += any(wrong_direction(verdicts[p], t[i]) for i, p in enumerate(names))
+        cleared += sum(names[i] in set(st.state.cleared) for i in range(80))
+        same += sum(verdicts[names[i]] == stats.SAME for i in range(80))
+    assert cp(with_wrong, 12)[0] <= ALPHA, f"{with_wrong}/12 libraries with a wrong direction"
+    assert cp(cleared, 12 * 80)[0] <= ALPHA, cleared
+    assert cp(same, 12 * 80)[0] <= 2 * ALPHA, same
 
 
 # ----------------------------------------------------------------------------- --max-noise on fake timers
