@@ -257,8 +257,9 @@ TIMING_HELP = {
     "rep_ms": "measurement budget per point, in ms (default: backend's, 100 on GPU)",
     "max_noise": "core's direct timer stops sampling a point once the 95 %% interval of its median, from its "
                  "samples' order statistics, is within PCT %% of the median (nvbench's --max-noise, on the "
-                 "median's interval): at least 20 samples and one cycle of the input copies, at most "
-                 "--rep-ms; records.extra.sampling says what stopped it (default: off, --rep-ms for every point)",
+                 "median's interval), and once the medians of the samples' first and second halves agree "
+                 "within PCT %% too: at least a quarter of --rep-ms (nvbench's --min-time), 20 samples and "
+                 "one cycle of the input copies, at most --rep-ms; records.extra.sampling says what stopped it (default: off, --rep-ms for every point)",
     "flush_l2": "flush L2 before every sample (direct timer's default on GPUs)",
     "no_flush_l2": "keep L2 warm between samples",
     "input_copies": "with L2 flushed, core's timers cycle each point's calls through N sets of its inputs (the "

@@ -657,7 +657,10 @@ def _multiple(dec: dict, frozen: dict, values: dict, level, method: str, m: int)
     level the undecided points' intervals are shown at (``level(point, divisor)`` is the level of
     ``alpha / divisor`` at that point's look).
 
-    holm: Holm's step-down over every verdict; frozen points count as decided steps.
+    holm: Holm's step-down over every verdict; frozen points count as decided steps (they met
+    Holm's levels at an earlier look). Points of the family outside ``values`` (a library's
+    cleared points, each cleared at its own level, not at a Holm step) do not: they stand last,
+    as never rejected, so the family-wise rate of the directions is Holm's over all ``m``.
     bh / by: each SAME at the point's own level (divisor 1: an equivalence test per point, the
     rate of losing a changed point); the directions by the Benjamini–Hochberg step-up, the
     ``r``-th smallest (frozen directions counted first, ``f`` of them) judged at divisor
@@ -669,7 +672,7 @@ def _multiple(dec: dict, frozen: dict, values: dict, level, method: str, m: int)
     verdicts, judged = {}, {}
     order = sorted(dec, key=lambda q: dec[q][1] / max(level(q, 1), 1e-300))
     if method == HOLM:  # frozen points first (decided at an earlier look), then by p relative to the level
-        j = len([q for q in frozen if q in values]) + max(0, m - len(values))  # outside: decided SAME
+        j = len([q for q in frozen if q in values])
         for point in order:
             v, p = dec[point]
             lvl = level(point, m - j)

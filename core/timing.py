@@ -6,6 +6,7 @@ of samples and a 10 ms kernel about ten.
 """
 from __future__ import annotations
 
+import math
 from typing import Optional, Protocol
 
 from .config import MAX_SAMPLES, MIN_SAMPLES, as_budget
@@ -80,10 +81,27 @@ def sample_counts(fn, backend, flush, warmup_ms: float, rep_ms: float,
 #: the fewest samples whose median's interval ``--max-noise`` trusts (the 95 % order-statistic
 #: interval of a median needs 6 samples to exist at all, and a few dozen to be steady)
 NOISE_MIN_SAMPLES = 20
+#: share of the ``--rep-ms`` budget ``--max-noise`` always samples before it may stop (nvbench's
+#: ``--min-time``): a clock mode that sets in or alternates over the first calls (a power cap
+#: under sustained load) is in the median before the noise is trusted
+NOISE_MIN_TIME_SHARE = 0.25
 #: confidence of the median's interval ``--max-noise`` compares with
 NOISE_CONFIDENCE = 0.95
 #: what stopped a point's sampling (``Timing.extra["sampling"]["stopped"]``)
 STOPPED_NOISE, STOPPED_BUDGET = "noise", "budget"
+
+
+def halves_moved_pct(samples) -> float:
+    """How far apart the medians of the first and the second half of the samples (in call order)
+    lie, in percent of the samples' median: the interval of :func:`median_noise_pct` assumes
+    independent draws of one distribution, which a series that drifts or changes clock mode is not."""
+    import statistics
+
+    n = len(samples)
+    mid = statistics.median(samples) if n else 0.0
+    if n < 2 or mid <= 0:
+        return float("inf")
+    return float(100.0 * abs(statistics.median(samples[n // 2:]) - statistics.median(samples[:n // 2])) / mid)
 
 
 def median_noise_pct(samples) -> float:
@@ -91,8 +109,6 @@ def median_noise_pct(samples) -> float:
     (order statistics at binomial ranks, ``scipy.stats.quantile_test``), in percent of the median:
     how far the point's recorded value could move with more samples. Infinite below 6 samples
     (no such interval exists)."""
-    import math
-
     from scipy.stats import quantile_test  # only a run with --max-noise pays for scipy.stats
 
     xs = sorted(float(x) for x in samples)
@@ -116,9 +132,13 @@ def time_direct(fn, backend, *, warmup_ms: float, rep_ms: float, flush_l2: bool,
 
     ``max_noise`` (``--max-noise``, percent): nvbench's relative-noise stopping rule on the value
     zlf records, the median. Samples come in batches, each doubling the count, from the minimum
-    (``min_samples``, :data:`NOISE_MIN_SAMPLES` and one whole cycle of a :class:`Rotation`'s
-    input sets) to the ``rep_ms`` budget's count (the maximum, as without it); after each batch,
-    sampling stops once :func:`median_noise_pct` is at most ``max_noise``. The timing's
+    (``min_samples``, :data:`NOISE_MIN_SAMPLES`, one whole cycle of a :class:`Rotation`'s input
+    sets, and :data:`NOISE_MIN_TIME_SHARE` of the budget's count: nvbench's ``--min-time``) to the
+    ``rep_ms`` budget's count (the maximum, as without it); after each batch, sampling stops once
+    :func:`median_noise_pct` is at most ``max_noise`` and the series looks stationary: the
+    medians of its first and second halves (:func:`halves_moved_pct`) within ``max_noise`` too
+    (the median's interval assumes independent draws; a clock mode that sets in or alternates
+    breaks that). The timing's
     ``extra["sampling"]`` says what stopped it (``noise`` or ``budget``), the noise reached and
     the budget's count. Without ``max_noise`` every point samples its whole budget.
     """
@@ -132,19 +152,22 @@ def time_direct(fn, backend, *, warmup_ms: float, rep_ms: float, flush_l2: bool,
         samples = _sample(fn, backend, flush, n_rep)
         return Timing.from_samples(samples, timer=backend.timer_name, l2="flush" if flush_l2 else "warm")
     cycle = len(fn.calls) if isinstance(fn, Rotation) else 1
-    target = min(n_rep, max(min_samples, NOISE_MIN_SAMPLES, cycle))
+    min_time = math.ceil(NOISE_MIN_TIME_SHARE * n_rep)
+    target = min(n_rep, max(min_samples, NOISE_MIN_SAMPLES, cycle, min_time))
     samples: list = []
     while True:
         samples += _sample(fn, backend, flush, target - len(samples))
         noise = median_noise_pct(samples)
-        if noise <= max_noise:
+        if noise <= max_noise and halves_moved_pct(samples) <= max_noise:
             stopped = STOPPED_NOISE
             break
         if len(samples) >= n_rep:
             stopped = STOPPED_BUDGET
             break
         target = min(n_rep, 2 * len(samples))
+    moved = halves_moved_pct(samples)
     sampling = {"stopped": stopped, "max_noise_pct": max_noise, "noise_pct": noise if noise != float("inf") else None,
+                "halves_moved_pct": moved if moved != float("inf") else None,
                 "samples": len(samples), "budget_samples": n_rep}
     return Timing.from_samples(samples, timer=backend.timer_name, l2="flush" if flush_l2 else "warm",
                                extra={"sampling": sampling})

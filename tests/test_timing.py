@@ -3,11 +3,13 @@ a fake clock that only the timed call moves: what is timed is what the test says
 the machine is."""
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from zlf.testing import FakeClock, fake_backend_class
 from zlf.errors import UsageError
-from zlf.timing import Rotation, sample_counts, time_direct
+from zlf.timing import NOISE_MIN_SAMPLES, NOISE_MIN_TIME_SHARE, Rotation, sample_counts, time_direct
 
 # budgets a little over a whole number of calls: the clock counts float seconds, so an estimate
 # of 0.5 ms may read a hair over it
@@ -55,7 +57,12 @@ def test_the_timer_still_takes_the_minimum_samples_of_a_slow_call():
 
 # ----------------------------------------------------------------------------- --max-noise
 # nvbench's relative-noise stopping rule on the median: samples in doubling batches from the
-# minimum to the rep_ms budget, stopped once the median's 95 % interval is within PCT of it.
+# minimum (a share of the budget: nvbench's --min-time) to the rep_ms budget, stopped once the
+# median's 95 % interval is within PCT of it and the two halves' medians agree as closely.
+
+
+def minimum(budget: int) -> int:
+    return max(NOISE_MIN_SAMPLES, math.ceil(NOISE_MIN_TIME_SHARE * budget))
 
 
 def jittered(clock, ms: float, spread_pct: float, seed: int = 0):
@@ -83,7 +90,7 @@ def test_a_quiet_point_stops_at_the_minimum_once_its_median_is_tight():
     backend, clock = clocked()
     timing = time_direct(jittered(clock, 0.1, 0.5), backend, warmup_ms=1.05, rep_ms=40.05, flush_l2=False,
                          max_noise=1.0)
-    assert len(timing.samples_ms) == 20
+    assert len(timing.samples_ms) == minimum(timing.extra["sampling"]["budget_samples"]) > NOISE_MIN_SAMPLES
     assert timing.extra["sampling"]["stopped"] == "noise"
     assert timing.extra["sampling"]["budget_samples"] >= 390
     assert timing.extra["sampling"]["noise_pct"] <= 1.0
@@ -99,19 +106,56 @@ def test_a_noisy_point_doubles_its_samples_up_to_the_budget():
 
 
 def test_a_point_between_stops_where_its_interval_first_fits():
-    # ±5 % in a 7-call pattern: the median's interval narrows as batches double (20, 40, 80, ...)
+    # ±6 % spread: the median's interval narrows as batches double from the minimum
     backend, clock = clocked()
-    timing = time_direct(jittered(clock, 0.1, 5.0), backend, warmup_ms=1.05, rep_ms=40.05, flush_l2=False,
+    timing = time_direct(jittered(clock, 0.1, 6.0), backend, warmup_ms=1.05, rep_ms=40.05, flush_l2=False,
                          max_noise=1.5)
-    n = len(timing.samples_ms)
-    assert timing.extra["sampling"]["stopped"] == "noise" and n in (40, 80, 160, 320)
+    n, budget = len(timing.samples_ms), timing.extra["sampling"]["budget_samples"]
+    assert timing.extra["sampling"]["stopped"] == "noise" and n == 2 * minimum(budget) < budget
 
 
 def test_the_minimum_covers_one_cycle_of_the_input_copies():
     backend, clock = clocked()
-    fn = Rotation([jittered(clock, 0.1, 0.5)] * 32)
+    fn = Rotation([jittered(clock, 0.1, 0.5)] * 128)
     timing = time_direct(fn, backend, warmup_ms=1.05, rep_ms=40.05, flush_l2=False, max_noise=5.0)
-    assert len(timing.samples_ms) == 32 and timing.extra["sampling"]["stopped"] == "noise"
+    assert 128 > minimum(timing.extra["sampling"]["budget_samples"])
+    assert len(timing.samples_ms) == 128 and timing.extra["sampling"]["stopped"] == "noise"
+
+
+def moded(clock, fast: int, ms=(0.100, 0.104), spread_pct: float = 0.2, seed: int = 0):
+    """Calls in a fast clock mode for the first ``fast`` calls, slow (+4 %) after (seeded)."""
+    import numpy as np
+
+    times = np.r_[np.full(fast, ms[0]), np.full(20_000, ms[1])]
+    times = times * (1.0 + spread_pct / 100 * np.random.default_rng(seed).standard_normal(times.size))
+
+    def fn():
+        clock.advance(float(times[min(fn.calls, times.size - 1)]))
+        fn.calls += 1
+
+    fn.calls = 0
+    return fn
+
+
+def test_sampling_runs_for_a_share_of_the_budget_before_a_clock_mode_sets_in():
+    # the slow mode sets in after 60 calls: 20 samples would all be fast, a quarter of the budget is not
+    backend, clock = clocked()
+    full = time_direct(moded(clock, 60), backend, warmup_ms=1.05, rep_ms=100.05, flush_l2=False)
+    timing = time_direct(moded(clock, 60), backend, warmup_ms=1.05, rep_ms=100.05, flush_l2=False, max_noise=0.5)
+    assert len(timing.samples_ms) >= minimum(timing.extra["sampling"]["budget_samples"])
+    assert abs(timing.value_ms / full.value_ms - 1) <= 0.005
+
+
+def test_a_series_whose_halves_disagree_samples_on():
+    # 17 calls before sampling (first, estimates, warm-up), then 60 fast samples: the minimum's
+    # 100 samples have a fast median and a tight interval, but their halves' medians differ by 4 %
+    backend, clock = clocked()
+    full = time_direct(moded(clock, 77), backend, warmup_ms=1.05, rep_ms=40.05, flush_l2=False)
+    timing = time_direct(moded(clock, 77), backend, warmup_ms=1.05, rep_ms=40.05, flush_l2=False, max_noise=0.5)
+    sampling = timing.extra["sampling"]
+    assert sampling["samples"] > minimum(sampling["budget_samples"])
+    assert sampling["halves_moved_pct"] <= 0.5 or sampling["stopped"] == "budget"
+    assert abs(timing.value_ms / full.value_ms - 1) <= 0.005
 
 
 def test_max_noise_is_a_run_option_checked_once():

@@ -165,7 +165,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     lib.add_argument("--method", choices=stats.METHODS, default=None,
                      help="with --library: the error rate the library's directions are held to: bh (default: the "
                           "false discovery rate, Benjamini-Hochberg), by (the same under any dependence, "
-                          "Benjamini-Yekutieli), holm (the chance of any wrong verdict, family-wise)")
+                          "Benjamini-Yekutieli), holm (the chance of any wrong direction, family-wise; SAME stays "
+                          "per point under every method)")
     lib.add_argument("--status", metavar="DIR",
                      help="print the table so far of campaign DIR (running, stopped or finished), with its "
                           "progress; starts and writes nothing")

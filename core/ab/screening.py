@@ -25,10 +25,12 @@ the library's points one family:
   ones count as decided without a direction), so the expected share of wrong directions among
   the library's directions (the false discovery rate) is at most ``alpha``; ``by`` --
   Benjamini–Yekutieli, the same under any dependence between points; ``holm`` -- Holm's
-  step-down, the chance of any wrong verdict at most ``alpha`` (family-wise). With ``bh``/``by``
-  each SAME is an equivalence test at the point's own level: a point truly changed by δ or more
-  is cleared at the screen with probability at most ``alpha``, and called SAME at a later look
-  with at most ``alpha`` more (spent over the looks).
+  step-down over all ``m`` points (the cleared ones last, never a step taken), the chance of
+  any wrong direction at most ``alpha`` (family-wise). Under every method the screen's SAME is
+  an equivalence test at the point's own level, not a family-wise one (Holm's over thousands
+  of points would clear nothing): a point truly changed by δ or more is cleared at the screen
+  with probability at most ``alpha``, and called SAME at a later look with at most ``alpha``
+  more (spent over the looks; with ``holm`` a later SAME meets Holm's level, stricter still).
 
 The unit of replication stays the process round (one value per point, round and side) and the
 controls' process factors are taken out before each look, as in every ``zlf ab`` campaign.
@@ -290,10 +292,10 @@ def statement(plan: Plan, settings: stats.Settings, step_: Optional[Step] = None
         stats.BH: f"false discovery rate of SLOWER/FASTER over the library <= {a} (Benjamini-Hochberg)",
         stats.BY: f"false discovery rate of SLOWER/FASTER over the library <= {a} under any dependence "
                   "(Benjamini-Yekutieli)",
-        stats.HOLM: f"chance of any wrong verdict over the library <= {a} (Holm, family-wise)",
+        stats.HOLM: f"chance of any wrong SLOWER/FASTER over the library <= {a} (Holm, family-wise)",
     }[plan.method]
-    same = (f"; a point changed by {d} or more is cleared as SAME at the screen with probability <= {a} "
-            f"and called SAME at a later look with <= {a} more")
+    same = (f"; SAME per point: a point changed by {d} or more is cleared as SAME at the screen with probability "
+            f"<= {a} and called SAME at a later look with <= {a} more")
     cost = ""
     if step_ is not None and step_.rounds:
         mean = sum(step_.rounds.values()) / len(step_.rounds)
