@@ -44,6 +44,11 @@ if mode == "wait":
         time.sleep(0.05)
 if mode == "interrupt":
     raise KeyboardInterrupt
+if mode == "hangup":  # a handler of its own for a SIGHUP it started with ignored, as zlf run's parent has
+    signal.signal(signal.SIGHUP, lambda signum, frame: sys.exit(5))
+    print("ready", flush=True)
+    for _ in range(1200):
+        time.sleep(0.05)
 '''
 
 
@@ -211,6 +216,31 @@ def test_a_killed_stand_in_takes_its_child_with_it(server):
     proc.kill()
     proc.wait(10)
     assert gone_within(pid)
+
+
+def test_a_signal_the_stand_in_ignores_reaches_a_child_that_handles_it(server):
+    """A session started with SIGHUP ignored (``nohup``, a detached job) gives its processes that
+    disposition, and the child takes it over; a program may still install a handler of its own
+    (``zlf run`` stops on SIGHUP). The stand-in ignored the signal too, so it never reached the
+    child: test_sighup_to_zlf_run_stops_it_as_terminated waited out its ceiling in every session
+    started that way. The stand-in passes every signal on; the child does what it would do."""
+    env, folder = server
+    proc = probe(env, folder, "hangup", preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    pid = int(proc.stdout.readline().split()[1])
+    assert pid != proc.pid
+    while proc.stdout.readline().strip() != "ready":
+        pass
+    os.kill(proc.pid, signal.SIGHUP)
+    try:
+        code = proc.wait(30)
+    except subprocess.TimeoutExpired:
+        stuck = _where(proc.pid, "stand-in") + _where(pid, "child")
+        for each in (proc.pid, pid):
+            with contextlib.suppress(OSError):
+                os.kill(each, signal.SIGKILL)
+        proc.wait()
+        pytest.fail(f"the SIGHUP did not reach the child within 30 s\n{stuck}")
+    assert code == 5
 
 
 def test_an_ignored_sigint_stays_ignored_in_the_child(server):

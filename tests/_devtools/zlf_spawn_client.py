@@ -143,9 +143,11 @@ def _hand_off() -> None:
         except OSError:
             pass
 
+    # every one, those this process ignores too: the child starts with the same dispositions but
+    # may install a handler of its own (zlf run's parent takes SIGHUP, even under nohup), and one
+    # it still ignores is ignored there, as this process would have done
     for name in _FORWARD:
-        if request["dispositions"][name] != "ignore":
-            signal.signal(getattr(signal, name), forward)
+        signal.signal(getattr(signal, name), forward)
     end = _wait_for_end(sock, buffer, held)
     if end.get("signal"):
         for name in _FORWARD:
