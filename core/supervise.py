@@ -255,8 +255,9 @@ class Supervisor:
     def run(self) -> int:
         _preload()
         previous = None
-        if threading.current_thread() is threading.main_thread():
-            previous = signal.signal(signal.SIGHUP, _hangup)  # a closed terminal stops the run, as SIGTERM does
+        if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:
+            # a closed terminal stops the run, as SIGTERM does; ``nohup zlf run`` (SIGHUP ignored) runs on
+            previous = signal.signal(signal.SIGHUP, _hangup)
         self._passed_on.install()
         previous_wakeup = self._wake_on_signals()
         # what an op leaves running after its worker ends, however it detached, comes back here

@@ -57,6 +57,13 @@ OPS = textwrap.dedent('''
     def crash_in_reference(x, out):
         os.abort()
 
+    def until_go(x, out):           # says it runs, then waits for a file named go beside the marker
+        marker = os.environ["ZLF_TEST_MARKER"]
+        open(marker, "w").write(str(os.getpid()))
+        while not os.path.exists(os.path.join(os.path.dirname(marker), "go")):
+            time.sleep(0.05)
+        out.copy_(x)
+
     def wait(x, out):               # says it runs, then waits (killed from outside)
         open(os.environ["ZLF_TEST_MARKER"], "w").write(str(os.getpid()))
         time.sleep(600)
@@ -81,6 +88,7 @@ OPS = textwrap.dedent('''
     h_inputs = op("h_inputs", ok, make_inputs=crash_in_inputs)
     i_reference = op("i_reference", ok, reference=crash_in_reference)
     j_wait = op("j_wait", wait)
+    m_go = op("m_go", until_go)
     k_children = op("k_children", leaves_children)
     l_gil = op("l_gil", holds_the_interpreter)
 ''')
@@ -219,10 +227,20 @@ def test_a_hang_that_holds_the_interpreter_is_stopped_by_the_parent(tmp_path, en
     assert meta["status"] == "hung" and meta["counts"] == {"ok": 1, "FAILED": 1, "OOM": 0}
 
 
+def _hangup_default():
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
+def _hangup_ignored():
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+
 def test_sighup_to_zlf_run_stops_it_as_terminated(tmp_path, env, ops):
+    # started with SIGHUP's default disposition, as from a terminal (whatever this session inherited)
     proc = subprocess.Popen([sys.executable, "-m", "zlf", "run", f"{ops}::a_ok", f"{ops}::j_wait", "--backend", "cpu",
                              "--rep-ms", "1", "--warmup-ms", "0", "--time-limit", "0", "--out", "runs"],
-                            cwd=tmp_path, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            cwd=tmp_path, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=_hangup_default)
     marker = tmp_path / "marker"
     worker = int(wait_for(lambda: marker.is_file() and marker.read_text(), CEILING, "the op to run"))
     proc.send_signal(signal.SIGHUP)
@@ -231,6 +249,23 @@ def test_sighup_to_zlf_run_stops_it_as_terminated(tmp_path, env, ops):
     records, meta = outcome(only_dir(tmp_path / "runs"))
     assert records == [("a_ok", "ok", None)] and meta["status"] == "terminated"
     assert not alive(worker)
+
+
+
+def test_nohup_zlf_run_runs_on_through_a_hangup(tmp_path, env, ops):
+    # `nohup zlf run ...`: SIGHUP ignored from the start; a closed terminal must not stop the run
+    proc = subprocess.Popen([sys.executable, "-m", "zlf", "run", f"{ops}::a_ok", f"{ops}::m_go", "--backend", "cpu",
+                             "--rep-ms", "1", "--warmup-ms", "0", "--time-limit", "0", "--out", "runs"],
+                            cwd=tmp_path, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=_hangup_ignored)
+    marker = tmp_path / "marker"
+    wait_for(lambda: marker.is_file() and marker.read_text(), CEILING, "the op to run")
+    proc.send_signal(signal.SIGHUP)
+    (tmp_path / "go").write_text("")  # a stop the SIGHUP caused would still end the run as terminated
+    out, err = proc.communicate(timeout=CEILING)
+    assert proc.returncode == 0, err
+    records, meta = outcome(only_dir(tmp_path / "runs"))
+    assert [r[:2] for r in records] == [("a_ok", "ok"), ("m_go", "ok")] and meta["status"] != "terminated"
 
 
 def test_an_op_file_that_dies_on_import_is_one_message(tmp_path, env):
