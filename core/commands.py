@@ -194,11 +194,11 @@ def run_points(args, session, link=None, resume=None) -> int:
             before = rundir.meta()
             run.meta.update({k: before[k] for k in ("started", "worker_deaths") if k in before})
             run.split = TimeSplit(before.get("time_split"))
+            run.log.info(f"a fresh worker goes on with point {start + 1} of {len(plan)}")
         if resume is None:  # the process's own start and setup; a fresh worker's are its parent's, counted
             run.split.add("start", cli.STARTUP_S)
             run.split.add("imports", t1 - cli.ENTERED if cli.ENTERED else None)
             run.split.add("planning", t2 - t1)
-            run.log.info(f"a fresh worker goes on with point {start + 1} of {len(plan)}")
         for note in dict.fromkeys(session.plan_notes if resume is None else ()):  # a fresh worker said them already
             run.log.warning(note)
         # which argument gave which ops and how many points: zlf ab splits a run of several ops by it
