@@ -406,8 +406,6 @@ def _forge_library_source(doc, d):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="ATTACK: campaign.json's screening state is not signed: an edit that "
-                   "clears or freezes a SLOWER point as SAME is taken by --resume (forged verdict)")
 @pytest.mark.parametrize("edit", [_forge_slow_cleared, _forge_frozen_same])
 def test_atk_edited_screening_state_is_refused(edit, hostile, tmp_path):
     d = _edited_copy(hostile, tmp_path, edit)

@@ -36,6 +36,10 @@ from .layout import (CONFIGS, C_RUNNING, CAMPAIGN, FAILED, FORMAT_VERSION, LOGS,
 #: creation with this user's key, so that ``--resume`` runs nothing an edit put there.
 #: (``scale`` too: a Ray address is where results are unpickled from.)
 SIGNED = ("sides", "ops", "run_args", "extension_args", "cwd", "triton_cache", "scale", "identities")
+#: campaign.json fields that decide the verdicts as the campaign goes (the screen's cleared and
+#: frozen points, the looks, the settings of the statistics and of the library): signed again at
+#: every save with the same key (``state_mac``), so that an edit cannot forge a verdict.
+STATE = ("screening", "statistics", "library", "looks", "frozen", "metric")
 KEY_FILE = "campaign.key"
 
 
@@ -223,6 +227,7 @@ class Campaign(Execution):
         self.path = Path(path)
         self.data = data
         self.hooks = hooks
+        self._key: Optional[bytes] = None  # this user's signing key, read at the first save
         #: ``{shared key: [run dirs]}`` of the shared processes handed to an executor
         self.groups: dict = {}
 
@@ -297,6 +302,21 @@ class Campaign(Execution):
         self.data["identities"] = {label: file_identity(path) for label, path in self.code_files().items()}
         key = signing_key(create=True)
         self.data["signature"] = _sign(key, self.data) if key else None
+        self._key = key
+
+    def check_state(self, where: str = "--resume") -> None:
+        """Refuse (UsageError) a campaign whose decision state (:data:`STATE`: the screen's
+        cleared and frozen points, the looks, the statistics) is not what zlf ab last saved: an
+        edit there would forge verdicts that no run measured."""
+        key = signing_key(create=False)
+        if key is None:
+            raise UsageError(f"{where}: no campaign signing key of this user ({key_path()}): cannot verify "
+                             "campaign.json's verdicts; start a new campaign")
+        signature = self.data.get("state_mac")
+        if not isinstance(signature, str) or not hmac.compare_digest(signature, _sign_state(key, self.data)):
+            raise UsageError(f"{where}: campaign.json's screening, looks or statistics are not what zlf ab last saved "
+                             "(edited, or made by another user, machine or zlf version): refusing to take its "
+                             "verdicts; start a new campaign")
 
     def check_resume(self, named: dict, where: str = "--resume") -> None:
         """Refuse (UsageError) to resume a campaign whose command lines zlf ab did not write:
@@ -356,6 +376,9 @@ class Campaign(Execution):
         copy) is a one-line UsageError."""
         # shared like a run's records: no credential (a Ray address's password); what is signed is
         # this redacted form, so a resumed campaign verifies (give --ray-address again)
+        key = self._key = self._key or signing_key(create=False)
+        if key:  # the decision state as it is now, signed (check_state)
+            self.data["state_mac"] = _sign_state(key, self.data)
         data = redact(self.data)
         text = json.dumps(data, indent=2, default=str) + "\n"
         try:
@@ -735,5 +758,13 @@ def _sign(key: bytes, data: dict) -> str:
     signed = SIGNED + ("configs",) if "configs" in data else SIGNED  # a campaign before them: as it was signed
     body = json.dumps(redact({k: data.get(k) for k in signed}), sort_keys=True, default=str)
     return hmac.new(key, body.encode(), hashlib.sha256).hexdigest()
+
+
+def _sign_state(key: bytes, data: dict) -> str:
+    # as campaign.json keeps it (read back: tuples as lists, keys as strings), so that the state
+    # read on --resume signs as the state saved did
+    kept = json.loads(json.dumps(redact({k: data.get(k) for k in STATE}), default=str))
+    body = json.dumps(kept, sort_keys=True)
+    return hmac.new(key, b"state\0" + body.encode(), hashlib.sha256).hexdigest()
 
 

@@ -490,6 +490,7 @@ def _resume(args, session) -> Campaign:
             upgrade(campaign, session)
         keep_one_input_set(campaign)
         check_ray_address(scale)
+    campaign.check_state()  # complete or not: its verdicts are taken as they stand
     _preflight(attrs.evolve(campaign.driving, scale=scale), session)
     if args.metric:
         campaign.data["metric"] = args.metric
