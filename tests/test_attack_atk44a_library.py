@@ -476,8 +476,6 @@ def _kill_tree(proc, marker: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="ATTACK: an op module that hangs while importing (on B) hangs the whole "
-                   "library campaign: no --time-limit or process bound applies before the first point")
 def test_atk_import_hang_on_b_is_bounded_and_b_only(tmp_path):
     env = _env_for(tmp_path)
     good = _write(tmp_path, "same0 = _op('same0')\n", ["same0"], name="good_ops.py")
