@@ -680,8 +680,6 @@ vandal = _op("vandal", _vandal)
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="ATTACK: a filed run whose results vanish leaves its op PENDING 'runs left' "
-                   "in a complete campaign (exit 0); nothing re-measures it, --resume runs nothing")
 def test_atk_op_that_deletes_campaign_files_is_not_a_silent_loss(tmp_path):
     """An op deletes another op's filed results and blanks campaign.json mid-campaign: the campaign
     ends without a traceback, and the robbed op is not left without an outcome in a campaign that

@@ -27,7 +27,7 @@ from .. import controls as ctl
 from .. import readers, stats
 from ..errors import UsageError
 from ..redact import redact
-from ..rundir import RunDir, write_atomic
+from ..rundir import RESULTS, RunDir, write_atomic
 from .execute import Execution
 from .layout import (CONFIGS, C_RUNNING, CAMPAIGN, FAILED, FORMAT_VERSION, LOGS, OK, PENDING, RUNNING, SHARED,
                      SHARED_PROCESS, SKIPPED, STAGING, now)
@@ -564,6 +564,25 @@ class Campaign(Execution):
         return self.path / run["op"] / LOGS / f"r{run['round']}_{run['side']}.txt"
 
     # ------------------------------------------------------------------ one run
+    def lost_runs(self) -> list:
+        """The runs filed ok with point records (``records``) whose results.jsonl is gone since
+        (deleted by another op's process, or by hand): their rounds are not measured."""
+        return [r for r in self.runs if r["status"] == OK and r.get("records")
+                and not (self.run_dir(r) / RESULTS).is_file()]
+
+    def reopen_lost(self) -> list:
+        """Make the round of every lost run (both sides: one pair, one way) pending again, to be
+        measured again; returns the lost runs' directories."""
+        lost = self.lost_runs()
+        for run in lost:
+            for side in ("A", "B"):
+                r = self.find(run["op"], run["round"], side)
+                if r is not None and r["status"] == OK:
+                    r.update(status=PENDING, started=None, finished=None, records=False)
+        if lost:
+            self.save()
+        return [r["dir"] for r in lost]
+
     def discard_partial(self, run: dict) -> None:
         """Remove what an interrupted run left (it is re-run whole)."""
         for p in (self._staging(run), self.run_dir(run)):

@@ -401,6 +401,10 @@ def _print_dry_run(data, a, b, ops, guard, configs) -> None:
         warn(line)
 
 
+#: how many times a driver measures again the rounds whose results were deleted after filing
+LOST_RERUNS = 2
+
+
 def plan_line(campaign) -> str:
     """``1 op (+2 control ops) x 3 rounds x 2 sides; 6 processes``: the ops the user named, the
     canaries apart, and the processes still to run (a shared process runs a round's ops at once)."""
@@ -446,6 +450,12 @@ def _drive(campaign, printer, busy, scaled, args, session) -> int:
         t0 = time.monotonic()
         try:
             drive(campaign, printer, busy, campaign.driving.idle_wait, scaled)
+            for _ in range(LOST_RERUNS):  # results deleted after filing (another op's process): measured again
+                lost = campaign.reopen_lost()
+                if not lost:
+                    break
+                printer.line(f"the results of {', '.join(lost)} are gone since they were filed: running those rounds again")
+                drive(campaign, printer, busy, campaign.driving.idle_wait, scaled)
         finally:  # the campaign's own elapsed time, summed over --resume's (library.time_split)
             campaign.data["driver_s"] = round(float(campaign.data.get("driver_s") or 0.0) + time.monotonic() - t0, 2)
     except OSError as exc:
@@ -484,13 +494,17 @@ def _resume(args, session) -> Campaign:
     pid = campaign.driver_pid
     if campaign.status == C_RUNNING and pid and pid != os.getpid() and _alive(pid):
         raise UsageError(f"campaign {args.resume!r} is still being run by process {pid}")
-    if campaign.status != C_COMPLETE or any(r["status"] in (PENDING, RUNNING) for r in campaign.runs):
+    if (campaign.status != C_COMPLETE or any(r["status"] in (PENDING, RUNNING) for r in campaign.runs)
+            or campaign.lost_runs()):
         campaign.check_resume({"A": args.a_python, "B": args.b_python})  # it will start runs
         if "configs" not in campaign.data:
             upgrade(campaign, session)
         keep_one_input_set(campaign)
         check_ray_address(scale)
     campaign.check_state()  # complete or not: its verdicts are taken as they stand
+    lost = campaign.reopen_lost()  # filed, then its results deleted: measured again
+    if lost:
+        warn(f"the results of {', '.join(lost)} are gone since they were filed: running those rounds again")
     _preflight(attrs.evolve(campaign.driving, scale=scale), session)
     if args.metric:
         campaign.data["metric"] = args.metric
@@ -568,6 +582,9 @@ def _finish(campaign, scaled, args, session) -> int:
         step = library.look(campaign)
         results = step.results
     unreported = {**campaign.failed_ops(), **campaign.incomplete_ops()}
+    for run in campaign.lost_runs():  # gone again after LOST_RERUNS: a failure, not a silent loss
+        warn(f"{run['dir']}: its results.jsonl was deleted after it was filed (measured again {LOST_RERUNS} times)")
+        unreported.setdefault(run["op"], run)
     reported = [o.name for o in campaign.ops if o.name not in unreported]
     for name in campaign.statistics.canary_ops:  # a canary that failed is a line,
         unreported.pop(name, None)  # not a failed campaign: the ops under test have their report
