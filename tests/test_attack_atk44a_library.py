@@ -610,8 +610,6 @@ def test_atk_killed_twice_then_resumed_loses_and_doubles_nothing(killed):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="ATTACK: driver_s is added only in a finally: a SIGKILLed driver's time is "
-                   "lost, so 'the campaign ran N s, measuring X % of it' uses 3 s for a 41 s campaign")
 def test_atk_killed_campaign_time_split_is_sensible(killed):
     """After two SIGKILLs and resumes: the processes' wall is the sum of the processes filed, and the
     campaign's own elapsed time (summed over its drivers) is not less than the processes it ran one

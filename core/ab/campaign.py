@@ -17,6 +17,7 @@ import os
 import secrets
 import shutil
 import sys
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -228,6 +229,7 @@ class Campaign(Execution):
         self.data = data
         self.hooks = hooks
         self._key: Optional[bytes] = None  # this user's signing key, read at the first save
+        self._ticked: Optional[float] = None  # the driver's clock at its last tick (None: not driving)
         #: ``{shared key: [run dirs]}`` of the shared processes handed to an executor
         self.groups: dict = {}
 
@@ -376,6 +378,7 @@ class Campaign(Execution):
         copy) is a one-line UsageError."""
         # shared like a run's records: no credential (a Ray address's password); what is signed is
         # this redacted form, so a resumed campaign verifies (give --ray-address again)
+        self.tick()
         key = self._key = self._key or signing_key(create=False)
         if key:  # the decision state as it is now, signed (check_state)
             self.data["state_mac"] = _sign_state(key, self.data)
@@ -391,6 +394,24 @@ class Campaign(Execution):
                 raise
             raise UsageError(f"cannot write {self.path / CAMPAIGN}: {exc.strerror}; a campaign runs and resumes "
                              "where it can be written (copy it somewhere writable)") from exc
+
+    def start_clock(self) -> None:
+        """Count this driver's time into ``driver_s`` (the campaign's own elapsed time, summed over
+        its drivers) from now on, a tick at each save: a driver killed outright loses only the
+        time since its last save."""
+        self._ticked = time.monotonic()
+
+    def stop_clock(self) -> None:
+        """The driving is over: its time counted, none after (the report's own work is not the campaign's)."""
+        self.tick()
+        self._ticked = None
+
+    def tick(self) -> None:
+        if self._ticked is None:
+            return
+        t = time.monotonic()
+        self.data["driver_s"] = round(float(self.data.get("driver_s") or 0.0) + t - self._ticked, 2)
+        self._ticked = t
 
     # ------------------------------------------------------------------ the plan
     @property

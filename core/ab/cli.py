@@ -13,7 +13,6 @@ import os
 import re
 import shutil
 import sys
-import time
 
 import attrs
 
@@ -447,7 +446,7 @@ def main(args, session) -> int:
 
 def _drive(campaign, printer, busy, scaled, args, session) -> int:
     try:
-        t0 = time.monotonic()
+        campaign.start_clock()  # the campaign's own elapsed time, summed over --resume's (library.time_split)
         try:
             drive(campaign, printer, busy, campaign.driving.idle_wait, scaled)
             for _ in range(LOST_RERUNS):  # results deleted after filing (another op's process): measured again
@@ -456,8 +455,8 @@ def _drive(campaign, printer, busy, scaled, args, session) -> int:
                     break
                 printer.line(f"the results of {', '.join(lost)} are gone since they were filed: running those rounds again")
                 drive(campaign, printer, busy, campaign.driving.idle_wait, scaled)
-        finally:  # the campaign's own elapsed time, summed over --resume's (library.time_split)
-            campaign.data["driver_s"] = round(float(campaign.data.get("driver_s") or 0.0) + time.monotonic() - t0, 2)
+        finally:
+            campaign.stop_clock()
     except OSError as exc:
         if not disk_full(exc):
             raise
