@@ -162,7 +162,6 @@ def test_atk_library_flaggems_missing_checkout_is_one_line(extra, words, tmp_pat
     assert len(err) == 1 and err[0].startswith("zlf: error:") and words in err[0], err
 
 
-@pytest.mark.xfail(strict=True, reason="ATTACK: --sample-seed without --library/--sample is silently ignored (exit 0)")
 @pytest.mark.parametrize("extra", [[], ["--library", "{lib}"]])
 def test_atk_sample_seed_alone_is_refused(extra, tmp_path, capsys, zlf_core_only):
     """--sample needs --library (refused, exit 2); a --sample-seed that seeds nothing is the same mistake."""

@@ -160,7 +160,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                           "library, findings first (an op that fails on B only, then verdicts by evidence)")
     lib.add_argument("--sample", type=Number(int, 1, 10**6, unit="ops"), metavar="N",
                      help="with --library: a random sample of N of its ops (random.Random(--sample-seed).sample)")
-    lib.add_argument("--sample-seed", type=SEED, default=0, metavar="S", help="seed of --sample (default 0)")
+    lib.add_argument("--sample-seed", type=SEED, default=None, metavar="S",
+                     help="with --sample: the seed of its sample (default 0)")
     lib.add_argument("--method", choices=stats.METHODS, default=None,
                      help="with --library: the error rate the library's directions are held to: bh (default: the "
                           "false discovery rate, Benjamini-Hochberg), by (the same under any dependence, "
@@ -201,6 +202,8 @@ def check_ray_address(scale) -> None:
 def _plan(args, session) -> CampaignPlan:
     """The ops from the OP arguments, then what the extensions set (``campaign_setup``); with
     ``--library``, the ops of the library, sampled or picked by the OP arguments."""
+    if args.sample_seed is not None and args.sample is None:
+        raise UsageError(f"--sample-seed {args.sample_seed} needs --sample N (it seeds nothing else)")
     if args.library is None:
         if args.sample is not None:
             raise UsageError("--sample needs --library SOURCE (the ops to sample from)")
@@ -217,10 +220,10 @@ def _plan(args, session) -> CampaignPlan:
                                  "knows (zlf plugins lists them) nor a file of ops")
             plan.library, plan.library_source = library.read_op_list(args.library), os.path.abspath(args.library)
         source = plan.library_source or args.library
-        chosen = library.select(plan.library, args.ops, args.sample, args.sample_seed, source)
+        chosen = library.select(plan.library, args.ops, args.sample, args.sample_seed or 0, source)
         plan.ops = [OpSpec.parse(spec) for spec in chosen]
         plan.data[library.FIELD] = {"source": source, "size": len(plan.library), "sample": args.sample,
-                                    "seed": args.sample_seed if args.sample is not None else None,
+                                    "seed": (args.sample_seed or 0) if args.sample is not None else None,
                                     "named": list(args.ops or ())}
         if plan.label is None:
             plan.label = ("aa" if args.aa else (args.switch or "ab")) + "_library"
@@ -493,6 +496,11 @@ def _resume(args, session) -> Campaign:
     pid = campaign.driver_pid
     if campaign.status == C_RUNNING and pid and pid != os.getpid() and _alive(pid):
         raise UsageError(f"campaign {args.resume!r} is still being run by process {pid}")
+    ignored = [flag for flag, given in (("--library", args.library is not None), ("--sample", args.sample is not None),
+                                        ("--sample-seed", args.sample_seed is not None), ("--switch", bool(args.switch)),
+                                        ("op names", bool(args.ops))) if given]
+    if ignored:
+        warn(f"--resume runs the campaign as it was planned: ignoring {', '.join(ignored)}")
     if (campaign.status != C_COMPLETE or any(r["status"] in (PENDING, RUNNING) for r in campaign.runs)
             or campaign.lost_runs()):
         campaign.check_resume({"A": args.a_python, "B": args.b_python})  # it will start runs
