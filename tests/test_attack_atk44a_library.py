@@ -701,10 +701,8 @@ def test_atk_op_that_deletes_campaign_files_is_not_a_silent_loss(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", [
     "campaign.json",
-    pytest.param("library.json", marks=pytest.mark.skip(reason="same fault as campaign.json; one run is enough")),
+    "library.json",
 ])
-@pytest.mark.xfail(strict=True, reason="ATTACK: an op named like a file of the campaign directory (campaign.json) "
-                   "passes the name check, then the campaign dies with a NotADirectoryError traceback")
 def test_atk_op_named_like_a_campaign_file(name, tmp_path):
     """The name rule (letters, digits, _ . + -) lets through 'campaign.json'; <campaign>/<op>/ is then
     a file of the campaign. Refuse it up front (one line, exit 2, as _shared and _config are), or run it."""
