@@ -315,6 +315,10 @@ class Campaign(Execution):
             raise UsageError(f"{where}: no campaign signing key of this user ({key_path()}): cannot verify "
                              "campaign.json's verdicts; start a new campaign")
         signature = self.data.get("state_mac")
+        if signature is None:
+            raise UsageError(f"{where}: campaign.json has no signed decision state (a campaign of a zlf before "
+                             "it was signed, or one it was removed from): its verdicts cannot be verified; start a "
+                             "new campaign")
         if not isinstance(signature, str) or not hmac.compare_digest(signature, _sign_state(key, self.data)):
             raise UsageError(f"{where}: campaign.json's screening, looks or statistics are not what zlf ab last saved "
                              "(edited, or made by another user, machine or zlf version): refusing to take its "
