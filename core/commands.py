@@ -166,6 +166,13 @@ def run_points(args, session, link=None, resume=None) -> int:
     config = session.config  # checked by the command line (RunConfig.check)
     session.hooks.check_exclusive()
     backend = session.choose_backend(config.backend, config.device)
+    if link is not None:  # an op module whose import hangs is bounded as a point is
+        from .supervise import load_limit
+
+        limit = load_limit(backend.point_time_limit_s if config.time_limit_s is None else config.time_limit_s,
+                           len(config.ops or ()))
+        if limit is not None:
+            link.send("loading", limit=limit)
     t1 = time.time()
     ops = session.resolve_ops(config.ops)
     plan = session.plan(ops, config.dtypes)

@@ -219,6 +219,19 @@ class _PassedOn:
                 pass
 
 
+#: seconds beyond the point time limit a worker has to load its ops (import their modules, which
+#: may compile kernels) before its first point: a module whose import hangs costs this, not the run
+LOAD_GRACE_S = 20.0
+
+
+def load_limit(limit: Optional[float], specs: int) -> Optional[float]:
+    """The seconds a worker has to load ``specs`` op arguments before its first point: the point
+    limit once plus once per op argument, plus :data:`LOAD_GRACE_S` (None: no point limit, none)."""
+    if not limit or limit <= 0:
+        return None
+    return limit * (1 + max(1, specs)) + LOAD_GRACE_S
+
+
 class Supervisor:
     """Runs ``body(link, resume)`` in forked workers until one finishes (see the module's docstring).
 
@@ -236,6 +249,7 @@ class Supervisor:
         self.began = 0.0
         self.allowed = None     # its time limit, seconds (None: none)
         self.began_any = False  # the worker now running began a point
+        self.loading = None     # (when, seconds): the worker began loading its ops (a deadline before any point)
         self.final = None       # the exit code a worker said it ends with
         self.stopping = None    # the KeyboardInterrupt (Ctrl-C, SIGTERM, SIGHUP) that stops the run
         self.kill_at = None
@@ -380,7 +394,11 @@ class Supervisor:
 
     def _deadline(self) -> Optional[float]:
         """When the parent gives up on the point running: the worker's own watchdog has had its
-        grace (``hard_hang_grace``) and as much again."""
+        grace (``hard_hang_grace``) and as much again. Before the first point, while the worker
+        loads its ops (an op module's import runs no point and arms no watchdog): the load limit
+        it said (:func:`load_limit`)."""
+        if self.loading is not None and self.dir is None:
+            return self.loading[0] + self.loading[1]
         if self.current is None or self.allowed is None:
             return None
         return self.began + self.allowed + 2 * hard_hang_grace(self.allowed)
@@ -435,7 +453,9 @@ class Supervisor:
             except ValueError:
                 continue
             kind = event.get("event")
-            if kind == "dir":
+            if kind == "loading":
+                self.loading = (self.clock(), float(event["limit"]))
+            elif kind == "dir":
                 points = event["points"]
                 if self.plan is not None and [p["id"] for p in points] != [p["id"] for p in self.plan]:
                     self._mismatch = "the fresh worker planned other points than the first one"
@@ -456,6 +476,10 @@ class Supervisor:
         """File a worker's death: the exit code to end with, or None to go on in a fresh worker."""
         cause = self._mismatch or death_cause(status)
         if self.dir is None:
+            if self.hung and self.loading is not None:
+                _say(f"zlf: time limit: the ops did not load within {self.loading[1]:g} s (--time-limit and "
+                     f"{LOAD_GRACE_S:g} s to import, per op module); killed while loading, nothing was run")
+                return EXIT_HUNG
             _say(f"zlf: the run's {cause} before its run directory was made; nothing was run")
             return 1
         rd = RunDir(self.dir)

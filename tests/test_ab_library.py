@@ -294,9 +294,11 @@ def test_interrupted_then_resumed_gives_the_same_table(tmp_path, libfake):
     assert status.returncode == 0, status.stderr
     assert "PARTIAL" in status.stdout and "interrupted" in status.stderr and "of 36 runs done" in status.stderr
     assert (cut / "campaign.json").read_text() == before
-    resumed = subprocess.run([sys.executable, "-m", "zlf", "ab", "--resume", str(cut)], cwd=tmp_path, env=libfake,
-                             capture_output=True, text=True, timeout=900)
+    resumed = subprocess.run([sys.executable, "-m", "zlf", "ab", "--resume", str(cut), "--library", str(listing),
+                              "--sample", "2"], cwd=tmp_path, env=libfake, capture_output=True, text=True, timeout=900)
     assert resumed.returncode == 1, resumed.stderr[-3000:]
+    # the options a resumed campaign does not take are said to be ignored, in one line
+    assert "--resume runs the campaign as it was planned: ignoring --library, --sample\n" in resumed.stderr
     assert json.loads((cut / library.JSON).read_text())["rows"] == expected
     # progress: processes done and to go, the time left, and after the screen the points decided
     assert "screen after round 3: 4 of 5 points decided (4 cleared SAME at the screen); another round for 1 op" \

@@ -322,7 +322,17 @@ def test_a_campaign_of_an_older_zlf_without_the_newer_fields_resumes_and_keeps_i
         for k in ("looks", "metric", "process", "frozen", "context"):
             d.pop(k, None)
 
+    from zlf.ab.campaign import _sign_state, signing_key
+
+    key = signing_key(create=True)  # this user's key exists: what is refused is the campaign itself
     where = _campaign_copy(tmp_path, older)
+    rc, out, err = _call(["ab", "--resume", where], [])
+    # its screening, looks and statistics are not signed: they cannot be verified, so not taken
+    assert rc == 2 and "no signed decision state" in err and len(err.strip().splitlines()) == 1, err
+    # the same fields once a save of this zlf signed them: it finishes
+    data = json.loads((where / "campaign.json").read_text())
+    data["state_mac"] = _sign_state(key, data)
+    (where / "campaign.json").write_text(json.dumps(data))
     rc, out, err = _call(["ab", "--resume", where], [])
     assert rc in (0, 1), err
     assert "Traceback" not in err

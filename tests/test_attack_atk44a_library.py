@@ -162,7 +162,6 @@ def test_atk_library_flaggems_missing_checkout_is_one_line(extra, words, tmp_pat
     assert len(err) == 1 and err[0].startswith("zlf: error:") and words in err[0], err
 
 
-@pytest.mark.xfail(strict=True, reason="ATTACK: --sample-seed without --library/--sample is silently ignored (exit 0)")
 @pytest.mark.parametrize("extra", [[], ["--library", "{lib}"]])
 def test_atk_sample_seed_alone_is_refused(extra, tmp_path, capsys, zlf_core_only):
     """--sample needs --library (refused, exit 2); a --sample-seed that seeds nothing is the same mistake."""
@@ -406,8 +405,6 @@ def _forge_library_source(doc, d):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="ATTACK: campaign.json's screening state is not signed: an edit that "
-                   "clears or freezes a SLOWER point as SAME is taken by --resume (forged verdict)")
 @pytest.mark.parametrize("edit", [_forge_slow_cleared, _forge_frozen_same])
 def test_atk_edited_screening_state_is_refused(edit, hostile, tmp_path):
     d = _edited_copy(hostile, tmp_path, edit)
@@ -478,8 +475,6 @@ def _kill_tree(proc, marker: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="ATTACK: an op module that hangs while importing (on B) hangs the whole "
-                   "library campaign: no --time-limit or process bound applies before the first point")
 def test_atk_import_hang_on_b_is_bounded_and_b_only(tmp_path):
     env = _env_for(tmp_path)
     good = _write(tmp_path, "same0 = _op('same0')\n", ["same0"], name="good_ops.py")
@@ -614,8 +609,6 @@ def test_atk_killed_twice_then_resumed_loses_and_doubles_nothing(killed):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="ATTACK: driver_s is added only in a finally: a SIGKILLed driver's time is "
-                   "lost, so 'the campaign ran N s, measuring X % of it' uses 3 s for a 41 s campaign")
 def test_atk_killed_campaign_time_split_is_sensible(killed):
     """After two SIGKILLs and resumes: the processes' wall is the sum of the processes filed, and the
     campaign's own elapsed time (summed over its drivers) is not less than the processes it ran one
@@ -684,8 +677,6 @@ vandal = _op("vandal", _vandal)
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="ATTACK: a filed run whose results vanish leaves its op PENDING 'runs left' "
-                   "in a complete campaign (exit 0); nothing re-measures it, --resume runs nothing")
 def test_atk_op_that_deletes_campaign_files_is_not_a_silent_loss(tmp_path):
     """An op deletes another op's filed results and blanks campaign.json mid-campaign: the campaign
     ends without a traceback, and the robbed op is not left without an outcome in a campaign that
@@ -710,10 +701,8 @@ def test_atk_op_that_deletes_campaign_files_is_not_a_silent_loss(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", [
     "campaign.json",
-    pytest.param("library.json", marks=pytest.mark.skip(reason="same fault as campaign.json; one run is enough")),
+    "library.json",
 ])
-@pytest.mark.xfail(strict=True, reason="ATTACK: an op named like a file of the campaign directory (campaign.json) "
-                   "passes the name check, then the campaign dies with a NotADirectoryError traceback")
 def test_atk_op_named_like_a_campaign_file(name, tmp_path):
     """The name rule (letters, digits, _ . + -) lets through 'campaign.json'; <campaign>/<op>/ is then
     a file of the campaign. Refuse it up front (one line, exit 2, as _shared and _config are), or run it."""

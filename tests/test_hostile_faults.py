@@ -356,6 +356,35 @@ def test_a_worker_that_dies_after_writing_its_record_gets_no_second_one(tmp_path
                                                               "point": "a/64/float32"}]
 
 
+# ----------------------------------------------------------------------------- an op module whose import hangs
+def test_a_worker_that_hangs_loading_its_ops_is_killed_at_its_load_limit(capsys):
+    """No point has begun while the worker imports its op modules, so no point limit was armed: a
+    module whose import never ends hung the run (and a campaign waiting on it). The worker says
+    it loads (with its limit) before importing; past that, the parent kills it: exit 124."""
+    from zlf.procs import EXIT_HUNG
+    from zlf.supervise import LOAD_GRACE_S, Supervisor, load_limit
+
+    now = [100.0]
+    sup = Supervisor(body=None, clock=lambda: now[0])
+    assert sup._deadline() is None  # nothing said yet: no deadline
+    limit = load_limit(2.0, 3)
+    assert limit == 2.0 * 4 + LOAD_GRACE_S and load_limit(0, 3) is None and load_limit(None, 3) is None
+    sup._events(json.dumps({"event": "loading", "limit": limit}).encode() + b"\n")
+    assert sup._deadline() == 100.0 + limit
+    now[0] += limit - 0.5
+    assert not sup._overdue()
+    now[0] += 1.0
+    assert sup._overdue() and sup.hung
+    assert sup._died(signal.SIGKILL) == EXIT_HUNG
+    err = capsys.readouterr().err
+    assert "time limit: the ops did not load within" in err and len(err.strip().splitlines()) == 1
+    # once the run directory is made (the ops loaded), the point limits take over
+    sup2 = Supervisor(body=None, clock=lambda: now[0])
+    sup2._events(json.dumps({"event": "loading", "limit": limit}).encode() + b"\n"
+                 + json.dumps({"event": "dir", "dir": "/x", "points": []}).encode() + b"\n")
+    assert sup2._deadline() is None
+
+
 # ----------------------------------------------------------------------------- disk full, unwritable places
 def test_a_state_file_rewritten_on_a_full_disk_is_never_cut(tmp_path):
     """The last resort (overwrite in place) wrote a longer file past the limit and cut it: a

@@ -17,6 +17,7 @@ import os
 import secrets
 import shutil
 import sys
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -27,7 +28,7 @@ from .. import controls as ctl
 from .. import readers, stats
 from ..errors import UsageError
 from ..redact import redact
-from ..rundir import RunDir, write_atomic
+from ..rundir import RESULTS, RunDir, write_atomic
 from .execute import Execution
 from .layout import (CONFIGS, C_RUNNING, CAMPAIGN, FAILED, FORMAT_VERSION, LOGS, OK, PENDING, RUNNING, SHARED,
                      SHARED_PROCESS, SKIPPED, STAGING, now)
@@ -36,6 +37,10 @@ from .layout import (CONFIGS, C_RUNNING, CAMPAIGN, FAILED, FORMAT_VERSION, LOGS,
 #: creation with this user's key, so that ``--resume`` runs nothing an edit put there.
 #: (``scale`` too: a Ray address is where results are unpickled from.)
 SIGNED = ("sides", "ops", "run_args", "extension_args", "cwd", "triton_cache", "scale", "identities")
+#: campaign.json fields that decide the verdicts as the campaign goes (the screen's cleared and
+#: frozen points, the looks, the settings of the statistics and of the library): signed again at
+#: every save with the same key (``state_mac``), so that an edit cannot forge a verdict.
+STATE = ("screening", "statistics", "library", "looks", "frozen", "metric")
 KEY_FILE = "campaign.key"
 
 
@@ -247,6 +252,8 @@ class Campaign(Execution):
         self.path = Path(path)
         self.data = data
         self.hooks = hooks
+        self._key: Optional[bytes] = None  # this user's signing key, read at the first save
+        self._ticked: Optional[float] = None  # the driver's clock at its last tick (None: not driving)
         #: ``{shared key: [run dirs]}`` of the shared processes handed to an executor
         self.groups: dict = {}
 
@@ -321,6 +328,25 @@ class Campaign(Execution):
         self.data["identities"] = {label: file_identity(path) for label, path in self.code_files().items()}
         key = signing_key(create=True)
         self.data["signature"] = _sign(key, self.data) if key else None
+        self._key = key
+
+    def check_state(self, where: str = "--resume") -> None:
+        """Refuse (UsageError) a campaign whose decision state (:data:`STATE`: the screen's
+        cleared and frozen points, the looks, the statistics) is not what zlf ab last saved: an
+        edit there would forge verdicts that no run measured."""
+        key = signing_key(create=False)
+        if key is None:
+            raise UsageError(f"{where}: no campaign signing key of this user ({key_path()}): cannot verify "
+                             "campaign.json's verdicts; start a new campaign")
+        signature = self.data.get("state_mac")
+        if signature is None:
+            raise UsageError(f"{where}: campaign.json has no signed decision state (a campaign of a zlf before "
+                             "it was signed, or one it was removed from): its verdicts cannot be verified; start a "
+                             "new campaign")
+        if not isinstance(signature, str) or not hmac.compare_digest(signature, _sign_state(key, self.data)):
+            raise UsageError(f"{where}: campaign.json's screening, looks or statistics are not what zlf ab last saved "
+                             "(edited, or made by another user, machine or zlf version): refusing to take its "
+                             "verdicts; start a new campaign")
 
     def check_resume(self, named: dict, where: str = "--resume") -> None:
         """Refuse (UsageError) to resume a campaign whose command lines zlf ab did not write:
@@ -380,6 +406,10 @@ class Campaign(Execution):
         copy) is a one-line UsageError."""
         # shared like a run's records: no credential (a Ray address's password); what is signed is
         # this redacted form, so a resumed campaign verifies (give --ray-address again)
+        self.tick()
+        key = self._key = self._key or signing_key(create=False)
+        if key:  # the decision state as it is now, signed (check_state)
+            self.data["state_mac"] = _sign_state(key, self.data)
         data = redact(self.data)
         text = json.dumps(data, indent=2, default=str) + "\n"
         try:
@@ -392,6 +422,24 @@ class Campaign(Execution):
                 raise
             raise UsageError(f"cannot write {self.path / CAMPAIGN}: {exc.strerror}; a campaign runs and resumes "
                              "where it can be written (copy it somewhere writable)") from exc
+
+    def start_clock(self) -> None:
+        """Count this driver's time into ``driver_s`` (the campaign's own elapsed time, summed over
+        its drivers) from now on, a tick at each save: a driver killed outright loses only the
+        time since its last save."""
+        self._ticked = time.monotonic()
+
+    def stop_clock(self) -> None:
+        """The driving is over: its time counted, none after (the report's own work is not the campaign's)."""
+        self.tick()
+        self._ticked = None
+
+    def tick(self) -> None:
+        if self._ticked is None:
+            return
+        t = time.monotonic()
+        self.data["driver_s"] = round(float(self.data.get("driver_s") or 0.0) + t - self._ticked, 2)
+        self._ticked = t
 
     # ------------------------------------------------------------------ the plan
     @property
@@ -565,6 +613,25 @@ class Campaign(Execution):
         return self.path / run["op"] / LOGS / f"r{run['round']}_{run['side']}.txt"
 
     # ------------------------------------------------------------------ one run
+    def lost_runs(self) -> list:
+        """The runs filed ok with point records (``records``) whose results.jsonl is gone since
+        (deleted by another op's process, or by hand): their rounds are not measured."""
+        return [r for r in self.runs if r["status"] == OK and r.get("records")
+                and not (self.run_dir(r) / RESULTS).is_file()]
+
+    def reopen_lost(self) -> list:
+        """Make the round of every lost run (both sides: one pair, one way) pending again, to be
+        measured again; returns the lost runs' directories."""
+        lost = self.lost_runs()
+        for run in lost:
+            for side in ("A", "B"):
+                r = self.find(run["op"], run["round"], side)
+                if r is not None and r["status"] == OK:
+                    r.update(status=PENDING, started=None, finished=None, records=False)
+        if lost:
+            self.save()
+        return [r["dir"] for r in lost]
+
     def discard_partial(self, run: dict) -> None:
         """Remove what an interrupted run left (it is re-run whole)."""
         for p in (self._staging(run), self.run_dir(run)):
@@ -759,5 +826,13 @@ def _sign(key: bytes, data: dict) -> str:
     signed = SIGNED + ("configs",) if "configs" in data else SIGNED  # a campaign before them: as it was signed
     body = json.dumps(redact({k: data.get(k) for k in signed}), sort_keys=True, default=str)
     return hmac.new(key, body.encode(), hashlib.sha256).hexdigest()
+
+
+def _sign_state(key: bytes, data: dict) -> str:
+    # as campaign.json keeps it (read back: tuples as lists, keys as strings), so that the state
+    # read on --resume signs as the state saved did
+    kept = json.loads(json.dumps(redact({k: data.get(k) for k in STATE}), default=str))
+    body = json.dumps(kept, sort_keys=True)
+    return hmac.new(key, b"state\0" + body.encode(), hashlib.sha256).hexdigest()
 
 

@@ -13,7 +13,6 @@ import os
 import re
 import shutil
 import sys
-import time
 
 import attrs
 
@@ -161,7 +160,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                           "library, findings first (an op that fails on B only, then verdicts by evidence)")
     lib.add_argument("--sample", type=Number(int, 1, 10**6, unit="ops"), metavar="N",
                      help="with --library: a random sample of N of its ops (random.Random(--sample-seed).sample)")
-    lib.add_argument("--sample-seed", type=SEED, default=0, metavar="S", help="seed of --sample (default 0)")
+    lib.add_argument("--sample-seed", type=SEED, default=None, metavar="S",
+                     help="with --sample: the seed of its sample (default 0)")
     lib.add_argument("--method", choices=stats.METHODS, default=None,
                      help="with --library: the error rate the library's directions are held to: bh (default: the "
                           "false discovery rate, Benjamini-Hochberg), by (the same under any dependence, "
@@ -203,6 +203,8 @@ def check_ray_address(scale) -> None:
 def _plan(args, session) -> CampaignPlan:
     """The ops from the OP arguments, then what the extensions set (``campaign_setup``); with
     ``--library``, the ops of the library, sampled or picked by the OP arguments."""
+    if args.sample_seed is not None and args.sample is None:
+        raise UsageError(f"--sample-seed {args.sample_seed} needs --sample N (it seeds nothing else)")
     if args.library is None:
         if args.sample is not None:
             raise UsageError("--sample needs --library SOURCE (the ops to sample from)")
@@ -221,10 +223,10 @@ def _plan(args, session) -> CampaignPlan:
                                  "knows (zlf plugins lists them) nor a file of ops")
             plan.library, plan.library_source = library.read_op_list(args.library), os.path.abspath(args.library)
         source = plan.library_source or args.library
-        chosen = library.select(plan.library, args.ops, args.sample, args.sample_seed, source)
+        chosen = library.select(plan.library, args.ops, args.sample, args.sample_seed or 0, source)
         plan.ops = [OpSpec.parse(spec) for spec in chosen]
         plan.data[library.FIELD] = {"source": source, "size": len(plan.library), "sample": args.sample,
-                                    "seed": args.sample_seed if args.sample is not None else None,
+                                    "seed": (args.sample_seed or 0) if args.sample is not None else None,
                                     "named": list(args.ops or ())}
         if plan.label is None:
             plan.label = ("aa" if args.aa else (args.switch or "ab")) + "_library"
@@ -407,6 +409,10 @@ def _print_dry_run(data, a, b, ops, guard, configs) -> None:
         warn(line)
 
 
+#: how many times a driver measures again the rounds whose results were deleted after filing
+LOST_RERUNS = 2
+
+
 def plan_line(campaign) -> str:
     """``1 op (+2 control ops) x 3 rounds x 2 sides; 6 processes``: the ops the user named, the
     canaries apart, and the processes still to run (a shared process runs a round's ops at once)."""
@@ -449,11 +455,17 @@ def main(args, session) -> int:
 
 def _drive(campaign, printer, busy, scaled, args, session) -> int:
     try:
-        t0 = time.monotonic()
+        campaign.start_clock()  # the campaign's own elapsed time, summed over --resume's (library.time_split)
         try:
             drive(campaign, printer, busy, campaign.driving.idle_wait, scaled)
-        finally:  # the campaign's own elapsed time, summed over --resume's (library.time_split)
-            campaign.data["driver_s"] = round(float(campaign.data.get("driver_s") or 0.0) + time.monotonic() - t0, 2)
+            for _ in range(LOST_RERUNS):  # results deleted after filing (another op's process): measured again
+                lost = campaign.reopen_lost()
+                if not lost:
+                    break
+                printer.line(f"the results of {', '.join(lost)} are gone since they were filed: running those rounds again")
+                drive(campaign, printer, busy, campaign.driving.idle_wait, scaled)
+        finally:
+            campaign.stop_clock()
     except OSError as exc:
         if not disk_full(exc):
             raise
@@ -490,12 +502,22 @@ def _resume(args, session) -> Campaign:
     pid = campaign.driver_pid
     if campaign.status == C_RUNNING and pid and pid != os.getpid() and _alive(pid):
         raise UsageError(f"campaign {args.resume!r} is still being run by process {pid}")
-    if campaign.status != C_COMPLETE or any(r["status"] in (PENDING, RUNNING) for r in campaign.runs):
+    ignored = [flag for flag, given in (("--library", args.library is not None), ("--sample", args.sample is not None),
+                                        ("--sample-seed", args.sample_seed is not None), ("--switch", bool(args.switch)),
+                                        ("op names", bool(args.ops))) if given]
+    if ignored:
+        warn(f"--resume runs the campaign as it was planned: ignoring {', '.join(ignored)}")
+    if (campaign.status != C_COMPLETE or any(r["status"] in (PENDING, RUNNING) for r in campaign.runs)
+            or campaign.lost_runs()):
         campaign.check_resume({"A": args.a_python, "B": args.b_python})  # it will start runs
         if "configs" not in campaign.data:
             upgrade(campaign, session)
         keep_one_input_set(campaign)
         check_ray_address(scale)
+    campaign.check_state()  # complete or not: its verdicts are taken as they stand
+    lost = campaign.reopen_lost()  # filed, then its results deleted: measured again
+    if lost:
+        warn(f"the results of {', '.join(lost)} are gone since they were filed: running those rounds again")
     _preflight(attrs.evolve(campaign.driving, scale=scale), session)
     if args.metric:
         campaign.data["metric"] = args.metric
@@ -573,6 +595,9 @@ def _finish(campaign, scaled, args, session) -> int:
         step = library.look(campaign)
         results = step.results
     unreported = {**campaign.failed_ops(), **campaign.incomplete_ops()}
+    for run in campaign.lost_runs():  # gone again after LOST_RERUNS: a failure, not a silent loss
+        warn(f"{run['dir']}: its results.jsonl was deleted after it was filed (measured again {LOST_RERUNS} times)")
+        unreported.setdefault(run["op"], run)
     reported = [o.name for o in campaign.ops if o.name not in unreported]
     for name in campaign.statistics.canary_ops:  # a canary that failed is a line,
         unreported.pop(name, None)  # not a failed campaign: the ops under test have their report

@@ -15,7 +15,7 @@ from typing import Optional
 from ..config import owned_options
 from ..errors import UsageError
 from ..executors import ROOT, config_of, device_identity, environment, execute_spec
-from ..rundir import RunDir
+from ..rundir import RESULTS, RunDir
 from ..scheduler import Unit
 from .layout import (FAILED, LOGS, OK, PENDING, RUNNING, SHARED, SKIPPED, STAGING, inside_dir, read_shared,
                      split_run_dir)
@@ -147,7 +147,7 @@ class Execution:
                 log.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(self.path / outcome["log"], log)
                 run.update(status=OK, rc=0, finished=outcome["finished"], seconds=share, process=key, error=None,
-                           flags=device_flags(dest))
+                           flags=device_flags(dest), records=(dest / RESULTS).is_file())
                 if outcome.get("started"):
                     run["started"] = outcome["started"]
                 if "gpu" in run:
@@ -234,7 +234,7 @@ class Execution:
             self.save()
             return False
         if rc == 0 and made:
-            run["status"] = OK
+            run.update(status=OK, records=(final / RESULTS).is_file())
         else:
             run["status"] = FAILED
             run["error"] = _failure_reason(rc, final if made else None, self.path / outcome["log"])
