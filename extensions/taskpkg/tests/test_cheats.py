@@ -173,7 +173,7 @@ def test_the_honest_twin_keeps_a_trusted_time(tmp_path, capsys, monkeypatch, can
     assert rc == 0 and r["extra"]["verdict"] == "Accepted" and r["extra"]["time_trusted"] is True, out
     assert r["median_ms"] >= 20.0  # its 20 ms of work, reported
     clock = r["extra"]["clock_check"]
-    assert clock["calls"] == 3 and len(clock["batch_ms"]) == 3 and len(clock["noop_ms"]) == 5
+    assert clock["calls"] == 3 and len(clock["batch_ms"]) >= 3 and len(clock["noop_ms"]) == 5
 
 
 # ----------------------------------------------------------------------------- 7. inputs that repeat

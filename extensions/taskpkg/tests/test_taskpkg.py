@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -88,6 +89,43 @@ def test_accepted_end_to_end(zlf_cli, tmp_path):
     assert meta["task"]["summary"]["passed"] == 3
     # a fresh worker per case (the default)
     assert len(list((run_dir / "task").glob("worker-case*.log"))) == 3
+
+
+class BurstClock:
+    """The judge's clock on a machine whose load comes in bursts: during the first
+    ``burst_rounds`` clocked rounds every reading is ``delay_ms`` later than the last (each
+    clocked call waits that long for its turn on a CPU, as behind a dozen burners on two cores);
+    then the burners pause."""
+
+    def __init__(self, delay_ms: float, burst_rounds: int):
+        self.delay_s, self.burst_rounds, self.offset, self.round = delay_ms / 1e3, burst_rounds, 0.0, None
+
+    def __call__(self) -> float:
+        if self.round is not None and self.round < self.burst_rounds:
+            self.offset += self.delay_s
+        return time.perf_counter() + self.offset
+
+
+def test_a_burst_of_load_does_not_make_an_honest_time_untrusted(tmp_path, capsys, monkeypatch):
+    from zlf_taskpkg import judge as judge_mod
+
+    fake = BurstClock(delay_ms=12.0, burst_rounds=judge_mod.WITNESS_ROUNDS)  # 12 ms > the host slack
+    send = judge_mod.CaseState.send
+
+    def send_and_follow_rounds(self, proc, message, is_checker):
+        if "witness" in message:  # the checker loads fresh inputs: a clocked round starts
+            fake.round = message["witness"]
+        return send(self, proc, message, is_checker)
+
+    monkeypatch.setattr(judge_mod, "call_clock", fake)
+    monkeypatch.setattr(judge_mod.CaseState, "send", send_and_follow_rounds)
+    rc, out, records, _ = judge(tmp_path, capsys, "correct.py", "--cases", "1")
+    assert rc == 0 and "time not trusted" not in out
+    check = records[0]["extra"]["clock_check"]
+    # the delayed rounds are kept, and a round after the burst is the least one
+    assert len(check["batch_ms"]) > judge_mod.WITNESS_ROUNDS
+    assert min(check["batch_ms"][:judge_mod.WITNESS_ROUNDS]) > 12.0 * check["calls"]
+    assert records[0]["extra"]["time_trusted"] is True
 
 
 @pytest.mark.slow
