@@ -276,8 +276,10 @@ def test_interrupted_then_resumed_gives_the_same_table(tmp_path, libfake):
     assert whole.returncode == 1, whole.stderr[-3000:]
     expected = json.loads((_campaign_dir(whole.stdout) / library.JSON).read_text())["rows"]
 
+    # a shell's background jobs (nohup, CI) start with SIGINT ignored: give zlf a terminal's default
     proc = subprocess.Popen(_ab(tmp_path / "cut", libfake, "--library", listing), cwd=tmp_path, env=libfake,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     seen = []
     for line in proc.stderr:  # stop it once a process of round 1 is filed
         seen.append(line)

@@ -125,6 +125,7 @@ def test_a_third_party_command_that_takes_a_config_file_reads_it(tmp_path):
     assert json.loads(out)["time_limit_s"] == 7.0
 
 
+@pytest.mark.extensions("shapes")  # --no-ext names an installed extension
 def test_extension_selection_flags_are_accepted_by_a_third_party_command():
     rc, out, err = _call(["atk-timeonly", "--no-ext", "shapes"], _traits_plugins())
     assert rc == 0, err

@@ -573,7 +573,8 @@ def test_a_stop_that_lands_outside_the_parents_wait_still_stops_the_worker(tmp_p
     script = tmp_path / "supervised.py"
     script.write_text(SIGNAL_WHILE_WAITING)
     proc = subprocess.Popen([sys.executable, str(script), str(tmp_path / "marker")], cwd=tmp_path, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=_hangup_default)  # as from a terminal: nohup's ignored SIGHUP is kept
     try:
         out, err = proc.communicate(timeout=CEILING)  # the worker sleeps 600 s if nobody stops it
     except subprocess.TimeoutExpired:
