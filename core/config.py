@@ -224,8 +224,22 @@ def _thawed(value):
     return value
 
 
+class OptionAttributes:
+    """Extensions' option values read as attributes (``opts.cudagraph_probe``) through the
+    class's ``get``; an attribute of the class itself is never looked up this way."""
+
+    def __getattr__(self, name: str):
+        if name.startswith("_") or name in attrs.fields_dict(type(self)):
+            raise AttributeError(name)
+        marker = object()
+        value = self.get(name, marker)
+        if value is marker:
+            raise AttributeError(f"no active extension declared option {name!r}")
+        return value
+
+
 @attrs.frozen(eq=True, hash=False)
-class ExtensionOptions:
+class ExtensionOptions(OptionAttributes):
     """The values of the extensions' options, by owner: ``{"cudagraph": {"cudagraph_probe": ...}}``.
 
     Read one with attribute access (``opts.cudagraph_probe``) or :meth:`get`; option names are
@@ -241,15 +255,6 @@ class ExtensionOptions:
             if name in owned:
                 return owned[name]
         return default
-
-    def __getattr__(self, name: str):
-        if name.startswith("_") or name == "values":
-            raise AttributeError(name)
-        marker = object()
-        value = self.get(name, marker)
-        if value is marker:
-            raise AttributeError(f"no active extension declared option {name!r}")
-        return value
 
     def __contains__(self, name: str) -> bool:
         return any(name in owned for owned in self.values.values())

@@ -12,7 +12,7 @@ from typing import Optional
 
 import attrs
 
-from ..config import ExtensionOptions, RunConfig
+from ..config import ExtensionOptions, OptionAttributes, RunConfig
 
 #: stands for the source run's directory (as the run sees it) in :attr:`RunNeed.options` values.
 SOURCE = "{source}"
@@ -95,7 +95,7 @@ def _given(values) -> tuple:
 
 
 @attrs.frozen
-class CampaignOptions:
+class CampaignOptions(OptionAttributes):
     """The ``zlf ab`` command line as the campaign hooks read it (``campaign_setup``,
     ``after_campaign``), typed.
 
@@ -155,11 +155,3 @@ class CampaignOptions:
         value = self.campaign.get(name, marker)
         return self.run.options.get(name, default) if value is marker else value
 
-    def __getattr__(self, name: str):
-        if name.startswith("_"):
-            raise AttributeError(name)
-        marker = object()
-        value = self.get(name, marker)
-        if value is marker:
-            raise AttributeError(f"no active extension declared option {name!r}")
-        return value
