@@ -104,6 +104,33 @@ def test_xdist_workers_share_the_cores_as_openmp_threads_unless_told_otherwise(t
     assert seen == {(None, "2"): [each, each], ("3", "2"): ["3", "3"], (None, "no:xdist"): ["None", "None"]}
 
 
+def test_a_tests_changes_to_the_environment_end_with_it(tmp_path):
+    """In-process code may set a variable for good (the cpu backend sets TRITON_INTERPRET): the next
+    test on the worker, and the processes it starts, see the session's environment, whatever ran
+    before it."""
+    import os
+    import subprocess
+    import sys
+
+    from zlf_devsession import HERE as DEVTOOLS
+
+    (tmp_path / "test_inner.py").write_text(
+        "import os, subprocess, sys\n"
+        "def test_a_sets():\n"
+        "    os.environ['TRITON_INTERPRET'] = '1'\n"
+        "    os.environ.pop('ZLF_INNER_KEPT')\n"
+        "def test_b_sees_the_sessions():\n"
+        "    child = subprocess.run([sys.executable, '-c', 'import os; print(os.environ.get(\"TRITON_INTERPRET\"))'],\n"
+        "                           capture_output=True, text=True, check=True).stdout.strip()\n"
+        "    assert (os.environ.get('TRITON_INTERPRET'), child, os.environ.get('ZLF_INNER_KEPT')) == (None, 'None', 'x')\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "PYTEST_ADDOPTS")}
+    env.update(ZLF_SPAWN_SERVER="", PYTHONPATH=str(DEVTOOLS), ZLF_INNER_KEPT="x")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:hypothesispytest",
+                           "-p", "no:benchmark", "-p", "no:xdist", "-p", "no:randomly", "-p", "zlf_devsession",
+                           "test_inner.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "2 passed" in proc.stdout, proc.stdout + proc.stderr
+
+
 def test_the_suite_starts_without_pytest_xdist():
     """The suite's conftest implements a pytest-xdist hook; a session that turns xdist off (to
     profile tests one by one, or on a machine without it) must start all the same."""

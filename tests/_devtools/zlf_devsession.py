@@ -14,6 +14,9 @@ the session's environment, which the processes the tests start inherit:
   processes the tests start (``zlf_spawn_server.py`` and its ``sitecustomize`` stand-in,
   ``zlf_spawn_client.py``, both in this folder).
 
+and it ends each test's changes to the environment with the test
+(:func:`zlf_environment_ends_with_the_test`).
+
 ``ZLF_SPAWN_SERVER=`` (empty) runs a session's processes plainly; the ``zlf_plain_processes``
 fixture does it for one test. docs/testing.md says what each costs and saves.
 """
@@ -43,6 +46,18 @@ def pytest_configure(config):
     session_threads(config)
     session_bytecode_cache()
     session_spawn_server(config)
+
+
+@pytest.fixture(autouse=True)
+def zlf_environment_ends_with_the_test():
+    """What a test changes in ``os.environ`` ends with it. In-process code that sets a variable (the
+    cpu backend sets ``TRITON_INTERPRET``) would otherwise reach every later test on that worker and
+    the processes they start, so that a test's result depended on which tests ran before it."""
+    saved = dict(os.environ)
+    yield
+    if dict(os.environ) != saved:
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 @pytest.fixture

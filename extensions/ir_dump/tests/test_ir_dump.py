@@ -264,6 +264,35 @@ def test_zlf_ir_compiles_for_cuda90_and_ir_diff_compares(work, tmp_path, capsys)
     assert irtree.shape_status(a, changed) == {"512": "identical", "1024": "changed"}
 
 
+def test_zlf_ir_compiles_with_triton_interpret_exported_and_says_it_ignored_it(work):
+    """A shell that exports TRITON_INTERPRET=1 (CPU debugging) still compiles for the GPU target:
+    before, Triton was imported interpreted and every point failed with a bare AssertionError."""
+    env = _env({"TRITON_CACHE_DIR": str(work / "triton_cache"), "TRITON_INTERPRET": "1"})
+    # the built-in matmul: its tl.dot makes Triton import Gluon, whose import refused the
+    # interpreted functions of triton.language that an early import had made
+    done = subprocess.run([sys.executable, "-m", "zlf", "ir", "matmul", "--dtype", "float16", "--target", "cuda:90",
+                           "--ext", "ir_dump", "--out", "aot_interp"], cwd=work, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    run = run_dir_from(done.stdout, work)
+    assert sum(f.endswith(".ttgir") and "/matmul_kernel/" in f for f in _files(run)) == 4  # one per shape
+    meta = json.loads((run / "meta.json").read_text())
+    assert meta["ignored_environment"] == {"TRITON_INTERPRET": "1"} and meta["errors"] == {}
+
+
+def test_zlf_ir_refuses_in_one_line_when_triton_was_imported_interpreted(work):
+    """Triton imported with TRITON_INTERPRET before the command runs (here by the caller; a plugin
+    could) cannot compile for a GPU: exit 2 and one line, not one AssertionError per point."""
+    env = _env({"TRITON_CACHE_DIR": str(work / "triton_cache"), "TRITON_INTERPRET": "1"})
+    script = ("import sys, triton\nfrom zlf.cli import main\n"
+              "sys.exit(main(['ir', 'ops.py::scale_op', '--target', 'cuda:90', '--ext', 'ir_dump', '--out', 'refused']))")
+    done = subprocess.run([sys.executable, "-c", script], cwd=work, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stdout + done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "unset TRITON_INTERPRET" in lines[0], done.stderr
+    assert not (work / "refused").exists()
+
+
 def test_ir_guard_counts_like_ir_diff():
     from zlf_ir_dump.campaign import guard_line as ir_guard_line
 

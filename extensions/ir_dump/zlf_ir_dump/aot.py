@@ -64,15 +64,31 @@ def _split(values) -> list:
     return [d.strip() for v in values or () for d in v.split(",") if d.strip()]
 
 
+def _refuse_interpreted_triton(interpret) -> None:
+    """Triton imported before this command ran (by a plugin, with ``TRITON_INTERPRET`` set) holds
+    interpreted functions of its own that no GPU compile accepts: said in one line, not as a bare
+    AssertionError from Triton per point."""
+    standard = sys.modules.get("triton.language.standard")
+    if standard is None:
+        return
+    from triton.runtime.jit import JITFunction
+
+    if not isinstance(getattr(standard, "cdiv", None), JITFunction):
+        raise UsageError(f"Triton was imported with TRITON_INTERPRET={interpret or '1'} before zlf ir ran "
+                         "(by a plugin); unset TRITON_INTERPRET to compile for a GPU target")
+
+
 def main(args, session) -> int:
     from zlf import compiler_hooks
 
+    # The interpreter would turn every kernel into an InterpretedFunction at decoration time,
+    # Triton's own among them: dropped before anything here imports Triton (parse_target does).
+    interpret = os.environ.pop("TRITON_INTERPRET", None)
+    _refuse_interpreted_triton(interpret)
     try:
         target = parse_target(args.target)
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
-    # The interpreter would turn every kernel into an InterpretedFunction at decoration time.
-    interpret = os.environ.pop("TRITON_INTERPRET", None)
     from . import fake_driver
 
     fake_driver.activate(target=target)
