@@ -131,14 +131,18 @@ def test_an_aa_campaign_on_the_cpu_times_the_canaries_and_reports_the_factors(tm
     (camp,) = (tmp_path / "o").glob("ab_*")
     doc = json.loads((camp / "summary.json").read_text())
     ctl = doc["controls"]
-    assert ctl["mode"] == "auto" and ctl["active"] and len(ctl["used"]) == 4
+    # 4 canary points: each used, or dropped as moved -- on a loaded CPU a canary's A/A can differ
+    # by more than its noise (the scheduler's doing, not the code's), and is then set aside
+    moved = [m["point"] for m in ctl["moved"]]
+    assert ctl["mode"] == "auto" and ctl["active"] and ctl["used"]
+    assert sorted(ctl["used"] + moved) == sorted(p["point"] for p in ctl["points"]) and len(ctl["points"]) == 4
     assert {p["point"].split("/")[0] for p in ctl["points"]} == {"canary_matmul", "canary_add"}
     # one factor per process, or one per process and kind when the canary kinds disagree (on a
     # loaded CPU the interaction test can fire: which one is the machine's doing, not the code's)
     assert len(ctl["factors"]) in (6, 12) and all(f["process"].startswith("_shared/r") for f in ctl["factors"])
     assert [p["point"].split("/")[0] for p in doc["points"]] == ["add", "add"]  # canaries are no verdicts
     assert all(p["normalised"] for p in doc["points"])
-    assert "controls (auto): 4 point(s)" in proc.stdout and "factors: _shared/r1_A" in proc.stdout
+    assert f"controls (auto): {len(ctl['used'])} point(s)" in proc.stdout and "factors: _shared/r1_A" in proc.stdout
 
 
 def test_a_point_whose_process_ran_no_control_is_left_as_measured():
