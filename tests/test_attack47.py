@@ -213,3 +213,34 @@ def test_shell_progress_tty_test_passes_in_a_narrow_terminal():
     """The pty test (a real terminal) keeps its outcome with COLUMNS=40 exported."""
     proc = _suite_test("tests/test_progress_tty.py", COLUMNS="40")
     assert _passed(proc, 1), proc.stdout[-3000:] + proc.stderr[-2000:]
+
+
+# ----------------------------------------------------------------------------- task packages (sys.path / sys.modules)
+PROBLEM = ("from helpers import VALUE\n"
+           "def genTestCase(i):\n    return None\n"
+           "def getNumOfTestcases():\n    return 1\n"
+           "def getTestCaseSize(i):\n    return 1\n"
+           "def baseline(*a):\n    return None\n"
+           "def check(*a):\n    return True\n")
+
+
+@pytest.mark.extensions("task")
+@pytest.mark.xfail(strict=True, reason="ATTACK: TaskPackage.load leaves the package folder on sys.path and its "
+                                       "helpers in sys.modules: a second package in the process gets the first's helpers")
+def test_a_task_package_loaded_after_another_imports_its_own_helpers(tmp_path):
+    """load() puts the package folder on sys.path 'for its helpers' and never takes it (nor the
+    helper modules) away: a test that loads package B after one that loaded A, in the same worker,
+    runs B's problem against A's helpers.py. Here each package's problem module does
+    `from helpers import VALUE`; B must see 'b'. (Run in a child, so that this test leaks nothing.)"""
+    for name in ("a", "b"):
+        pkg = tmp_path / name / "pkg"
+        pkg.mkdir(parents=True)
+        (pkg / "problem.py").write_text(PROBLEM)
+        (pkg / "helpers.py").write_text(f"VALUE = {name!r}\n")
+    script = ("from zlf_taskpkg.package import TaskPackage\n"
+              "a = TaskPackage.open('a/pkg').load()\n"
+              "b = TaskPackage.open('b/pkg').load()\n"
+              "print(a.VALUE, b.VALUE)\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["a", "b"], done.stdout
