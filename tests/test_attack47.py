@@ -244,3 +244,37 @@ def test_a_task_package_loaded_after_another_imports_its_own_helpers(tmp_path):
     done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["a", "b"], done.stdout
+
+
+# ----------------------------------------------------------------------------- signal dispositions
+ALARM_AFTER_A_RUN = textwrap.dedent('''
+    import os, signal, sys, time
+    from zlf.cli import main
+
+    before = signal.getsignal(signal.SIGALRM)
+    assert main(["run", "ops.py::scale_op", "--backend", "cpu", "--warmup-ms", "0", "--rep-ms", "1", "--out", "runs"]) == 0
+    print("default before", before == signal.SIG_DFL, "after", signal.getsignal(signal.SIGALRM), flush=True)
+    signal.alarm(1)  # a later test's hang guard: SIGALRM's default action ends the process
+    time.sleep(5)
+    print("survived the alarm", flush=True)
+''')
+
+
+@pytest.mark.xfail(strict=True, reason="ATTACK: zlf run (in-process) leaves PointWatch._alarm as the SIGALRM "
+                                       "handler for good: a later SIGALRM is swallowed instead of ending the process")
+def test_an_in_process_run_gives_back_the_sigalrm_disposition(tmp_path):
+    """core/procs.py PointWatch.__init__ installs its SIGALRM handler and nothing restores the
+    previous one when the run ends: in a test worker (zlf_cli.inprocess, cli.main) every later
+    test -- and any alarm-based guard it arms -- sees zlf's handler, which ignores an alarm it did
+    not arm. Here a later `signal.alarm(1)` should kill the process (default action); it survives."""
+    from zlf.testing import clean_env, core_only_env
+
+    (tmp_path / "ops.py").write_text(OPS)
+    (tmp_path / "script.py").write_text(ALARM_AFTER_A_RUN)
+    env = clean_env({**core_only_env(), "ZLF_CACHE_DIR": str(tmp_path / "cache"),
+                     "TRITON_CACHE_DIR": str(tmp_path / "triton_cache")})
+    env.pop("TRITON_INTERPRET", None)
+    done = subprocess.run([sys.executable, "script.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=600, preexec_fn=lambda: __import__("signal").signal(14, __import__("signal").SIG_DFL))
+    assert "default before True" in done.stdout, done.stdout + done.stderr
+    assert done.returncode == -14 and "survived" not in done.stdout, done.stdout + done.stderr[-2000:]
