@@ -309,3 +309,45 @@ def test_shell_spawn_server_tests_pass_with_a_long_tmpdir(tmp_path):
                        "test_a_forked_child_has_its_callers_arguments_directory_environment_descriptors_and_exit",
                        TMPDIR=_long_tmpdir(tmp_path, 80))
     assert _passed(proc, 1), proc.stdout[-3000:] + proc.stderr[-2000:]
+
+
+# ----------------------------------------------------------------------------- module-scoped fixtures
+MODULE_FIXTURE = textwrap.dedent('''
+    import pytest
+
+    @pytest.fixture(scope="module")
+    def cpu_ready():
+        from zlf.backends.cpu import CpuBackend
+        CpuBackend(0).setup()  # what an in-process `zlf run/task --backend cpu` does first
+        yield
+
+    def test_a_uses_the_cpu_backend(cpu_ready):
+        pass
+''')
+
+LATER_MODULE = textwrap.dedent('''
+    import os, subprocess, sys
+
+    def test_b_sees_the_sessions_environment():
+        child = subprocess.run([sys.executable, "-c", "import os; print(os.environ.get('TRITON_INTERPRET'))"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+        assert (os.environ.get("TRITON_INTERPRET"), child) == (None, "None")
+''')
+
+
+@pytest.mark.xfail(strict=True, reason="ATTACK: zlf_environment_ends_with_the_test snapshots os.environ after "
+                                       "module/session fixtures: a fixture's in-process cpu backend leaks to later modules")
+def test_an_environment_change_made_in_a_module_fixture_ends_with_the_module(tmp_path):
+    """The fix restores os.environ per test, to what it was when the test's setup began -- after
+    its module-scoped fixtures ran. A module fixture that runs the cpu backend in-process (as
+    extensions/taskpkg/tests/test_attack41_cheats.py::probe_run does with `zlf task`) sets
+    TRITON_INTERPRET=1, and every later test on that worker, in any module, and every process it
+    starts, inherits it: the CI fault again, one scope up."""
+    inner = tmp_path / "inner"
+    inner.mkdir()
+    (inner / "test_one.py").write_text(MODULE_FIXTURE)
+    (inner / "test_two.py").write_text(LATER_MODULE)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+                           "-p", "no:randomly", "-p", "zlf_devsession", "test_one.py", "test_two.py"],
+                          cwd=inner, env=_inner_env(tmp_path), capture_output=True, text=True, timeout=600)
+    assert _passed(proc, 2), proc.stdout[-3000:] + proc.stderr[-2000:]
