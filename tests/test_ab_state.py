@@ -102,3 +102,32 @@ def test_a_campaign_option_of_the_wrong_type_is_one_line():
                            b_python=None, resume=None)
     with pytest.raises(ConfigError, match="option --calls of extension 'x': expected int"):
         CampaignOptions.from_args(args, hooks)
+
+
+def test_status_says_when_the_verdicts_it_shows_do_not_verify(tmp_path, monkeypatch, capsys):
+    """``zlf ab --status`` shows any campaign's table, --resume refuses an edited one: a table
+    from a decision state zlf ab did not save (edited, another user's, an older zlf's) is marked."""
+    from zlf.ab.cli import status
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    c = Campaign.create(tmp_path, "t", campaign_data(tmp_path))
+    c.seal()
+    c.save()
+    assert status(str(c.path)) == 0
+    assert "NOT VERIFIED" not in capsys.readouterr().err
+
+    doc = json.loads((c.path / CAMPAIGN).read_text())
+    doc["statistics"]["alpha"] = 0.5  # a looser level: more points called
+    (c.path / CAMPAIGN).write_text(json.dumps(doc))
+    before = (c.path / CAMPAIGN).read_bytes()
+    assert status(str(c.path)) == 0
+    err = capsys.readouterr().err
+    assert "!!! NOT VERIFIED: campaign.json's screening, looks or statistics are not what zlf ab last saved" in err
+    assert (c.path / CAMPAIGN).read_bytes() == before  # read, never written
+
+    old = _copy(tmp_path)  # an older zlf's campaign: nothing signed
+    assert status(str(old)) == 0
+    assert "!!! NOT VERIFIED: campaign.json has no signed decision state" in capsys.readouterr().err
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "someone_else"))  # another user: no key here
+    assert status(str(c.path)) == 0
+    assert "!!! NOT VERIFIED: no campaign signing key of this user" in capsys.readouterr().err

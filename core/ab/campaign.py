@@ -330,23 +330,31 @@ class Campaign(Execution):
         self.data["signature"] = _sign(key, self.data) if key else None
         self._key = key
 
-    def check_state(self, where: str = "--resume") -> None:
-        """Refuse (UsageError) a campaign whose decision state (:data:`STATE`: the screen's
-        cleared and frozen points, the looks, the statistics) is not what zlf ab last saved: an
-        edit there would forge verdicts that no run measured."""
+    def state_problem(self) -> Optional[str]:
+        """Why campaign.json's decision state (:data:`STATE`: the screen's cleared and frozen points,
+        the looks, the statistics) cannot be taken as what zlf ab last saved, in one phrase; None
+        when it verifies with this user's key. An edit there would forge verdicts no run measured."""
         key = signing_key(create=False)
         if key is None:
-            raise UsageError(f"{where}: no campaign signing key of this user ({key_path()}): cannot verify "
-                             "campaign.json's verdicts; start a new campaign")
+            return f"no campaign signing key of this user ({key_path()}): cannot verify campaign.json's verdicts"
         signature = self.data.get("state_mac")
         if signature is None:
-            raise UsageError(f"{where}: campaign.json has no signed decision state (a campaign of a zlf before "
-                             "it was signed, or one it was removed from): its verdicts cannot be verified; start a "
-                             "new campaign")
+            return ("campaign.json has no signed decision state (a campaign of a zlf before it was signed, or one "
+                    "it was removed from): its verdicts cannot be verified")
         if not isinstance(signature, str) or not hmac.compare_digest(signature, _sign_state(key, self.data)):
-            raise UsageError(f"{where}: campaign.json's screening, looks or statistics are not what zlf ab last saved "
-                             "(edited, or made by another user, machine or zlf version): refusing to take its "
-                             "verdicts; start a new campaign")
+            return ("campaign.json's screening, looks or statistics are not what zlf ab last saved (edited, or made "
+                    "by another user, machine or zlf version)")
+        return None
+
+    def check_state(self, where: str = "--resume") -> None:
+        """Refuse (UsageError) a campaign whose decision state does not verify
+        (:meth:`state_problem`)."""
+        problem = self.state_problem()
+        if problem is None:
+            return
+        if problem.endswith("(edited, or made by another user, machine or zlf version)"):
+            problem += ": refusing to take its verdicts"
+        raise UsageError(f"{where}: {problem}; start a new campaign")
 
     def check_resume(self, named: dict, where: str = "--resume") -> None:
         """Refuse (UsageError) to resume a campaign whose command lines zlf ab did not write:
