@@ -153,8 +153,6 @@ PLAIN_SESSION = textwrap.dedent('''
 ''')
 
 
-@pytest.mark.xfail(strict=True, reason="ATTACK: zlf_cli.inprocess (zlf.testing, shipped) leaves the cpu backend's "
-                                       "TRITON_INTERPRET=1 in os.environ for every later test of a user's session")
 def test_zlf_cli_inprocess_leaves_no_triton_interpret_in_an_extension_authors_session(tmp_path):
     """An extension author's session (zlf's installed pytest plugin, not this repository's
     development plugin): a test that runs the cpu backend with zlf_cli.inprocess leaves
