@@ -258,8 +258,6 @@ ALARM_AFTER_A_RUN = textwrap.dedent('''
 ''')
 
 
-@pytest.mark.xfail(strict=True, reason="ATTACK: zlf run (in-process) leaves PointWatch._alarm as the SIGALRM "
-                                       "handler for good: a later SIGALRM is swallowed instead of ending the process")
 def test_an_in_process_run_gives_back_the_sigalrm_disposition(tmp_path):
     """core/procs.py PointWatch.__init__ installs its SIGALRM handler and nothing restores the
     previous one when the run ends: in a test worker (zlf_cli.inprocess, cli.main) every later
