@@ -223,8 +223,6 @@ PROBLEM = ("from helpers import VALUE\n"
 
 
 @pytest.mark.extensions("task")
-@pytest.mark.xfail(strict=True, reason="ATTACK: TaskPackage.load leaves the package folder on sys.path and its "
-                                       "helpers in sys.modules: a second package in the process gets the first's helpers")
 def test_a_task_package_loaded_after_another_imports_its_own_helpers(tmp_path):
     """load() puts the package folder on sys.path 'for its helpers' and never takes it (nor the
     helper modules) away: a test that loads package B after one that loaded A, in the same worker,

@@ -303,3 +303,36 @@ def test_paged_kv_candidates_on_gpu(zlf_cli, tmp_path):
         proc = zlf_cli("task", PAGED_KV, "--candidate", PAGED_KV / "candidates" / name, "--ext", "task",
                        "--cases", "1,12", "--reuse-worker")
         assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+# ----------------------------------------------------------------------------- a folder's own imports
+CANDIDATE_WITH_HELPERS = "from helpers import VALUE\ndef run_kernel(*args):\n    return VALUE\n"
+
+TWO_CANDIDATES = """
+import sys
+import helpers  # a module of that name loaded before (another library's): hidden while each imports, then back
+from zlf_taskpkg.candidate import PythonKernel
+from pathlib import Path
+a = PythonKernel(Path("a/cand.py"))
+b = PythonKernel(Path("b/cand.py"))
+print(a.fn(), b.fn(), sys.modules["helpers"] is helpers, any(p.endswith(("/a", "/b")) for p in sys.path))
+"""
+
+
+def test_two_python_candidates_in_one_process_each_import_their_own_helpers(tmp_path):
+    """Each candidate's folder is importable while it is imported, and only then: the second
+    candidate's ``helpers`` is its own (not the first's, nor a module of that name loaded before),
+    and afterwards neither folder is left on sys.path nor the module of that name replaced. (In a
+    child: a failure would leave this worker's imports changed.)"""
+    import subprocess
+
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "cand.py").write_text(CANDIDATE_WITH_HELPERS)
+        (tmp_path / name / "helpers.py").write_text(f"VALUE = {name!r}\n")
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "helpers.py").write_text("VALUE = 'lib'\n")
+    done = subprocess.run([sys.executable, "-c", TWO_CANDIDATES], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "PYTHONPATH": str(tmp_path / "lib")})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["a", "b", "True", "False"], done.stdout

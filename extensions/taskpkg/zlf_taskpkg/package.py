@@ -66,6 +66,41 @@ def no_exit(what: str):
         os._exit = real
 
 
+@contextlib.contextmanager
+def folder_imports(folder):
+    """While a package's (or a candidate's) module is imported: its folder leads ``sys.path``, as
+    a script's folder does, so that its own files (``helpers.py``) are what its imports find, even
+    where a module of that name is loaded already (another package's ``helpers``: hidden until the
+    import ends). Afterwards the folder leaves ``sys.path`` and the modules imported from it leave
+    ``sys.modules`` (the importing module keeps them), and what was hidden comes back: a second
+    package or candidate loaded in this process imports its own files, never the first one's."""
+    folder = os.path.realpath(folder)
+    inside = folder.rstrip(os.sep) + os.sep
+
+    def from_folder(module) -> bool:
+        file = getattr(module, "__file__", None)
+        return isinstance(file, str) and os.path.realpath(file).startswith(inside)
+
+    def own(name: str) -> bool:
+        """The folder answers this module name: its top level is a module or package there (not
+        an environment that happens to lie below the folder: its torch is no file of the folder)."""
+        top = os.path.join(folder, name.partition(".")[0])
+        return os.path.isfile(top + ".py") or os.path.isfile(os.path.join(top, "__init__.py"))
+
+    hidden = {name: module for name, module in list(sys.modules.items()) if own(name) and not from_folder(module)}
+    for name in hidden:
+        del sys.modules[name]
+    sys.path.insert(0, folder)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ValueError):
+            sys.path.remove(folder)
+        for name in [n for n, module in list(sys.modules.items()) if own(n) and from_folder(module)]:
+            del sys.modules[name]
+        sys.modules.update(hidden)
+
+
 def _load_metadata(root: Path) -> tuple:
     """The package's metadata (JSON or YAML) through zlf's bounded reader: a regular file of
     limited size, strict UTF-8, finite numbers, bounded nesting and YAML expansion; else one line."""
@@ -129,17 +164,16 @@ class TaskPackage:
         return safe_name(name, "task")
 
     def load(self):
-        """Import the problem module (once); the package folder is importable for its helpers."""
+        """Import the problem module (once); the package folder is importable while it is
+        imported, for its helpers (:func:`folder_imports`)."""
         if self.module is not None:
             return self.module
-        if str(self.root) not in sys.path:
-            sys.path.insert(0, str(self.root))
         modname = "zlf_task_problem_" + re.sub(r"\W", "_", self.root.name)
         spec = importlib.util.spec_from_file_location(modname, self.module_path)
         module = importlib.util.module_from_spec(spec)
         sys.modules[modname] = module
         try:
-            with no_exit(f"problem module {str(self.module_path)!r}"):
+            with no_exit(f"problem module {str(self.module_path)!r}"), folder_imports(self.root):
                 spec.loader.exec_module(module)
         except UsageError:
             raise
