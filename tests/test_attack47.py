@@ -329,8 +329,6 @@ LATER_MODULE = textwrap.dedent('''
 ''')
 
 
-@pytest.mark.xfail(strict=True, reason="ATTACK: zlf_environment_ends_with_the_test snapshots os.environ after "
-                                       "module/session fixtures: a fixture's in-process cpu backend leaks to later modules")
 def test_an_environment_change_made_in_a_module_fixture_ends_with_the_module(tmp_path):
     """The fix restores os.environ per test, to what it was when the test's setup began -- after
     its module-scoped fixtures ran. A module fixture that runs the cpu backend in-process (as

@@ -15,7 +15,8 @@ the session's environment, which the processes the tests start inherit:
   ``zlf_spawn_client.py``, both in this folder).
 
 and it ends each test's changes to the environment with the test
-(:func:`zlf_environment_ends_with_the_test`).
+(:func:`zlf_environment_ends_with_the_test`), and those of a module's, class's or the session's
+fixtures with their scope (:func:`pytest_fixture_post_finalizer`).
 
 ``ZLF_SPAWN_SERVER=`` (empty) runs a session's processes plainly; the ``zlf_plain_processes``
 fixture does it for one test. docs/testing.md says what each costs and saves.
@@ -56,6 +57,32 @@ def zlf_environment_ends_with_the_test():
     saved = dict(os.environ)
     yield
     if dict(os.environ) != saved:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+#: ``os.environ`` as it was before each module-, class-, package- or session-scoped fixture now set
+#: up was set up (:func:`pytest_fixture_setup`)
+_BEFORE_FIXTURE: dict = {}
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_fixture_setup(fixturedef, request):
+    """A fixture of a scope above the test's changes the environment for its scope's tests, and
+    that change ends with it (:func:`pytest_fixture_post_finalizer`): the test's own changes end
+    with the test (:func:`zlf_environment_ends_with_the_test`), which sees what a higher-scoped
+    fixture set as the session's. An in-process ``zlf task --backend cpu`` in a module fixture
+    sets ``TRITON_INTERPRET=1``: for the module's tests, and for no later module."""
+    if fixturedef.scope != "function":
+        _BEFORE_FIXTURE[fixturedef] = dict(os.environ)
+    return (yield)
+
+
+def pytest_fixture_post_finalizer(fixturedef, request):
+    """Once a fixture of a scope above the test's is torn down, the environment is what it was
+    before it was set up (:func:`pytest_fixture_setup`)."""
+    saved = _BEFORE_FIXTURE.pop(fixturedef, None)
+    if saved is not None and dict(os.environ) != saved:
         os.environ.clear()
         os.environ.update(saved)
 
