@@ -187,8 +187,6 @@ def test_shell_control_the_phase_line_test_passes_in_a_wide_terminal():
 
 
 @pytest.mark.extensions("task")
-@pytest.mark.xfail(strict=True, reason="ATTACK: the test reads the developer's terminal width (COLUMNS): "
-                                       "StatusLine cuts the asserted line at COLUMNS-1")
 def test_shell_phase_line_test_passes_in_a_narrow_terminal():
     """A developer in a 40-column pane (or a shell that exports COLUMNS=40): the asserted line
     '[2/5] case 2: checking (41 s of 60 s left)' is cut to 39 characters by StatusLine.show
@@ -199,8 +197,6 @@ def test_shell_phase_line_test_passes_in_a_narrow_terminal():
 
 
 @pytest.mark.extensions("task")
-@pytest.mark.xfail(strict=True, reason="ATTACK: the test reads the developer's terminal width (COLUMNS): "
-                                       "the nvcc phase line is cut at COLUMNS-1")
 def test_shell_nvcc_phase_test_passes_in_a_narrow_terminal():
     proc = _suite_test("extensions/taskpkg/tests/test_task_progress.py::"
                        "test_nvcc_compile_shows_its_phase_with_the_compile_limit_left", COLUMNS="40")
