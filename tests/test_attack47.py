@@ -279,8 +279,6 @@ def _long_tmpdir(tmp_path, length: int) -> str:
     return folder
 
 
-@pytest.mark.xfail(strict=True, reason="ATTACK: the socket case binds an AF_UNIX socket in tmp_path: with TMPDIR "
-                                       "~60+ chars long the path passes 107 bytes and the test errors (OSError)")
 def test_shell_hostile_input_socket_case_passes_with_a_long_tmpdir(tmp_path):
     """TMPDIR exported to a fresh 64-character folder: pytest's tmp_path of this test is then
     ~110 characters, and binding the test's AF_UNIX socket there raises 'AF_UNIX path too long'."""
@@ -289,8 +287,6 @@ def test_shell_hostile_input_socket_case_passes_with_a_long_tmpdir(tmp_path):
     assert _passed(proc, 4), proc.stdout[-3000:] + proc.stderr[-2000:]
 
 
-@pytest.mark.xfail(strict=True, reason="ATTACK: test_spawn_server's module server listens on tmp_path/socket: "
-                                       "with TMPDIR ~75+ chars every test of the module errors (AF_UNIX path too long)")
 def test_shell_spawn_server_tests_pass_with_a_long_tmpdir(tmp_path):
     """TMPDIR exported to a fresh 80-character folder: the session's own spawn server quietly does
     not start (as documented), but the module's `server` fixture asserts it did, so every test of

@@ -100,7 +100,12 @@ def _directory(path):
 
 def _socket(path):
     s = socket.socket(socket.AF_UNIX)
-    s.bind(str(path))  # left bound: the file is a socket for the test's life
+    here = os.getcwd()
+    os.chdir(path.parent)  # bound by its name: under a long TMPDIR the whole path passes AF_UNIX's 107 bytes
+    try:
+        s.bind(path.name)  # left bound: the file is a socket for the test's life
+    finally:
+        os.chdir(here)
     _socket.keep = s
 
 

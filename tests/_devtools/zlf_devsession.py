@@ -240,10 +240,11 @@ def start_spawn_server(folder: Path, env: dict, log) -> tuple:
     shutil.copyfile(HERE / "zlf_spawn_client.py", folder / "sitecustomize.py")
     shutil.copyfile(HERE / "zlf_spawn_server.py", folder / "zlf_spawn_server.py")
     env = {**{k: v for k, v in env.items() if k != SPAWN_ENV}, **pythonpath(folder, env=env)}
-    socket_path = folder / "socket"
+    socket_path = socket_folder(folder) / "socket"
     proc = subprocess.Popen([sys.executable, str(folder / "zlf_spawn_server.py"), str(socket_path)], env=env,
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, text=True,
                             preexec_fn=die_with_parent(signal.SIGTERM))
+    proc.socket_path = socket_path
     if select.select([proc.stdout], [], [], 120)[0] and proc.stdout.readline().strip() == "listening":
         return proc, {"PYTHONPATH": env["PYTHONPATH"], SPAWN_ENV: str(socket_path)}
     stop_spawn_server(proc)
@@ -251,6 +252,8 @@ def start_spawn_server(folder: Path, env: dict, log) -> tuple:
 
 
 def stop_spawn_server(proc) -> None:
+    import shutil
+
     if proc.poll() is None:
         proc.terminate()
         try:
@@ -259,6 +262,25 @@ def stop_spawn_server(proc) -> None:
             proc.kill()
             proc.wait()
     proc.stdout.close()
+    if getattr(proc, "socket_path", None) is not None and proc.socket_path.parent.name.startswith(SOCKET_PREFIX):
+        shutil.rmtree(proc.socket_path.parent, ignore_errors=True)  # the short folder socket_folder made
+
+
+#: the longest path an AF_UNIX socket binds to on Linux (``sun_path`` holds 108 bytes, its NUL included)
+UNIX_PATH_MAX = 107
+#: the name of the short folders :func:`socket_folder` makes
+SOCKET_PREFIX = "zlf-sock-"
+
+
+def socket_folder(folder: Path, name: str = "socket") -> Path:
+    """Where a Unix socket ``name`` of ``folder`` can be bound: ``folder`` itself, or, where that
+    path would pass :data:`UNIX_PATH_MAX` bytes (a long ``TMPDIR``: a cluster node's scratch
+    folder, a CI job's), a fresh folder of this user's under ``/tmp``."""
+    import tempfile
+
+    if len(os.fsencode(folder / name)) <= UNIX_PATH_MAX:
+        return folder
+    return Path(tempfile.mkdtemp(prefix=SOCKET_PREFIX, dir="/tmp"))
 
 
 def session_spawn_server(config) -> None:
