@@ -242,6 +242,16 @@ def test_a_config_file_is_strict_json(tmp_path, text, needle):
     refused(lambda: RunConfig.read(tmp_path / "c.json"), "c.json", needle)
 
 
+def test_a_file_deep_in_a_long_folder_is_refused_with_its_reason_whole(tmp_path):
+    """A long folder (TMPDIR exported to a cluster node's scratch space) took the message's room:
+    the path was kept to 120 characters and the reason cut to 40 ('... 1e999 is out of rang...')."""
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    (deep / "c.json").write_text('{"rep_ms": 1e999}')
+    text = refused(lambda: RunConfig.read(deep / "c.json"), "c.json", "out of range")
+    assert text.startswith("config ...") and "/c.json: " in text  # the path shortened from its start
+
+
 def test_a_ceilings_cache_of_the_wrong_types_is_measured_again(tmp_path, monkeypatch):
     """A cached ``bandwidth_GB_s`` of "fast" or NaN was divided by (TypeError, NaN percentages)."""
     from zlf import ceilings
