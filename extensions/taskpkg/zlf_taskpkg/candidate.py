@@ -261,8 +261,8 @@ class CudaKernel:
 
 
 class PythonKernel:
-    """``run_kernel`` of a Python module, imported from its file (its folder importable while
-    it is imported: :func:`~zlf_taskpkg.package.folder_imports`)."""
+    """``run_kernel`` of a Python module, imported from its file (its folder importable, its own
+    files found first: :func:`~zlf_taskpkg.package.folder_imports`)."""
 
     def __init__(self, path: Path):
         from .package import folder_imports

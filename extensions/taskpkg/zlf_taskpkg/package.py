@@ -69,11 +69,10 @@ def no_exit(what: str):
 @contextlib.contextmanager
 def folder_imports(folder):
     """While a package's (or a candidate's) module is imported: its folder leads ``sys.path``, as
-    a script's folder does, so that its own files (``helpers.py``) are what its imports find, even
-    where a module of that name is loaded already (another package's ``helpers``: hidden until the
-    import ends). Afterwards the folder leaves ``sys.path`` and the modules imported from it leave
-    ``sys.modules`` (the importing module keeps them), and what was hidden comes back: a second
-    package or candidate loaded in this process imports its own files, never the first one's."""
+    a script's folder does, and a module loaded already under a name the folder answers (another
+    package's ``helpers``) is dropped from ``sys.modules``, so that its imports find its own files,
+    never another package's. The folder stays importable afterwards, for imports made when its
+    functions run (the module imported last in this process answers such an import)."""
     folder = os.path.realpath(folder)
     inside = folder.rstrip(os.sep) + os.sep
 
@@ -87,18 +86,12 @@ def folder_imports(folder):
         top = os.path.join(folder, name.partition(".")[0])
         return os.path.isfile(top + ".py") or os.path.isfile(os.path.join(top, "__init__.py"))
 
-    hidden = {name: module for name, module in list(sys.modules.items()) if own(name) and not from_folder(module)}
-    for name in hidden:
-        del sys.modules[name]
+    for name in [n for n, module in list(sys.modules.items()) if own(n) and not from_folder(module)]:
+        del sys.modules[name]  # the module that imported it keeps it
+    with contextlib.suppress(ValueError):
+        sys.path.remove(folder)
     sys.path.insert(0, folder)
-    try:
-        yield
-    finally:
-        with contextlib.suppress(ValueError):
-            sys.path.remove(folder)
-        for name in [n for n, module in list(sys.modules.items()) if own(n) and from_folder(module)]:
-            del sys.modules[name]
-        sys.modules.update(hidden)
+    yield
 
 
 def _load_metadata(root: Path) -> tuple:
@@ -164,8 +157,8 @@ class TaskPackage:
         return safe_name(name, "task")
 
     def load(self):
-        """Import the problem module (once); the package folder is importable while it is
-        imported, for its helpers (:func:`folder_imports`)."""
+        """Import the problem module (once); the package folder is importable, for its helpers
+        (:func:`folder_imports`)."""
         if self.module is not None:
             return self.module
         modname = "zlf_task_problem_" + re.sub(r"\W", "_", self.root.name)
