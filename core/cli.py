@@ -242,6 +242,7 @@ def main(argv=None, extra_plugins=(), supervise=None) -> int:
         (:mod:`zlf.supervise`); default: when ``argv`` is None, i.e. this process is zlf. A caller
         that passes ``argv`` runs them in its own process, as a library call would expect.
     """
+    import os
     import signal
 
     from .procs import handle_sigterm, process_age
@@ -253,11 +254,18 @@ def main(argv=None, extra_plugins=(), supervise=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     _standard_streams()
     previous = handle_sigterm()  # SIGTERM stops like Ctrl-C: what is finished is kept and marked, exit 143
+    environ = dict(os.environ)
     try:
         return guarded(lambda: _main(argv, extra_plugins, supervise))
     finally:
         if previous is not None:  # an in-process caller (a test) gets its own handler back
             signal.signal(signal.SIGTERM, previous)
+        # ... and its own environment: what the command set for itself (the cpu backend's
+        # TRITON_INTERPRET, needed while its kernels are decorated) would reach the caller's next
+        # commands and every process it starts
+        if dict(os.environ) != environ:
+            os.environ.clear()
+            os.environ.update(environ)
 
 
 def _complete(parser) -> None:

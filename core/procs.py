@@ -224,8 +224,26 @@ class PointWatch:
         self._extra = 0.0  # seconds the point being watched was given beyond the limit (extend)
         self._usable = self.limit is not None and threading.current_thread() is threading.main_thread() \
             and hasattr(signal, "setitimer")
+        self._previous = None  # (the SIGALRM handler, the timer's (left, interval), when) given back by close()
         if self._usable:
+            self._previous = (signal.getsignal(signal.SIGALRM), signal.getitimer(signal.ITIMER_REAL),
+                              time.monotonic())
             signal.signal(signal.SIGALRM, self._alarm)
+
+    def close(self) -> None:
+        """Give back the SIGALRM handler and the timer found when this watch was made: an
+        in-process caller (a test, a library user) keeps its own, so a later alarm does what it
+        expects. A timer armed before is rearmed with what it had left (due now if that time
+        passed meanwhile). Safe to call twice."""
+        if self._previous is None:
+            return
+        handler, (left, interval), since = self._previous
+        self._previous = None
+        self._armed = False
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, handler if handler is not None else signal.SIG_DFL)
+        if left > 0:
+            signal.setitimer(signal.ITIMER_REAL, max(left - (time.monotonic() - since), 1e-6), interval)
 
     def _alarm(self, signum, frame):
         if self._armed:

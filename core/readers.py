@@ -64,6 +64,9 @@ MAX_NUMBER = float(2 ** 63)
 MAX_YAML_VALUES = 250_000
 #: a message longer than this is cut (a file's line can be megabytes).
 MESSAGE_CHARS = 200
+#: what a message keeps of the problem before it shortens the path (from its start: the file's
+#: name stays).
+PROBLEM_CHARS = 100
 
 _KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a directory"), (stat.S_ISSOCK, "a socket"),
           (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
@@ -80,10 +83,15 @@ class BadFile(UsageError):
 def _message(path: str, problem: str, line: Optional[int]) -> str:
     from .console import clean
 
-    where = clean(path if len(path) <= 120 else "..." + path[-117:])
     text = clean(" ".join(str(problem).split()))
-    head = f"{where}" + (f":{line}" if line else "") + ": "
-    room = max(40, MESSAGE_CHARS - len("zlf: error: ") - 20 - len(head))  # 20: a caller's prefix (--option)
+    at = f":{line}" if line else ""
+    budget = MESSAGE_CHARS - len("zlf: error: ") - 20  # 20: a caller's prefix (--option)
+    # the problem keeps up to PROBLEM_CHARS: a long folder (a deep TMPDIR, a cluster's scratch
+    # space) shortens the path from its start, never the reason it is refused
+    keep = max(40, budget - min(len(text), PROBLEM_CHARS) - len(at) - 2)
+    where = clean(path if len(path) <= keep else "..." + path[-(keep - 3):])
+    head = f"{where}{at}: "
+    room = max(40, budget - len(head))
     return head + (text if len(text) <= room else text[:room - 3] + "...")
 
 

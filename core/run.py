@@ -296,7 +296,10 @@ class Run:
                 if self.clock_sampler is not None:
                     self.clock_sampler.close()
             finally:
-                self.finish()
+                try:
+                    self.watch.close()  # the caller's SIGALRM handler and timer back
+                finally:
+                    self.finish()
 
     def finish(self) -> None:
         """The run's files once it ended: meta.json's final fields, the reserve released, run.log closed."""

@@ -127,7 +127,8 @@ class CLI:
 
     def inprocess(self, *args, check_rc=None):
         """``zlf.cli.main(ARGS)`` here, in ``cwd``, its output captured; a ``SystemExit``
-        (argparse's ``--help`` or usage errors) becomes the exit code."""
+        (argparse's ``--help`` or usage errors) becomes the exit code. The command gives back
+        ``os.environ`` and its signal handlers when it ends (:func:`zlf.cli.main`)."""
         from . import cli
 
         out, err = io.StringIO(), io.StringIO()

@@ -153,8 +153,6 @@ PLAIN_SESSION = textwrap.dedent('''
 ''')
 
 
-@pytest.mark.xfail(strict=True, reason="ATTACK: zlf_cli.inprocess (zlf.testing, shipped) leaves the cpu backend's "
-                                       "TRITON_INTERPRET=1 in os.environ for every later test of a user's session")
 def test_zlf_cli_inprocess_leaves_no_triton_interpret_in_an_extension_authors_session(tmp_path):
     """An extension author's session (zlf's installed pytest plugin, not this repository's
     development plugin): a test that runs the cpu backend with zlf_cli.inprocess leaves
@@ -189,8 +187,6 @@ def test_shell_control_the_phase_line_test_passes_in_a_wide_terminal():
 
 
 @pytest.mark.extensions("task")
-@pytest.mark.xfail(strict=True, reason="ATTACK: the test reads the developer's terminal width (COLUMNS): "
-                                       "StatusLine cuts the asserted line at COLUMNS-1")
 def test_shell_phase_line_test_passes_in_a_narrow_terminal():
     """A developer in a 40-column pane (or a shell that exports COLUMNS=40): the asserted line
     '[2/5] case 2: checking (41 s of 60 s left)' is cut to 39 characters by StatusLine.show
@@ -201,8 +197,6 @@ def test_shell_phase_line_test_passes_in_a_narrow_terminal():
 
 
 @pytest.mark.extensions("task")
-@pytest.mark.xfail(strict=True, reason="ATTACK: the test reads the developer's terminal width (COLUMNS): "
-                                       "the nvcc phase line is cut at COLUMNS-1")
 def test_shell_nvcc_phase_test_passes_in_a_narrow_terminal():
     proc = _suite_test("extensions/taskpkg/tests/test_task_progress.py::"
                        "test_nvcc_compile_shows_its_phase_with_the_compile_limit_left", COLUMNS="40")
@@ -225,8 +219,6 @@ PROBLEM = ("from helpers import VALUE\n"
 
 
 @pytest.mark.extensions("task")
-@pytest.mark.xfail(strict=True, reason="ATTACK: TaskPackage.load leaves the package folder on sys.path and its "
-                                       "helpers in sys.modules: a second package in the process gets the first's helpers")
 def test_a_task_package_loaded_after_another_imports_its_own_helpers(tmp_path):
     """load() puts the package folder on sys.path 'for its helpers' and never takes it (nor the
     helper modules) away: a test that loads package B after one that loaded A, in the same worker,
@@ -260,8 +252,6 @@ ALARM_AFTER_A_RUN = textwrap.dedent('''
 ''')
 
 
-@pytest.mark.xfail(strict=True, reason="ATTACK: zlf run (in-process) leaves PointWatch._alarm as the SIGALRM "
-                                       "handler for good: a later SIGALRM is swallowed instead of ending the process")
 def test_an_in_process_run_gives_back_the_sigalrm_disposition(tmp_path):
     """core/procs.py PointWatch.__init__ installs its SIGALRM handler and nothing restores the
     previous one when the run ends: in a test worker (zlf_cli.inprocess, cli.main) every later
@@ -289,8 +279,6 @@ def _long_tmpdir(tmp_path, length: int) -> str:
     return folder
 
 
-@pytest.mark.xfail(strict=True, reason="ATTACK: the socket case binds an AF_UNIX socket in tmp_path: with TMPDIR "
-                                       "~60+ chars long the path passes 107 bytes and the test errors (OSError)")
 def test_shell_hostile_input_socket_case_passes_with_a_long_tmpdir(tmp_path):
     """TMPDIR exported to a fresh 64-character folder: pytest's tmp_path of this test is then
     ~110 characters, and binding the test's AF_UNIX socket there raises 'AF_UNIX path too long'."""
@@ -299,8 +287,6 @@ def test_shell_hostile_input_socket_case_passes_with_a_long_tmpdir(tmp_path):
     assert _passed(proc, 4), proc.stdout[-3000:] + proc.stderr[-2000:]
 
 
-@pytest.mark.xfail(strict=True, reason="ATTACK: test_spawn_server's module server listens on tmp_path/socket: "
-                                       "with TMPDIR ~75+ chars every test of the module errors (AF_UNIX path too long)")
 def test_shell_spawn_server_tests_pass_with_a_long_tmpdir(tmp_path):
     """TMPDIR exported to a fresh 80-character folder: the session's own spawn server quietly does
     not start (as documented), but the module's `server` fixture asserts it did, so every test of
@@ -335,8 +321,6 @@ LATER_MODULE = textwrap.dedent('''
 ''')
 
 
-@pytest.mark.xfail(strict=True, reason="ATTACK: zlf_environment_ends_with_the_test snapshots os.environ after "
-                                       "module/session fixtures: a fixture's in-process cpu backend leaks to later modules")
 def test_an_environment_change_made_in_a_module_fixture_ends_with_the_module(tmp_path):
     """The fix restores os.environ per test, to what it was when the test's setup began -- after
     its module-scoped fixtures ran. A module fixture that runs the cpu backend in-process (as

@@ -262,6 +262,7 @@ def test_task_case_phases_say_what_runs_and_the_time_left(monkeypatch):
     from zlf.console import StatusLine
 
     monkeypatch.delenv("ZLF_NO_PROGRESS", raising=False)
+    monkeypatch.setenv("COLUMNS", "100")  # a terminal the line fits (StatusLine cuts at its width), not the shell's
 
     class Tty(io.StringIO):
         def isatty(self):

@@ -100,7 +100,12 @@ def _directory(path):
 
 def _socket(path):
     s = socket.socket(socket.AF_UNIX)
-    s.bind(str(path))  # left bound: the file is a socket for the test's life
+    here = os.getcwd()
+    os.chdir(path.parent)  # bound by its name: under a long TMPDIR the whole path passes AF_UNIX's 107 bytes
+    try:
+        s.bind(path.name)  # left bound: the file is a socket for the test's life
+    finally:
+        os.chdir(here)
     _socket.keep = s
 
 
@@ -235,6 +240,16 @@ def test_noise_from_a_summary_of_the_wrong_types_is_one_line(campaign_dir, chang
 def test_a_config_file_is_strict_json(tmp_path, text, needle):
     (tmp_path / "c.json").write_text(text)
     refused(lambda: RunConfig.read(tmp_path / "c.json"), "c.json", needle)
+
+
+def test_a_file_deep_in_a_long_folder_is_refused_with_its_reason_whole(tmp_path):
+    """A long folder (TMPDIR exported to a cluster node's scratch space) took the message's room:
+    the path was kept to 120 characters and the reason cut to 40 ('... 1e999 is out of rang...')."""
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    (deep / "c.json").write_text('{"rep_ms": 1e999}')
+    text = refused(lambda: RunConfig.read(deep / "c.json"), "c.json", "out of range")
+    assert text.startswith("config ...") and "/c.json: " in text  # the path shortened from its start
 
 
 def test_a_ceilings_cache_of_the_wrong_types_is_measured_again(tmp_path, monkeypatch):

@@ -528,3 +528,26 @@ def test_a_child_under_a_file_size_limit_writes_no_bytecode_that_later_processes
     later = subprocess.run([sys.executable, "-c", "import big_module"], env={**base, "PYTHONPATH": str(src)},
                            capture_output=True, text=True, timeout=60)
     assert later.returncode == 0, later.stderr
+
+
+def test_a_time_limit_watch_gives_back_the_callers_alarm_handler_and_timer():
+    """A point watch (zlf run's --time-limit) takes SIGALRM while a run lasts; once closed, the
+    caller's handler is back and the timer it had armed still runs (not cancelled by the points)."""
+    from zlf.procs import PointWatch
+
+    def mine(signum, frame):
+        pass
+
+    before = signal.signal(signal.SIGALRM, mine)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 1000)
+        watch = PointWatch(5, lambda point: None)
+        assert signal.getsignal(signal.SIGALRM) != mine
+        with watch("p"):
+            pass
+        watch.close()
+        left = signal.getitimer(signal.ITIMER_REAL)[0]
+        assert signal.getsignal(signal.SIGALRM) is mine and 0 < left <= 1000
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, before)

@@ -17,7 +17,7 @@ import pytest
 from process_tools import gone_within
 
 from zlf.testing import pythonpath
-from zlf_devsession import HERE as DEVTOOLS, SPAWN_ENV, start_spawn_server, stop_spawn_server
+from zlf_devsession import HERE as DEVTOOLS, SPAWN_ENV, socket_folder, start_spawn_server, stop_spawn_server
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or not hasattr(os, "pidfd_open")
                                 or not hasattr(sys, "orig_argv"), reason="the spawn server is Linux, Python 3.10+")
@@ -194,11 +194,18 @@ def test_a_server_whose_parent_dies_while_it_imports_stops(tmp_path):
     """The server serves until its parent exits. A parent gone while the server still imported
     (a session stopped at once) left it serving for good: it took the process that adopted it
     for its parent."""
+    import shutil
+
     env = {k: v for k, v in os.environ.items() if k != SPAWN_ENV}
-    proc = subprocess.run([sys.executable, "-c", ORPHANING_PARENT, str(DEVTOOLS / "zlf_spawn_server.py"),
-                           str(tmp_path / "socket")], env=env, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    assert gone_within(int(proc.stdout), 120)
+    folder = socket_folder(tmp_path)  # a short one where a long TMPDIR passes AF_UNIX's limit
+    try:
+        proc = subprocess.run([sys.executable, "-c", ORPHANING_PARENT, str(DEVTOOLS / "zlf_spawn_server.py"),
+                               str(folder / "socket")], env=env, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        assert gone_within(int(proc.stdout), 120)
+    finally:
+        if folder != tmp_path:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def test_an_uncaught_keyboard_interrupt_ends_in_sigint_with_its_traceback(server):
@@ -440,8 +447,7 @@ def test_a_child_gets_the_triton_its_environment_asks_for_when_it_imports_it(ser
     assert int(forked["imports"]) == 0 and int(plain["imports"]) > 10
 
 
-def _server_pid(folder: Path) -> int:
-    socket_path = str(folder / "socket")
+def _server_pid(socket_path: str) -> int:
     for entry in Path("/proc").iterdir():
         try:
             if entry.name.isdigit() and socket_path in (entry / "cmdline").read_bytes().decode(errors="replace"):
@@ -464,7 +470,7 @@ def test_a_signal_that_comes_while_the_stand_in_waits_for_its_answer_reaches_the
     another child: a signal the stand-in gets while it waits is held, then reaches the child as
     if it came as the module started (not in the stand-in's start-up code, nor the child's)."""
     env, folder = server
-    server_pid = _server_pid(folder)
+    server_pid = _server_pid(env[SPAWN_ENV])
     os.kill(server_pid, signal.SIGSTOP)  # busy
     try:
         proc = probe(env, folder, "wait")

@@ -131,6 +131,51 @@ def test_a_tests_changes_to_the_environment_end_with_it(tmp_path):
     assert proc.returncode == 0 and "2 passed" in proc.stdout, proc.stdout + proc.stderr
 
 
+SCOPED_FIXTURES = {
+    "test_one.py": (
+        "import os, pytest\n"
+        "@pytest.fixture(scope='module')\n"
+        "def module_env():\n"
+        "    os.environ['ZLF_INNER_MODULE'] = 'm'\n"
+        "    yield\n"
+        "class TestK:\n"
+        "    @pytest.fixture(scope='class')\n"
+        "    def class_env(self):\n"
+        "        os.environ['ZLF_INNER_CLASS'] = 'c'\n"
+        "        yield\n"
+        "    def test_a(self, module_env, class_env):\n"
+        "        pass\n"
+        "    def test_b(self):\n"
+        "        assert (os.environ.get('ZLF_INNER_MODULE'), os.environ.get('ZLF_INNER_CLASS')) == ('m', 'c')\n"
+        "def test_c():\n"
+        "    assert (os.environ.get('ZLF_INNER_MODULE'), os.environ.get('ZLF_INNER_CLASS')) == ('m', None)\n"),
+    "test_two.py": (
+        "import os\n"
+        "def test_d():\n"
+        "    assert (os.environ.get('ZLF_INNER_MODULE'), os.environ.get('ZLF_INNER_CLASS')) == (None, None)\n"),
+}
+
+
+def test_a_scoped_fixtures_changes_to_the_environment_last_for_its_scope_and_end_with_it(tmp_path):
+    """A module- (class-) scoped fixture's change to the environment is seen by every test of its
+    module (class), and by none after it: the per-test restoration sees it as the session's."""
+    import os
+    import subprocess
+    import sys
+
+    from zlf_devsession import HERE as DEVTOOLS
+
+    for name, text in SCOPED_FIXTURES.items():
+        (tmp_path / name).write_text(text)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS",)}
+    env.update(ZLF_SPAWN_SERVER="", PYTHONPATH=str(DEVTOOLS))
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:hypothesispytest",
+                           "-p", "no:benchmark", "-p", "no:xdist", "-p", "no:randomly", "-p", "zlf_devsession",
+                           "test_one.py", "test_two.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0 and "4 passed" in proc.stdout, proc.stdout + proc.stderr
+
+
 def test_the_suite_starts_without_pytest_xdist():
     """The suite's conftest implements a pytest-xdist hook; a session that turns xdist off (to
     profile tests one by one, or on a machine without it) must start all the same."""

@@ -15,7 +15,8 @@ the session's environment, which the processes the tests start inherit:
   ``zlf_spawn_client.py``, both in this folder).
 
 and it ends each test's changes to the environment with the test
-(:func:`zlf_environment_ends_with_the_test`).
+(:func:`zlf_environment_ends_with_the_test`), and those of a module's, class's or the session's
+fixtures with their scope (:func:`pytest_fixture_post_finalizer`).
 
 ``ZLF_SPAWN_SERVER=`` (empty) runs a session's processes plainly; the ``zlf_plain_processes``
 fixture does it for one test. docs/testing.md says what each costs and saves.
@@ -56,6 +57,32 @@ def zlf_environment_ends_with_the_test():
     saved = dict(os.environ)
     yield
     if dict(os.environ) != saved:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+#: ``os.environ`` as it was before each module-, class-, package- or session-scoped fixture now set
+#: up was set up (:func:`pytest_fixture_setup`)
+_BEFORE_FIXTURE: dict = {}
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_fixture_setup(fixturedef, request):
+    """A fixture of a scope above the test's changes the environment for its scope's tests, and
+    that change ends with it (:func:`pytest_fixture_post_finalizer`): the test's own changes end
+    with the test (:func:`zlf_environment_ends_with_the_test`), which sees what a higher-scoped
+    fixture set as the session's. An in-process ``zlf task --backend cpu`` in a module fixture
+    sets ``TRITON_INTERPRET=1``: for the module's tests, and for no later module."""
+    if fixturedef.scope != "function":
+        _BEFORE_FIXTURE[fixturedef] = dict(os.environ)
+    return (yield)
+
+
+def pytest_fixture_post_finalizer(fixturedef, request):
+    """Once a fixture of a scope above the test's is torn down, the environment is what it was
+    before it was set up (:func:`pytest_fixture_setup`)."""
+    saved = _BEFORE_FIXTURE.pop(fixturedef, None)
+    if saved is not None and dict(os.environ) != saved:
         os.environ.clear()
         os.environ.update(saved)
 
@@ -213,10 +240,11 @@ def start_spawn_server(folder: Path, env: dict, log) -> tuple:
     shutil.copyfile(HERE / "zlf_spawn_client.py", folder / "sitecustomize.py")
     shutil.copyfile(HERE / "zlf_spawn_server.py", folder / "zlf_spawn_server.py")
     env = {**{k: v for k, v in env.items() if k != SPAWN_ENV}, **pythonpath(folder, env=env)}
-    socket_path = folder / "socket"
+    socket_path = socket_folder(folder) / "socket"
     proc = subprocess.Popen([sys.executable, str(folder / "zlf_spawn_server.py"), str(socket_path)], env=env,
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, text=True,
                             preexec_fn=die_with_parent(signal.SIGTERM))
+    proc.socket_path = socket_path
     if select.select([proc.stdout], [], [], 120)[0] and proc.stdout.readline().strip() == "listening":
         return proc, {"PYTHONPATH": env["PYTHONPATH"], SPAWN_ENV: str(socket_path)}
     stop_spawn_server(proc)
@@ -224,6 +252,8 @@ def start_spawn_server(folder: Path, env: dict, log) -> tuple:
 
 
 def stop_spawn_server(proc) -> None:
+    import shutil
+
     if proc.poll() is None:
         proc.terminate()
         try:
@@ -232,6 +262,25 @@ def stop_spawn_server(proc) -> None:
             proc.kill()
             proc.wait()
     proc.stdout.close()
+    if getattr(proc, "socket_path", None) is not None and proc.socket_path.parent.name.startswith(SOCKET_PREFIX):
+        shutil.rmtree(proc.socket_path.parent, ignore_errors=True)  # the short folder socket_folder made
+
+
+#: the longest path an AF_UNIX socket binds to on Linux (``sun_path`` holds 108 bytes, its NUL included)
+UNIX_PATH_MAX = 107
+#: the name of the short folders :func:`socket_folder` makes
+SOCKET_PREFIX = "zlf-sock-"
+
+
+def socket_folder(folder: Path, name: str = "socket") -> Path:
+    """Where a Unix socket ``name`` of ``folder`` can be bound: ``folder`` itself, or, where that
+    path would pass :data:`UNIX_PATH_MAX` bytes (a long ``TMPDIR``: a cluster node's scratch
+    folder, a CI job's), a fresh folder of this user's under ``/tmp``."""
+    import tempfile
+
+    if len(os.fsencode(folder / name)) <= UNIX_PATH_MAX:
+        return folder
+    return Path(tempfile.mkdtemp(prefix=SOCKET_PREFIX, dir="/tmp"))
 
 
 def session_spawn_server(config) -> None:

@@ -24,6 +24,7 @@ class Tty(io.StringIO):
 def test_nvcc_compile_shows_its_phase_with_the_compile_limit_left(tmp_path, monkeypatch):
     monkeypatch.delenv("ZLF_NO_PROGRESS", raising=False)
     monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.setenv("COLUMNS", "100")  # a terminal the line fits, whatever the developer's shell exports
     tty = Tty()
     monkeypatch.setattr(sys, "stderr", tty)
     seen = {}

@@ -303,3 +303,41 @@ def test_paged_kv_candidates_on_gpu(zlf_cli, tmp_path):
         proc = zlf_cli("task", PAGED_KV, "--candidate", PAGED_KV / "candidates" / name, "--ext", "task",
                        "--cases", "1,12", "--reuse-worker")
         assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+# ----------------------------------------------------------------------------- a folder's own imports
+CANDIDATE_WITH_HELPERS = "from helpers import VALUE\ndef run_kernel(*args):\n    return VALUE\n"
+CANDIDATE_IMPORTING_LATE = "def run_kernel(*args):\n    from late_helper import VALUE\n    return VALUE\n"
+
+TWO_CANDIDATES = """
+import sys
+import helpers  # a module of that name loaded before (another library's)
+from zlf_taskpkg.candidate import PythonKernel
+from pathlib import Path
+a = PythonKernel(Path("a/cand.py"))
+b = PythonKernel(Path("b/cand.py"))
+c = PythonKernel(Path("c/cand.py"))
+print(a.fn(), b.fn(), c.fn(), helpers.VALUE)
+"""
+
+
+def test_two_python_candidates_in_one_process_each_import_their_own_helpers(tmp_path):
+    """Each candidate's imports find its own files: the second candidate's ``helpers`` is its own,
+    not the first's nor a module of that name loaded before; and a candidate that imports a file
+    of its folder only when it runs still finds it. (In a child: a failure would leave this
+    worker's imports changed.)"""
+    import subprocess
+
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "cand.py").write_text(CANDIDATE_WITH_HELPERS)
+        (tmp_path / name / "helpers.py").write_text(f"VALUE = {name!r}\n")
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "cand.py").write_text(CANDIDATE_IMPORTING_LATE)
+    (tmp_path / "c" / "late_helper.py").write_text("VALUE = 'c'\n")
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "helpers.py").write_text("VALUE = 'lib'\n")
+    done = subprocess.run([sys.executable, "-c", TWO_CANDIDATES], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "PYTHONPATH": str(tmp_path / "lib")})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["a", "b", "c", "lib"], done.stdout

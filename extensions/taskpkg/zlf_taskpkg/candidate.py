@@ -261,16 +261,17 @@ class CudaKernel:
 
 
 class PythonKernel:
-    """``run_kernel`` of a Python module, imported from its file (its folder importable)."""
+    """``run_kernel`` of a Python module, imported from its file (its folder importable, its own
+    files found first: :func:`~zlf_taskpkg.package.folder_imports`)."""
 
     def __init__(self, path: Path):
-        folder = str(path.parent)
-        if folder not in sys.path:
-            sys.path.insert(0, folder)
+        from .package import folder_imports
+
         spec = importlib.util.spec_from_file_location("zlf_task_candidate", path)
         module = importlib.util.module_from_spec(spec)
         sys.modules["zlf_task_candidate"] = module
-        spec.loader.exec_module(module)
+        with folder_imports(path.parent):
+            spec.loader.exec_module(module)
         fn = getattr(module, "run_kernel", None)
         if not callable(fn):
             raise ImportError(f"{path.name} defines no run_kernel(*args)")

@@ -66,6 +66,34 @@ def no_exit(what: str):
         os._exit = real
 
 
+@contextlib.contextmanager
+def folder_imports(folder):
+    """While a package's (or a candidate's) module is imported: its folder leads ``sys.path``, as
+    a script's folder does, and a module loaded already under a name the folder answers (another
+    package's ``helpers``) is dropped from ``sys.modules``, so that its imports find its own files,
+    never another package's. The folder stays importable afterwards, for imports made when its
+    functions run (the module imported last in this process answers such an import)."""
+    folder = os.path.realpath(folder)
+    inside = folder.rstrip(os.sep) + os.sep
+
+    def from_folder(module) -> bool:
+        file = getattr(module, "__file__", None)
+        return isinstance(file, str) and os.path.realpath(file).startswith(inside)
+
+    def own(name: str) -> bool:
+        """The folder answers this module name: its top level is a module or package there (not
+        an environment that happens to lie below the folder: its torch is no file of the folder)."""
+        top = os.path.join(folder, name.partition(".")[0])
+        return os.path.isfile(top + ".py") or os.path.isfile(os.path.join(top, "__init__.py"))
+
+    for name in [n for n, module in list(sys.modules.items()) if own(n) and not from_folder(module)]:
+        del sys.modules[name]  # the module that imported it keeps it
+    with contextlib.suppress(ValueError):
+        sys.path.remove(folder)
+    sys.path.insert(0, folder)
+    yield
+
+
 def _load_metadata(root: Path) -> tuple:
     """The package's metadata (JSON or YAML) through zlf's bounded reader: a regular file of
     limited size, strict UTF-8, finite numbers, bounded nesting and YAML expansion; else one line."""
@@ -129,17 +157,16 @@ class TaskPackage:
         return safe_name(name, "task")
 
     def load(self):
-        """Import the problem module (once); the package folder is importable for its helpers."""
+        """Import the problem module (once); the package folder is importable, for its helpers
+        (:func:`folder_imports`)."""
         if self.module is not None:
             return self.module
-        if str(self.root) not in sys.path:
-            sys.path.insert(0, str(self.root))
         modname = "zlf_task_problem_" + re.sub(r"\W", "_", self.root.name)
         spec = importlib.util.spec_from_file_location(modname, self.module_path)
         module = importlib.util.module_from_spec(spec)
         sys.modules[modname] = module
         try:
-            with no_exit(f"problem module {str(self.module_path)!r}"):
+            with no_exit(f"problem module {str(self.module_path)!r}"), folder_imports(self.root):
                 spec.loader.exec_module(module)
         except UsageError:
             raise
