@@ -293,6 +293,14 @@ def test_zlf_ir_refuses_in_one_line_when_triton_was_imported_interpreted(work):
     assert not (work / "refused").exists()
 
 
+@pytest.mark.parametrize("text", ["cuda:80", "cuda:90", "cuda:100", "hip:gfx90a", "hip:gfx942", "hip:gfx1100"])
+def test_targets_triton_compiles_for_are_accepted(text):
+    from zlf_ir_dump.fake_driver import parse_target
+
+    target = parse_target(text)
+    assert f"{target.backend}:{target.arch}" == text
+
+
 def test_ir_guard_counts_like_ir_diff():
     from zlf_ir_dump.campaign import guard_line as ir_guard_line
 
