@@ -301,6 +301,19 @@ def test_targets_triton_compiles_for_are_accepted(text):
     assert f"{target.backend}:{target.arch}" == text
 
 
+def test_the_default_triton_cache_is_named_when_it_cannot_be_made(work, tmp_path):
+    (tmp_path / "home").write_text("a file, not a folder\n")
+    env = _env({"TRITON_HOME": str(tmp_path / "home")})
+    for name in ("TRITON_INTERPRET", "TRITON_CACHE_DIR"):
+        env.pop(name, None)
+    done = subprocess.run([sys.executable, "-m", "zlf", "ir", "ops.py::scale_op", "--ext", "ir_dump", "--out",
+                           str(tmp_path / "out")], cwd=work, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stdout + done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "the Triton cache (TRITON_CACHE_DIR unset)" in lines[0], done.stderr
+    assert not (tmp_path / "out").exists()
+
+
 def test_ir_guard_counts_like_ir_diff():
     from zlf_ir_dump.campaign import guard_line as ir_guard_line
 

@@ -78,6 +78,21 @@ def _refuse_interpreted_triton(interpret) -> None:
                          "(by a plugin); unset TRITON_INTERPRET to compile for a GPU target")
 
 
+def _check_triton_cache() -> None:
+    """Triton writes every compiled kernel to its cache: a cache directory that cannot be made or
+    written is one line here, not one NotADirectoryError per point in a run directory."""
+    from triton import knobs
+
+    where = knobs.cache.dir
+    name = "TRITON_CACHE_DIR" if os.environ.get("TRITON_CACHE_DIR") else "the Triton cache (TRITON_CACHE_DIR unset)"
+    try:
+        os.makedirs(where, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"{name} {where!r} cannot be made: {exc.strerror or exc}") from exc
+    if not os.access(where, os.W_OK | os.X_OK):
+        raise UsageError(f"{name} {where!r} is not writable")
+
+
 def main(args, session) -> int:
     from zlf import compiler_hooks
 
@@ -95,6 +110,7 @@ def main(args, session) -> int:
     backend = AotBackend(target)
     session.backend = backend
     ops = session.resolve_ops(args.ops)
+    _check_triton_cache()
     plan = session.plan(ops, _split(args.dtype))
     if not plan:
         raise UsageError("nothing to compile: no shapes or dtypes left for the selected ops")
