@@ -293,6 +293,17 @@ def test_zlf_ir_refuses_in_one_line_when_triton_was_imported_interpreted(work):
     assert not (work / "refused").exists()
 
 
+def test_zlf_ir_refuses_an_op_file_that_assigns_triton_interpret(work):
+    """An op file that assigns TRITON_INTERPRET=1 (not setdefault) makes its kernels interpreted:
+    nothing would compile, and zlf ir said '0 launched variants' with exit 0."""
+    (work / "assigns.py").write_text('import os\nos.environ["TRITON_INTERPRET"] = "1"\n' + OPS)
+    done = _zlf(work, "ir", "assigns.py::scale_op", "--target", "cuda:90", "--ext", "ir_dump", "--out", "assigns")
+    assert done.returncode == 2, done.stdout + done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("zlf: error: TRITON_INTERPRET=1 was set"), done.stderr
+    assert not (work / "assigns").exists()
+
+
 @pytest.mark.parametrize("text", ["cuda:80", "cuda:90", "cuda:100", "hip:gfx90a", "hip:gfx942", "hip:gfx1100"])
 def test_targets_triton_compiles_for_are_accepted(text):
     from zlf_ir_dump.fake_driver import parse_target

@@ -94,22 +94,40 @@ def _check_triton_cache() -> None:
 
 
 def main(args, session) -> int:
+    # The interpreter would turn every kernel into an InterpretedFunction at decoration time,
+    # Triton's own among them. Held at "0" (not removed) while the command runs, so that an op
+    # file's os.environ.setdefault("TRITON_INTERPRET", "1") leaves it off; given back after.
+    interpret = os.environ.get("TRITON_INTERPRET")
+    _refuse_interpreted_triton(interpret)
+    os.environ["TRITON_INTERPRET"] = "0"
+    try:
+        try:
+            target = parse_target(args.target)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from exc
+        return _compile(args, session, target, interpret)
+    finally:
+        if interpret is None:
+            os.environ.pop("TRITON_INTERPRET", None)
+        else:
+            os.environ["TRITON_INTERPRET"] = interpret
+
+
+def _compile(args, session, target, interpret) -> int:
     from zlf import compiler_hooks
 
-    # The interpreter would turn every kernel into an InterpretedFunction at decoration time,
-    # Triton's own among them: dropped before anything here imports Triton (parse_target does).
-    interpret = os.environ.pop("TRITON_INTERPRET", None)
-    _refuse_interpreted_triton(interpret)
-    try:
-        target = parse_target(args.target)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from exc
     from . import fake_driver
 
     fake_driver.activate(target=target)
     backend = AotBackend(target)
     session.backend = backend
     ops = session.resolve_ops(args.ops)
+    from triton import knobs
+
+    if knobs.runtime.interpret:
+        raise UsageError(f"TRITON_INTERPRET={os.environ.get('TRITON_INTERPRET', '')} was set while the ops were "
+                         "imported (by an op file): their kernels are interpreted, none compiles for a GPU target; "
+                         "remove that line (zlf run --backend cpu interprets kernels)")
     _check_triton_cache()
     plan = session.plan(ops, _split(args.dtype))
     if not plan:
@@ -133,6 +151,7 @@ def main(args, session) -> int:
         "ir_dump": {"kinds": list(kinds), "autotune": "no device: first config wins, every config compiled"},
         "environment": relevant_environment(prefixes=("TRITON_", "DISABLE_", "ENABLE_", "MLIR_", "LLVM_")),
     }
+    meta["environment"].pop("TRITON_INTERPRET", None)  # held at "0" by this command
     if interpret:
         meta["ignored_environment"] = {"TRITON_INTERPRET": interpret}
     log_lines = []
