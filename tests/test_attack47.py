@@ -126,8 +126,6 @@ def test_leak_control_in_process_cpu_run_of_builtin_add_alone_passes(tmp_path):
 
 
 @pytest.mark.extensions("ir_dump")
-@pytest.mark.xfail(strict=True, reason="ATTACK: an in-process zlf ir leaves the fake GPU driver active and "
-                                       "zlf.ops.builtin compiled for it: a later cpu run of add is 'wrong result'")
 def test_leak_in_process_cpu_run_passes_after_an_in_process_zlf_ir(tmp_path):
     """zlf ir sets Triton's active driver to its fake GPU driver (never reset) and imports the
     built-in ops with JIT kernels; a later in-process `zlf run add --backend cpu` then launches

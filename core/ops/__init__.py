@@ -253,7 +253,19 @@ def builtin_ops(backend) -> dict:
     has prepared the process (the interpreter must be on before ``@triton.jit`` runs)."""
     from . import builtin
 
+    if _decorated_otherwise(builtin.add_kernel):
+        # Imported before under the other mode (an in-process zlf ir, then a cpu run, or the
+        # reverse): its kernels would launch on a driver that runs nothing, or not compile.
+        builtin = importlib.reload(builtin)
     return builtin.make_ops()
+
+
+def _decorated_otherwise(kernel) -> bool:
+    """Whether ``kernel`` was decorated with the interpreter in the other state than now."""
+    from triton import knobs
+    from triton.runtime.jit import JITFunction
+
+    return isinstance(kernel, JITFunction) == bool(knobs.runtime.interpret)
 
 
 def _load_module(path: str):

@@ -293,6 +293,22 @@ def test_zlf_ir_refuses_in_one_line_when_triton_was_imported_interpreted(work):
     assert not (work / "refused").exists()
 
 
+def test_zlf_ir_in_process_gives_the_process_back(work):
+    """Called in-process, zlf ir leaves no fake driver active, no kernel compiled for its target in
+    a JIT cache, and TRITON_INTERPRET as it was: before, the fake driver stayed and a later
+    command's launches ran nothing."""
+    env = _env({"TRITON_CACHE_DIR": str(work / "triton_cache")})
+    env.pop("TRITON_INTERPRET", None)
+    script = ("import os, sys\nfrom zlf.cli import main\n"
+              "assert main(['ir', 'ops.py::scale_op', '--target', 'cuda:90', '--ext', 'ir_dump', '--out', 'given_back']) == 0\n"
+              "from triton.runtime import driver\n"
+              "assert driver._active is None, driver._active\n"
+              "assert 'TRITON_INTERPRET' not in os.environ\n"
+              "assert sys.modules['zlf_user_ops_ops'].scale_kernel.device_caches == {}\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=work, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
 def test_zlf_ir_refuses_an_op_file_that_assigns_triton_interpret(work):
     """An op file that assigns TRITON_INTERPRET=1 (not setdefault) makes its kernels interpreted:
     nothing would compile, and zlf ir said '0 launched variants' with exit 0."""

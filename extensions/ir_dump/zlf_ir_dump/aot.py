@@ -105,7 +105,18 @@ def main(args, session) -> int:
             target = parse_target(args.target)
         except ValueError as exc:
             raise UsageError(str(exc)) from exc
-        return _compile(args, session, target, interpret)
+        from triton.runtime import driver
+
+        from . import fake_driver
+
+        previous = driver._active  # None until Triton picks its own driver (lazily)
+        fake = fake_driver.activate(target=target)
+        try:
+            return _compile(args, session, target, interpret)
+        finally:
+            # The fake driver goes, with what it made: a later command in this process compiles,
+            # tunes and launches on Triton's own driver.
+            fake_driver.deactivate(fake, previous)
     finally:
         if interpret is None:
             os.environ.pop("TRITON_INTERPRET", None)
@@ -116,9 +127,6 @@ def main(args, session) -> int:
 def _compile(args, session, target, interpret) -> int:
     from zlf import compiler_hooks
 
-    from . import fake_driver
-
-    fake_driver.activate(target=target)
     backend = AotBackend(target)
     session.backend = backend
     ops = session.resolve_ops(args.ops)

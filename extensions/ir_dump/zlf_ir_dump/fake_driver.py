@@ -81,6 +81,9 @@ class _Utils:
         return {"max_shared_mem": MAX_SHARED_MEM, "multiprocessor_count": 132, "max_num_regs": 65536,
                 "warpSize": 32, "sm_clock_rate": 1980000, "mem_clock_rate": 2619000, "mem_bus_width": 5120}
 
+    def unload_module(self, module):
+        pass  # a fake handle owns nothing
+
     def load_binary(self, name, kernel, shared, device):
         # Distinct fake handles so launch hooks can tell kernels apart (function -> hash).
         return next(self._handles), next(self._handles), 0, 0, MAX_THREADS
@@ -165,3 +168,31 @@ def activate(target_text: str = "cuda:90", target: Optional[object] = None):
     driver.set_active(fake)
     return fake
 
+
+def deactivate(fake, previous) -> None:
+    """Make ``previous`` Triton's active driver again (``None``: Triton picks its own, lazily) and
+    forget what was made for ``fake``'s target, so that a later command in this process starts
+    clean: each JIT function's compiled kernels and binder for the target (a real launch would get
+    a fake handle, a real compile the fake target) and every autotuner's choice (the first config,
+    never timed)."""
+    import gc
+
+    from triton.runtime import driver, jit
+    from triton.runtime.autotuner import Autotuner
+
+    touched = False
+    for fn in list(getattr(jit, "_triton_jit_function_registry", {}).values()):
+        caches = getattr(fn, "device_caches", None) or {}
+        for device, (kernels, _keys, target, _backend, _binder) in list(caches.items()):
+            if target is not fake.target:
+                continue
+            for kernel in kernels.values():
+                if getattr(kernel, "module", None) is not None:
+                    kernel.module = None  # its handle came from the fake loader: nothing to unload
+            del caches[device]
+            touched = True
+    if touched:
+        for obj in gc.get_objects():
+            if isinstance(obj, Autotuner):
+                obj.cache.clear()
+    driver._active = previous
