@@ -64,18 +64,36 @@ def _split(values) -> list:
     return [d.strip() for v in values or () for d in v.split(",") if d.strip()]
 
 
-def _refuse_interpreted_triton(interpret) -> None:
-    """Triton imported before this command ran (by a plugin, with ``TRITON_INTERPRET`` set) holds
-    interpreted functions of its own that no GPU compile accepts: said in one line, not as a bare
-    AssertionError from Triton per point."""
+def _interpreted_triton() -> bool:
+    """Whether ``triton.language`` is imported in this process with the interpreter on (the cpu
+    backend, or anything that imported Triton with ``TRITON_INTERPRET`` set): its functions are
+    interpreted for good, and no GPU compile accepts them."""
     standard = sys.modules.get("triton.language.standard")
     if standard is None:
-        return
+        return False
     from triton.runtime.jit import JITFunction
 
-    if not isinstance(getattr(standard, "cdiv", None), JITFunction):
-        raise UsageError(f"Triton was imported with TRITON_INTERPRET={interpret or '1'} before zlf ir ran "
-                         "(by a plugin); unset TRITON_INTERPRET to compile for a GPU target")
+    return not isinstance(getattr(standard, "cdiv", None), JITFunction)
+
+
+#: set in the environment of the fresh process :func:`_in_a_fresh_process` starts.
+FRESH = "ZLF_IR_FRESH_PROCESS"
+
+
+def _in_a_fresh_process(session) -> int:
+    """``zlf ir`` with the same arguments in a new Python process without ``TRITON_INTERPRET``:
+    a process whose Triton is interpreted (an in-process ``zlf run --backend cpu`` before this
+    command, or a caller that imported Triton with the variable set) cannot import it again
+    compiled. Its output is passed on, its exit code returned."""
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env[FRESH] = "1"
+    done = subprocess.run([sys.executable, "-m", "zlf", *session.argv], env=env, stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True)
+    sys.stdout.write(done.stdout)
+    sys.stderr.write(done.stderr)
+    return done.returncode
 
 
 def _check_triton_cache() -> None:
@@ -94,11 +112,15 @@ def _check_triton_cache() -> None:
 
 
 def main(args, session) -> int:
+    if _interpreted_triton():
+        if not os.environ.get(FRESH):
+            return _in_a_fresh_process(session)
+        raise UsageError("Triton was imported interpreted at start-up of a fresh process without TRITON_INTERPRET "
+                         "(an extension, a .pth file or sitecustomize sets it): no GPU compile is possible")
     # The interpreter would turn every kernel into an InterpretedFunction at decoration time,
     # Triton's own among them. Held at "0" (not removed) while the command runs, so that an op
     # file's os.environ.setdefault("TRITON_INTERPRET", "1") leaves it off; given back after.
     interpret = os.environ.get("TRITON_INTERPRET")
-    _refuse_interpreted_triton(interpret)
     os.environ["TRITON_INTERPRET"] = "0"
     try:
         try:
@@ -148,7 +170,7 @@ def _compile(args, session, target, interpret) -> int:
     import triton
 
     meta = {
-        "command": ["zlf", *sys.argv[1:]],
+        "command": ["zlf", *session.argv],
         "kind": "ir",
         "target": args.target,
         "backend": backend.name,
