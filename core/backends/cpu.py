@@ -61,6 +61,27 @@ def enable_interpreter() -> None:
         interpreter._patch_lang_tensor = patch_lang_tensor
         interpreter._zlf_index_fix = True
 
+    # Triton imported compiled before this (an in-process zlf ir) keeps triton.language's own
+    # functions (tl.max, tl.sum, tl.cdiv ...) as JIT functions, which refuse a call from an
+    # interpreted kernel: while the interpreter is on, such a call runs them interpreted.
+    from triton.runtime.jit import JITFunction
+
+    if not getattr(JITFunction, "_zlf_interpreted_call", False):
+        from triton import knobs
+
+        compiled_call = JITFunction.__call__
+
+        def call(self, *args, **kwargs):
+            if not knobs.runtime.interpret:
+                return compiled_call(self, *args, **kwargs)
+            interpreted = self.__dict__.get("_zlf_interpreted")
+            if interpreted is None:
+                interpreted = self._zlf_interpreted = interpreter.InterpretedFunction(self.fn)
+            return interpreted(*args, **kwargs)
+
+        JITFunction.__call__ = call
+        JITFunction._zlf_interpreted_call = True
+
     # The tuner asks the (absent) GPU driver for a benchmarker; give it the host clock.
     bench_with(cpu_bench)
 

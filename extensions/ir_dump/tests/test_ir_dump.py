@@ -311,6 +311,22 @@ def test_zlf_ir_in_process_gives_the_process_back(work):
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+def test_a_cpu_run_after_an_in_process_zlf_ir_interprets_tritons_own_functions(work, tmp_path):
+    """zlf ir imports Triton compiled; a later in-process cpu run of a kernel that calls
+    triton.language's own JIT functions (tl.max, tl.sum in the built-in softmax) failed every
+    point with "Cannot call @triton.jit'd outside of the scope of a kernel"."""
+    env = _env({"TRITON_CACHE_DIR": str(work / "triton_cache")})
+    env.pop("TRITON_INTERPRET", None)
+    script = ("import sys\nfrom zlf.cli import main\n"
+              "assert main(['ir', 'softmax', '--dtype', 'float32', '--target', 'cuda:90', '--ext', 'ir_dump']) == 0\n"
+              "sys.exit(main(['run', 'softmax', '--dtype', 'float32', '--backend', 'cpu', '--warmup-ms', '0', "
+              "'--rep-ms', '1']))")
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "FAILED" not in done.stdout + done.stderr
+
+
 def test_zlf_ir_refuses_an_op_file_that_assigns_triton_interpret(work):
     """An op file that assigns TRITON_INTERPRET=1 (not setdefault) makes its kernels interpreted:
     nothing would compile, and zlf ir said '0 launched variants' with exit 0."""
