@@ -64,11 +64,12 @@ def enable_interpreter() -> None:
     # Triton imported compiled before this (an in-process zlf ir) keeps triton.language's own
     # functions (tl.max, tl.sum, tl.cdiv ...) as JIT functions, which refuse a call from an
     # interpreted kernel: while the interpreter is on, such a call runs them interpreted.
+    # (A Triton before 3.4 has no triton.knobs, and no in-process zlf ir: nothing to do there.)
+    import triton
     from triton.runtime.jit import JITFunction
 
-    if not getattr(JITFunction, "_zlf_interpreted_call", False):
-        from triton import knobs
-
+    knobs = getattr(triton, "knobs", None)
+    if knobs is not None and not getattr(JITFunction, "_zlf_interpreted_call", False):
         compiled_call = JITFunction.__call__
 
         def call(self, *args, **kwargs):

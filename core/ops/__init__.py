@@ -261,11 +261,17 @@ def builtin_ops(backend) -> dict:
 
 
 def _decorated_otherwise(kernel) -> bool:
-    """Whether ``kernel`` was decorated with the interpreter in the other state than now."""
-    from triton import knobs
+    """Whether ``kernel`` was decorated with the interpreter in the other state than now (a
+    Triton before 3.4, a vendor fork's among them, has no ``triton.knobs``: its environment says)."""
     from triton.runtime.jit import JITFunction
 
-    return isinstance(kernel, JITFunction) == bool(knobs.runtime.interpret)
+    try:
+        from triton import knobs
+
+        interpreting = bool(knobs.runtime.interpret)
+    except (ImportError, AttributeError):
+        interpreting = os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
+    return isinstance(kernel, JITFunction) == interpreting
 
 
 def _load_module(path: str):

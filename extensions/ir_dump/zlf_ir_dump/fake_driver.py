@@ -183,8 +183,12 @@ def deactivate(fake, previous) -> None:
     touched = False
     for fn in list(getattr(jit, "_triton_jit_function_registry", {}).values()):
         caches = getattr(fn, "device_caches", None) or {}
-        for device, (kernels, _keys, target, _backend, _binder) in list(caches.items()):
-            if target is not fake.target:
+        for device, entry in list(caches.items()):
+            try:  # (kernels, keys, target, backend, binder) in Triton 3.9; other versions: left be
+                kernels, target = entry[0], entry[2]
+            except (TypeError, IndexError, KeyError):
+                continue
+            if target is not fake.target or not isinstance(kernels, dict):
                 continue
             for kernel in kernels.values():
                 if getattr(kernel, "module", None) is not None:
