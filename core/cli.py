@@ -346,6 +346,7 @@ def _main(argv, extra_plugins, supervise: bool = False) -> int:
     session.options = args
     session.config = config
     session.supervise = supervise
+    session.argv = tuple(argv)
     if session.traits.run_options:
         config.check()  # every run setting refused here, once, before any command creates anything
     session.hooks.configure(session)

@@ -81,6 +81,8 @@ class Session:
         self.backend = None
         self.op_args: list = []
         self.plan_notes: list = []
+        #: the command line as given (``zlf.cli.main``'s argv), for a command that runs itself again
+        self.argv: tuple = ()
 
     # ------------------------------------------------------------------ configuration
     @property

@@ -108,8 +108,6 @@ def test_leak_control_in_process_zlf_ir_alone_compiles(tmp_path):
 
 
 @pytest.mark.extensions("ir_dump")
-@pytest.mark.xfail(strict=True, reason="ATTACK: an in-process cpu run leaves Triton imported interpreted "
-                                       "(sys.modules): a later in-process zlf ir is refused")
 def test_leak_in_process_zlf_ir_compiles_after_an_in_process_cpu_run(tmp_path):
     """The devsession fixture ends the cpu backend's TRITON_INTERPRET, but Triton was imported
     while it was set: triton.language stays interpreted for the rest of the worker, and zlf ir
@@ -126,8 +124,6 @@ def test_leak_control_in_process_cpu_run_of_builtin_add_alone_passes(tmp_path):
 
 
 @pytest.mark.extensions("ir_dump")
-@pytest.mark.xfail(strict=True, reason="ATTACK: an in-process zlf ir leaves the fake GPU driver active and "
-                                       "zlf.ops.builtin compiled for it: a later cpu run of add is 'wrong result'")
 def test_leak_in_process_cpu_run_passes_after_an_in_process_zlf_ir(tmp_path):
     """zlf ir sets Triton's active driver to its fake GPU driver (never reset) and imports the
     built-in ops with JIT kernels; a later in-process `zlf run add --backend cpu` then launches

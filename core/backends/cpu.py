@@ -61,6 +61,28 @@ def enable_interpreter() -> None:
         interpreter._patch_lang_tensor = patch_lang_tensor
         interpreter._zlf_index_fix = True
 
+    # Triton imported compiled before this (an in-process zlf ir) keeps triton.language's own
+    # functions (tl.max, tl.sum, tl.cdiv ...) as JIT functions, which refuse a call from an
+    # interpreted kernel: while the interpreter is on, such a call runs them interpreted.
+    # (A Triton before 3.4 has no triton.knobs, and no in-process zlf ir: nothing to do there.)
+    import triton
+    from triton.runtime.jit import JITFunction
+
+    knobs = getattr(triton, "knobs", None)
+    if knobs is not None and not getattr(JITFunction, "_zlf_interpreted_call", False):
+        compiled_call = JITFunction.__call__
+
+        def call(self, *args, **kwargs):
+            if not knobs.runtime.interpret:
+                return compiled_call(self, *args, **kwargs)
+            interpreted = self.__dict__.get("_zlf_interpreted")
+            if interpreted is None:
+                interpreted = self._zlf_interpreted = interpreter.InterpretedFunction(self.fn)
+            return interpreted(*args, **kwargs)
+
+        JITFunction.__call__ = call
+        JITFunction._zlf_interpreted_call = True
+
     # The tuner asks the (absent) GPU driver for a benchmarker; give it the host clock.
     bench_with(cpu_bench)
 

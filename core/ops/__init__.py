@@ -253,7 +253,25 @@ def builtin_ops(backend) -> dict:
     has prepared the process (the interpreter must be on before ``@triton.jit`` runs)."""
     from . import builtin
 
+    if _decorated_otherwise(builtin.add_kernel):
+        # Imported before under the other mode (an in-process zlf ir, then a cpu run, or the
+        # reverse): its kernels would launch on a driver that runs nothing, or not compile.
+        builtin = importlib.reload(builtin)
     return builtin.make_ops()
+
+
+def _decorated_otherwise(kernel) -> bool:
+    """Whether ``kernel`` was decorated with the interpreter in the other state than now (a
+    Triton before 3.4, a vendor fork's among them, has no ``triton.knobs``: its environment says)."""
+    from triton.runtime.jit import JITFunction
+
+    try:
+        from triton import knobs
+
+        interpreting = bool(knobs.runtime.interpret)
+    except (ImportError, AttributeError):
+        interpreting = os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
+    return isinstance(kernel, JITFunction) == interpreting
 
 
 def _load_module(path: str):

@@ -280,17 +280,83 @@ def test_zlf_ir_compiles_with_triton_interpret_exported_and_says_it_ignored_it(w
     assert meta["ignored_environment"] == {"TRITON_INTERPRET": "1"} and meta["errors"] == {}
 
 
-def test_zlf_ir_refuses_in_one_line_when_triton_was_imported_interpreted(work):
-    """Triton imported with TRITON_INTERPRET before the command runs (here by the caller; a plugin
-    could) cannot compile for a GPU: exit 2 and one line, not one AssertionError per point."""
+def test_zlf_ir_compiles_in_a_fresh_process_when_triton_was_imported_interpreted(work):
+    """Triton imported with TRITON_INTERPRET before the command runs (here by the caller, as an
+    in-process cpu run does) cannot compile for a GPU in this process: zlf ir runs again in a
+    fresh one and its IR is written -- not one AssertionError per point, not a refusal."""
     env = _env({"TRITON_CACHE_DIR": str(work / "triton_cache"), "TRITON_INTERPRET": "1"})
     script = ("import sys, triton\nfrom zlf.cli import main\n"
-              "sys.exit(main(['ir', 'ops.py::scale_op', '--target', 'cuda:90', '--ext', 'ir_dump', '--out', 'refused']))")
+              "rc = main(['ir', 'ops.py::scale_op', '--target', 'cuda:90', '--ext', 'ir_dump', '--out', 'fresh'])\n"
+              "import os\nassert os.environ['TRITON_INTERPRET'] == '1'\nsys.exit(rc)")
     done = subprocess.run([sys.executable, "-c", script], cwd=work, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    run = run_dir_from(done.stdout, work)
+    assert "1024/scale_kernel/w4s3__fp32.ttgir" in _files(run)
+    assert json.loads((run / "meta.json").read_text())["command"][:3] == ["zlf", "ir", "ops.py::scale_op"]
+
+
+def test_zlf_ir_in_process_gives_the_process_back(work):
+    """Called in-process, zlf ir leaves no fake driver active, no kernel compiled for its target in
+    a JIT cache, and TRITON_INTERPRET as it was: before, the fake driver stayed and a later
+    command's launches ran nothing."""
+    env = _env({"TRITON_CACHE_DIR": str(work / "triton_cache")})
+    env.pop("TRITON_INTERPRET", None)
+    script = ("import os, sys\nfrom zlf.cli import main\n"
+              "assert main(['ir', 'ops.py::scale_op', '--target', 'cuda:90', '--ext', 'ir_dump', '--out', 'given_back']) == 0\n"
+              "from triton.runtime import driver\n"
+              "assert driver._active is None, driver._active\n"
+              "assert 'TRITON_INTERPRET' not in os.environ\n"
+              "assert sys.modules['zlf_user_ops_ops'].scale_kernel.device_caches == {}\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=work, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_cpu_run_after_an_in_process_zlf_ir_interprets_tritons_own_functions(work, tmp_path):
+    """zlf ir imports Triton compiled; a later in-process cpu run of a kernel that calls
+    triton.language's own JIT functions (tl.max, tl.sum in the built-in softmax) failed every
+    point with "Cannot call @triton.jit'd outside of the scope of a kernel"."""
+    env = _env({"TRITON_CACHE_DIR": str(work / "triton_cache")})
+    env.pop("TRITON_INTERPRET", None)
+    script = ("import sys\nfrom zlf.cli import main\n"
+              "assert main(['ir', 'softmax', '--dtype', 'float32', '--target', 'cuda:90', '--ext', 'ir_dump']) == 0\n"
+              "sys.exit(main(['run', 'softmax', '--dtype', 'float32', '--backend', 'cpu', '--warmup-ms', '0', "
+              "'--rep-ms', '1']))")
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "FAILED" not in done.stdout + done.stderr
+
+
+def test_zlf_ir_refuses_an_op_file_that_assigns_triton_interpret(work):
+    """An op file that assigns TRITON_INTERPRET=1 (not setdefault) makes its kernels interpreted:
+    nothing would compile, and zlf ir said '0 launched variants' with exit 0."""
+    (work / "assigns.py").write_text('import os\nos.environ["TRITON_INTERPRET"] = "1"\n' + OPS)
+    done = _zlf(work, "ir", "assigns.py::scale_op", "--target", "cuda:90", "--ext", "ir_dump", "--out", "assigns")
     assert done.returncode == 2, done.stdout + done.stderr
     lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and "unset TRITON_INTERPRET" in lines[0], done.stderr
-    assert not (work / "refused").exists()
+    assert len(lines) == 1 and lines[0].startswith("zlf: error: TRITON_INTERPRET=1 was set"), done.stderr
+    assert not (work / "assigns").exists()
+
+
+@pytest.mark.parametrize("text", ["cuda:80", "cuda:90", "cuda:100", "hip:gfx90a", "hip:gfx942", "hip:gfx1100"])
+def test_targets_triton_compiles_for_are_accepted(text):
+    from zlf_ir_dump.fake_driver import parse_target
+
+    target = parse_target(text)
+    assert f"{target.backend}:{target.arch}" == text
+
+
+def test_the_default_triton_cache_is_named_when_it_cannot_be_made(work, tmp_path):
+    (tmp_path / "home").write_text("a file, not a folder\n")
+    env = _env({"TRITON_HOME": str(tmp_path / "home")})
+    for name in ("TRITON_INTERPRET", "TRITON_CACHE_DIR"):
+        env.pop(name, None)
+    done = subprocess.run([sys.executable, "-m", "zlf", "ir", "ops.py::scale_op", "--ext", "ir_dump", "--out",
+                           str(tmp_path / "out")], cwd=work, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stdout + done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "the Triton cache (TRITON_CACHE_DIR unset)" in lines[0], done.stderr
+    assert not (tmp_path / "out").exists()
 
 
 def test_ir_guard_counts_like_ir_diff():

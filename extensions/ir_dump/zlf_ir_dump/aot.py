@@ -64,37 +64,101 @@ def _split(values) -> list:
     return [d.strip() for v in values or () for d in v.split(",") if d.strip()]
 
 
-def _refuse_interpreted_triton(interpret) -> None:
-    """Triton imported before this command ran (by a plugin, with ``TRITON_INTERPRET`` set) holds
-    interpreted functions of its own that no GPU compile accepts: said in one line, not as a bare
-    AssertionError from Triton per point."""
+def _interpreted_triton() -> bool:
+    """Whether ``triton.language`` is imported in this process with the interpreter on (the cpu
+    backend, or anything that imported Triton with ``TRITON_INTERPRET`` set): its functions are
+    interpreted for good, and no GPU compile accepts them."""
     standard = sys.modules.get("triton.language.standard")
     if standard is None:
-        return
+        return False
     from triton.runtime.jit import JITFunction
 
-    if not isinstance(getattr(standard, "cdiv", None), JITFunction):
-        raise UsageError(f"Triton was imported with TRITON_INTERPRET={interpret or '1'} before zlf ir ran "
-                         "(by a plugin); unset TRITON_INTERPRET to compile for a GPU target")
+    return not isinstance(getattr(standard, "cdiv", None), JITFunction)
+
+
+#: set in the environment of the fresh process :func:`_in_a_fresh_process` starts.
+FRESH = "ZLF_IR_FRESH_PROCESS"
+
+
+def _in_a_fresh_process(session) -> int:
+    """``zlf ir`` with the same arguments in a new Python process without ``TRITON_INTERPRET``:
+    a process whose Triton is interpreted (an in-process ``zlf run --backend cpu`` before this
+    command, or a caller that imported Triton with the variable set) cannot import it again
+    compiled. Its output is passed on, its exit code returned."""
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env[FRESH] = "1"
+    done = subprocess.run([sys.executable, "-m", "zlf", *session.argv], env=env, stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True)
+    sys.stdout.write(done.stdout)
+    sys.stderr.write(done.stderr)
+    return done.returncode
+
+
+def _check_triton_cache() -> None:
+    """Triton writes every compiled kernel to its cache: a cache directory that cannot be made or
+    written is one line here, not one NotADirectoryError per point in a run directory."""
+    from triton import knobs
+
+    where = knobs.cache.dir
+    name = "TRITON_CACHE_DIR" if os.environ.get("TRITON_CACHE_DIR") else "the Triton cache (TRITON_CACHE_DIR unset)"
+    try:
+        os.makedirs(where, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"{name} {where!r} cannot be made: {exc.strerror or exc}") from exc
+    if not os.access(where, os.W_OK | os.X_OK):
+        raise UsageError(f"{name} {where!r} is not writable")
 
 
 def main(args, session) -> int:
+    if _interpreted_triton():
+        if not os.environ.get(FRESH):
+            return _in_a_fresh_process(session)
+        raise UsageError("Triton was imported interpreted at start-up of a fresh process without TRITON_INTERPRET "
+                         "(an extension, a .pth file or sitecustomize sets it): no GPU compile is possible")
+    # The interpreter would turn every kernel into an InterpretedFunction at decoration time,
+    # Triton's own among them. Held at "0" (not removed) while the command runs, so that an op
+    # file's os.environ.setdefault("TRITON_INTERPRET", "1") leaves it off; given back after.
+    interpret = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "0"
+    try:
+        try:
+            target = parse_target(args.target)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from exc
+        from triton.runtime import driver
+
+        from . import fake_driver
+
+        previous = driver._active  # None until Triton picks its own driver (lazily)
+        fake = fake_driver.activate(target=target)
+        try:
+            return _compile(args, session, target, interpret)
+        finally:
+            # The fake driver goes, with what it made: a later command in this process compiles,
+            # tunes and launches on Triton's own driver.
+            fake_driver.deactivate(fake, previous)
+    finally:
+        if interpret is None:
+            os.environ.pop("TRITON_INTERPRET", None)
+        else:
+            os.environ["TRITON_INTERPRET"] = interpret
+
+
+def _compile(args, session, target, interpret) -> int:
     from zlf import compiler_hooks
 
-    # The interpreter would turn every kernel into an InterpretedFunction at decoration time,
-    # Triton's own among them: dropped before anything here imports Triton (parse_target does).
-    interpret = os.environ.pop("TRITON_INTERPRET", None)
-    _refuse_interpreted_triton(interpret)
-    try:
-        target = parse_target(args.target)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from exc
-    from . import fake_driver
-
-    fake_driver.activate(target=target)
     backend = AotBackend(target)
     session.backend = backend
     ops = session.resolve_ops(args.ops)
+    from triton import knobs
+
+    if knobs.runtime.interpret:
+        raise UsageError(f"TRITON_INTERPRET={os.environ.get('TRITON_INTERPRET', '')} was set while the ops were "
+                         "imported (by an op file): their kernels are interpreted, none compiles for a GPU target; "
+                         "remove that line (zlf run --backend cpu interprets kernels)")
+    _check_triton_cache()
     plan = session.plan(ops, _split(args.dtype))
     if not plan:
         raise UsageError("nothing to compile: no shapes or dtypes left for the selected ops")
@@ -106,7 +170,7 @@ def main(args, session) -> int:
     import triton
 
     meta = {
-        "command": ["zlf", *sys.argv[1:]],
+        "command": ["zlf", *session.argv],
         "kind": "ir",
         "target": args.target,
         "backend": backend.name,
@@ -117,6 +181,7 @@ def main(args, session) -> int:
         "ir_dump": {"kinds": list(kinds), "autotune": "no device: first config wins, every config compiled"},
         "environment": relevant_environment(prefixes=("TRITON_", "DISABLE_", "ENABLE_", "MLIR_", "LLVM_")),
     }
+    meta["environment"].pop("TRITON_INTERPRET", None)  # held at "0" by this command
     if interpret:
         meta["ignored_environment"] = {"TRITON_INTERPRET": interpret}
     log_lines = []

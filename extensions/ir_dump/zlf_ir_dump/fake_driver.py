@@ -7,7 +7,10 @@ launch calls the launch hooks and returns, so outputs are never written.
 """
 from __future__ import annotations
 
+import functools
 import itertools
+import re
+import subprocess
 from typing import Optional
 
 #: ``cuda:90`` style targets: backend -> warp size.
@@ -18,17 +21,48 @@ MAX_THREADS = 1024
 
 
 def parse_target(text: str):
-    """``cuda:90`` / ``hip:gfx942`` -> ``triton.backends.compiler.GPUTarget``."""
+    """``cuda:90`` / ``hip:gfx942`` -> ``triton.backends.compiler.GPUTarget``.
+
+    Refuses (``ValueError``, naming ``--target``) an arch no installed compiler knows, so that a
+    typo is one line before anything is written, not one compiler error per point after: a cuda
+    arch must be one the ptxas of Triton's wheel generates code for, a hip arch a ``gfx`` name of
+    an AMD family Triton's backend supports (9, 10, 11, 12).
+    """
     from triton.backends.compiler import GPUTarget
 
     backend, sep, arch = text.partition(":")
     if not sep or not arch or backend not in WARP_SIZE:
-        raise ValueError(f"target {text!r}: expected BACKEND:ARCH with BACKEND one of {', '.join(WARP_SIZE)} (e.g. cuda:90)")
+        raise ValueError(f"--target {text!r}: expected BACKEND:ARCH with BACKEND one of {', '.join(WARP_SIZE)} (e.g. cuda:90)")
     if backend == "cuda":
-        if not arch.isdigit():
-            raise ValueError(f"target {text!r}: a cuda arch is a number such as 80, 90, 100")
+        known = cuda_archs()
+        if not (arch.isascii() and arch.isdecimal()):
+            raise ValueError(f"--target {text!r}: a cuda arch is a compute capability such as 80, 90, 100")
+        if int(arch) not in known:
+            raise ValueError(f"--target {text!r}: ptxas compiles for cuda:{', cuda:'.join(map(str, sorted(known)))}")
         return GPUTarget("cuda", int(arch), WARP_SIZE[backend])
+    if not HIP_ARCH.fullmatch(arch):
+        raise ValueError(f"--target {text!r}: a hip arch is a gfx name of an AMD family 9 to 12 (gfx90a, gfx942, gfx1100)")
     return GPUTarget(backend, arch, WARP_SIZE[backend])
+
+
+#: ``gfx`` + major (9..12) + minor + stepping (hex), as Triton's AMD backend splits them.
+HIP_ARCH = re.compile(r"gfx(9|1[012])[0-9][0-9a-f]")
+#: compute capabilities Triton's own backend builds for when its ptxas cannot be asked.
+CUDA_ARCHS = frozenset({75, 80, 86, 87, 89, 90, 100, 101, 103, 120, 121})
+
+
+@functools.lru_cache(maxsize=None)
+def cuda_archs() -> frozenset:
+    """The compute capabilities (``sm_N``) the ptxas shipped with Triton generates code for, read
+    from its ``--help``; :data:`CUDA_ARCHS` when it cannot be run."""
+    try:
+        from triton import knobs
+
+        done = subprocess.run([knobs.nvidia.ptxas.path, "--help"], capture_output=True, text=True, timeout=60)
+    except (OSError, RuntimeError, subprocess.SubprocessError):
+        return CUDA_ARCHS
+    found = frozenset(int(n) for n in re.findall(r"'sm_([0-9]+)'", done.stdout))
+    return found or CUDA_ARCHS
 
 
 def constant_bench(kernel_call, quantiles=None, **_ignored):
@@ -46,6 +80,9 @@ class _Utils:
     def get_device_properties(self, device):
         return {"max_shared_mem": MAX_SHARED_MEM, "multiprocessor_count": 132, "max_num_regs": 65536,
                 "warpSize": 32, "sm_clock_rate": 1980000, "mem_clock_rate": 2619000, "mem_bus_width": 5120}
+
+    def unload_module(self, module):
+        pass  # a fake handle owns nothing
 
     def load_binary(self, name, kernel, shared, device):
         # Distinct fake handles so launch hooks can tell kernels apart (function -> hash).
@@ -130,3 +167,36 @@ def activate(target_text: str = "cuda:90", target: Optional[object] = None):
     fake = make_driver(target if target is not None else parse_target(target_text))
     driver.set_active(fake)
     return fake
+
+
+def deactivate(fake, previous) -> None:
+    """Make ``previous`` Triton's active driver again (``None``: Triton picks its own, lazily) and
+    forget what was made for ``fake``'s target, so that a later command in this process starts
+    clean: each JIT function's compiled kernels and binder for the target (a real launch would get
+    a fake handle, a real compile the fake target) and every autotuner's choice (the first config,
+    never timed)."""
+    import gc
+
+    from triton.runtime import driver, jit
+    from triton.runtime.autotuner import Autotuner
+
+    touched = False
+    for fn in list(getattr(jit, "_triton_jit_function_registry", {}).values()):
+        caches = getattr(fn, "device_caches", None) or {}
+        for device, entry in list(caches.items()):
+            try:  # (kernels, keys, target, backend, binder) in Triton 3.9; other versions: left be
+                kernels, target = entry[0], entry[2]
+            except (TypeError, IndexError, KeyError):
+                continue
+            if target is not fake.target or not isinstance(kernels, dict):
+                continue
+            for kernel in kernels.values():
+                if getattr(kernel, "module", None) is not None:
+                    kernel.module = None  # its handle came from the fake loader: nothing to unload
+            del caches[device]
+            touched = True
+    if touched:
+        for obj in gc.get_objects():
+            if isinstance(obj, Autotuner):
+                obj.cache.clear()
+    driver._active = previous
