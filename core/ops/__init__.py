@@ -261,17 +261,22 @@ def builtin_ops(backend) -> dict:
 
 
 def _decorated_otherwise(kernel) -> bool:
-    """Whether ``kernel`` was decorated with the interpreter in the other state than now (a
-    Triton before 3.4, a vendor fork's among them, has no ``triton.knobs``: its environment says)."""
+    """Whether ``kernel`` was decorated with the interpreter in the other state than now."""
     from triton.runtime.jit import JITFunction
 
+    return isinstance(kernel, JITFunction) == triton_interpreting()
+
+
+def triton_interpreting() -> bool:
+    """Whether ``@triton.jit`` decorates interpreted kernels now (``TRITON_INTERPRET``, as Triton
+    reads it; a Triton before 3.4, a vendor fork's among them, has no ``triton.knobs``: the
+    environment says)."""
     try:
         from triton import knobs
 
-        interpreting = bool(knobs.runtime.interpret)
+        return bool(knobs.runtime.interpret)
     except (ImportError, AttributeError):
-        interpreting = os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
-    return isinstance(kernel, JITFunction) == interpreting
+        return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
 
 
 def _load_module(path: str):

@@ -18,7 +18,7 @@ import traceback
 from tabulate import tabulate
 from zlf import Backend, UsageError
 from zlf_ir_dump.irtree import IR_DIR, read_index
-from zlf.ops import point_inputs
+from zlf.ops import point_inputs, triton_interpreting
 from zlf.redact import redact_text
 from zlf.rundir import RunDir, disk_full, write_atomic
 from zlf.run import relevant_environment
@@ -99,9 +99,12 @@ def _in_a_fresh_process(session) -> int:
 def _check_triton_cache() -> None:
     """Triton writes every compiled kernel to its cache: a cache directory that cannot be made or
     written is one line here, not one NotADirectoryError per point in a run directory."""
-    from triton import knobs
+    try:
+        from triton import knobs
 
-    where = knobs.cache.dir
+        where = knobs.cache.dir
+    except (ImportError, AttributeError):  # a Triton before 3.4: no knobs, the same default
+        where = os.environ.get("TRITON_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".triton", "cache")
     name = "TRITON_CACHE_DIR" if os.environ.get("TRITON_CACHE_DIR") else "the Triton cache (TRITON_CACHE_DIR unset)"
     try:
         os.makedirs(where, exist_ok=True)
@@ -152,9 +155,7 @@ def _compile(args, session, target, interpret) -> int:
     backend = AotBackend(target)
     session.backend = backend
     ops = session.resolve_ops(args.ops)
-    from triton import knobs
-
-    if knobs.runtime.interpret:
+    if triton_interpreting():
         raise UsageError(f"TRITON_INTERPRET={os.environ.get('TRITON_INTERPRET', '')} was set while the ops were "
                          "imported (by an op file): their kernels are interpreted, none compiles for a GPU target; "
                          "remove that line (zlf run --backend cpu interprets kernels)")
