@@ -14,7 +14,9 @@ PY = sys.executable
 def _script(tmp_path, body, env=None, cwd=None, timeout=240):
     f = tmp_path / "attack_script.py"
     f.write_text(textwrap.dedent(body))
-    e = dict(os.environ)
+    from zlf.testing import clean_env
+
+    e = clean_env({})
     e.pop("TRITON_INTERPRET", None)
     e["XDG_CONFIG_HOME"] = str(tmp_path / "cfg")
     e.update(env or {})
@@ -227,3 +229,119 @@ def test_status_reason_with_control_characters_is_one_clean_line(campaign, capsy
     rc, out, err = _status(campaign, capsys)
     lines = [l for l in err.splitlines() if "VERIFIED" in l]
     assert len(lines) == 1 and lines[0].startswith("!!! NOT VERIFIED") and "\x1b" not in err
+
+
+# ----------------------------------------------------------------------------- 2. zlf ir's fresh process
+import signal
+import time
+
+INTERPRETED = """
+import os, sys
+os.environ["TRITON_INTERPRET"] = "1"
+import triton.language  # interpreted in this process, as an in-process cpu run leaves it
+del os.environ["TRITON_INTERPRET"]
+from zlf.cli import main
+"""
+
+
+def _ir_env(tmp_path, **more):
+    env = {"TRITON_CACHE_DIR": str(tmp_path / "triton_cache")}
+    env.update(more)
+    return env
+
+
+@pytest.mark.extensions("ir_dump")
+@pytest.mark.xfail(strict=True, reason="ATTACK: the fresh process is `python -m zlf` in the caller's cwd, so a "
+                   "zlf.py in the working directory runs instead of zlf")
+def test_ir_fresh_process_does_not_import_zlf_from_the_working_directory(tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    marker = tmp_path / "PWNED"
+    (work / "zlf.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+    r = _script(tmp_path, INTERPRETED + """
+rc = main(["ir", "add", "--target", "cuda:90", "--ext", "ir_dump", "--out", "out"])
+print("RC", rc)
+""", env=_ir_env(tmp_path), cwd=work)
+    assert not marker.exists(), "a zlf.py of the working directory ran as zlf"
+    assert "RC 0" in r.stdout, r.stdout + r.stderr
+
+
+@pytest.mark.extensions("ir_dump")
+@pytest.mark.xfail(strict=True, reason="ATTACK: ZLF_IR_FRESH_PROCESS set by the caller's environment makes zlf ir "
+                   "refuse with a wrong diagnosis instead of re-running fresh")
+def test_ir_marker_inherited_from_the_caller_does_not_stop_the_fresh_process(tmp_path):
+    r = _script(tmp_path, INTERPRETED + """
+rc = main(["ir", "add", "--target", "cuda:90", "--ext", "ir_dump", "--out", "out"])
+print("RC", rc)
+""", env=_ir_env(tmp_path, ZLF_IR_FRESH_PROCESS="1"))
+    assert "RC 0" in r.stdout, r.stdout + r.stderr
+
+
+@pytest.mark.extensions("ir_dump")
+def test_ir_fresh_process_keeps_odd_arguments_and_redacts_secrets(tmp_path):
+    """Spaces, unicode, a relative --out after a chdir: the fresh process gets the same command
+    line; a credential-looking variable of the caller is in no file of the run."""
+    r = _script(tmp_path, INTERPRETED + """
+os.makedirs("sub dir", exist_ok=True)
+os.chdir("sub dir")
+rc = main(["ir", "add", "--target", "cuda:90", "--ext", "ir_dump", "--out", "out ü x", "--name", "lbl é", "--dtype", "float32"])
+print("RC", rc)
+""", env=_ir_env(tmp_path, TRITON_REMOTE_API_TOKEN="s3cr3t-tok-123", LLVM_PASSWORD="hunter2-pw-987"))
+    assert "RC 0" in r.stdout, r.stdout + r.stderr
+    runs = list((tmp_path / "sub dir" / "out ü x").iterdir())
+    assert len(runs) == 1
+    meta = json.loads((runs[0] / "meta.json").read_text())
+    assert meta["command"][:2] == ["zlf", "ir"] and "lbl é" in meta["command"]
+    for f in runs[0].rglob("*"):
+        if f.is_file():
+            text = f.read_bytes()
+            assert b"s3cr3t-tok-123" not in text and b"hunter2-pw-987" not in text, f
+
+
+SLOW_OP = """
+import os, time, torch, zlf
+def slow(x):
+    open(os.environ["ATK_MARKER"], "w").write("in")
+    time.sleep(120)
+    return x
+op = zlf.Op(name="slow", fn=slow, make_inputs=lambda shape, dtype, device: (torch.ones(shape),),
+            reference=lambda x: x, shapes=[(8,)], dtypes=["float32"], cpu_shapes=[(8,)])
+"""
+
+
+@pytest.mark.extensions("ir_dump")
+@pytest.mark.parametrize("interpreted", [False, pytest.param(True, marks=pytest.mark.xfail(
+    strict=True, reason="ATTACK: SIGINT to zlf ir kills its fresh process outright (subprocess.run's kill): the "
+    "child's run dir keeps no meta.json, only .zlf-reserve and shapes.yaml"))])
+def test_ir_interrupted_parent_leaves_the_run_recorded(tmp_path, interpreted):
+    """SIGINT to the zlf ir process while a point compiles: the run directory keeps a meta.json
+    (status interrupted), whether zlf ir ran in this process or in the fresh one it started."""
+    (tmp_path / "slow_ops.py").write_text(SLOW_OP)
+    marker = tmp_path / "in_fn"
+    body = (INTERPRETED if interpreted else "import os, sys\nfrom zlf.cli import main\n") + """
+rc = main(["ir", "slow_ops.py::op", "--target", "cuda:90", "--ext", "ir_dump", "--out", "out"])
+print("RC", rc)
+sys.exit(rc)
+"""
+    f = tmp_path / "attack_script.py"
+    f.write_text(body)
+    from zlf.testing import clean_env
+
+    env = clean_env(dict(XDG_CONFIG_HOME=str(tmp_path / "cfg"), ATK_MARKER=str(marker), **_ir_env(tmp_path)))
+    env.pop("TRITON_INTERPRET", None)
+    p = subprocess.Popen([PY, str(f)], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 240
+        while not marker.exists() and p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert marker.exists(), p.communicate(timeout=60)
+        p.send_signal(signal.SIGINT)  # the parent only, as kill -INT PID does
+        out, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    runs = list((tmp_path / "out").iterdir())
+    assert len(runs) == 1, out + err
+    assert (runs[0] / "meta.json").is_file(), (out, err, sorted(x.name for x in runs[0].iterdir()))
+    assert p.returncode != 0
