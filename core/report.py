@@ -7,6 +7,7 @@ evidence below it. Reads run directories only.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Optional
 
@@ -332,6 +333,15 @@ def campaign_report(path: Path) -> int:
     if not page.is_file():
         raise UsageError(f"{str(path)!r} is a zlf ab campaign without a report yet (not finished): "
                          f"zlf ab --resume {path} completes it and writes {CAMPAIGN_REPORT}")
+    from .ab.campaign import Campaign
+
+    try:  # the files of a campaign whose signed parts do not verify are shown, under one line
+        problem = Campaign.open(path).verdict_problem()
+    except UsageError as exc:
+        problem = str(exc)
+    if problem:
+        print(f"!!! NOT VERIFIED: {clean(problem)}; what follows is what the campaign's files say, not "
+              "necessarily what zlf ab decided", file=sys.stderr)
     if summary.is_file():
         print(clean_lines(readers.read_text(summary, what=CAMPAIGN_SUMMARY).rstrip("\n")))
     print(f"report: {page}")

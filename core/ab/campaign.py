@@ -41,6 +41,11 @@ SIGNED = ("sides", "ops", "run_args", "extension_args", "cwd", "triton_cache", "
 #: frozen points, the looks, the settings of the statistics and of the library): signed again at
 #: every save with the same key (``state_mac``), so that an edit cannot forge a verdict.
 STATE = ("screening", "statistics", "library", "looks", "frozen", "metric")
+#: campaign.json fields a table is read from beside :data:`STATE` (which run of which side and round
+#: is where, and whether the campaign finished): signed at every save too (``record_mac``), and
+#: checked by the readers that show verdicts (``--status``, ``zlf report``), not by ``--resume``,
+#: which re-runs what is not filed ok whatever these fields say.
+RECORD = ("runs", "status")
 KEY_FILE = "campaign.key"
 
 
@@ -346,6 +351,26 @@ class Campaign(Execution):
                     "by another user, machine or zlf version)")
         return None
 
+    def verdict_problem(self) -> Optional[str]:
+        """Why the verdicts a reader shows from this campaign (``--status``, ``zlf report``) may
+        not be what zlf ab decided, in one phrase; None when every signed part verifies with this
+        user's key: the decision state (:meth:`state_problem`), what the campaign ran
+        (:data:`SIGNED`) and its runs (:data:`RECORD`)."""
+        problem = self.state_problem()
+        if problem is not None:
+            return problem
+        key = signing_key(create=False)
+        signature = self.data.get("signature")
+        if not isinstance(signature, str) or not hmac.compare_digest(signature, _sign(key, self.data)):
+            return ("campaign.json's sides, ops or arguments are not what zlf ab wrote when it created this "
+                    "campaign (edited, or made by another user, machine or zlf version)")
+        record = self.data.get("record_mac")
+        if not isinstance(record, str) or not hmac.compare_digest(record, _sign_fields(key, self.data, RECORD,
+                                                                                        b"record")):
+            return ("campaign.json's runs or status are not what zlf ab last saved (edited, or saved by a zlf "
+                    "before they were signed)")
+        return None
+
     def check_state(self, where: str = "--resume") -> None:
         """Refuse (UsageError) a campaign whose decision state does not verify
         (:meth:`state_problem`)."""
@@ -416,8 +441,9 @@ class Campaign(Execution):
         # this redacted form, so a resumed campaign verifies (give --ray-address again)
         self.tick()
         key = self._key = self._key or signing_key(create=False)
-        if key:  # the decision state as it is now, signed (check_state)
+        if key:  # the decision state and the runs as they are now, signed (check_state, verdict_problem)
             self.data["state_mac"] = _sign_state(key, self.data)
+            self.data["record_mac"] = _sign_fields(key, self.data, RECORD, b"record")
         data = redact(self.data)
         text = json.dumps(data, indent=2, default=str) + "\n"
         try:
@@ -837,10 +863,14 @@ def _sign(key: bytes, data: dict) -> str:
 
 
 def _sign_state(key: bytes, data: dict) -> str:
-    # as campaign.json keeps it (read back: tuples as lists, keys as strings), so that the state
-    # read on --resume signs as the state saved did
-    kept = json.loads(json.dumps(redact({k: data.get(k) for k in STATE}), default=str))
+    return _sign_fields(key, data, STATE, b"state")
+
+
+def _sign_fields(key: bytes, data: dict, fields: tuple, tag: bytes) -> str:
+    # as campaign.json keeps them (read back: tuples as lists, keys as strings), so that the
+    # fields read back sign as the fields saved did
+    kept = json.loads(json.dumps(redact({k: data.get(k) for k in fields}), default=str))
     body = json.dumps(kept, sort_keys=True)
-    return hmac.new(key, b"state\0" + body.encode(), hashlib.sha256).hexdigest()
+    return hmac.new(key, tag + b"\0" + body.encode(), hashlib.sha256).hexdigest()
 
 

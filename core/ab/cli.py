@@ -18,7 +18,7 @@ import attrs
 
 from .. import controls as ctl
 from .. import metrics, output, readers, stats
-from ..console import clean_lines, warn
+from ..console import clean, warn
 from ..errors import UsageError
 from ..compare import GATE
 from ..executors import add_scale_arguments, make_executor, parse_gpus, pin_variable
@@ -662,9 +662,9 @@ def status(path: str, fmt: str = "table") -> int:
     state = "running" if running else campaign.status
     print(f"campaign {campaign.path}: {state}; {done} of {len(runs)} runs done, "
           f"{campaign.processes_left()} process(es) to go; analysed over {rounds} round(s){decided}", file=sys.stderr)
-    unverified = campaign.state_problem()
-    if unverified:  # shown, never acted on: --resume refuses such a campaign
-        print(f"!!! NOT VERIFIED: {clean_lines(unverified)}; the verdicts below are what campaign.json says, "
+    unverified = campaign.verdict_problem()
+    if unverified:  # shown, never acted on: --resume refuses an edited decision state
+        print(f"!!! NOT VERIFIED: {clean(unverified)}; the verdicts below are what campaign.json says, "
               "not necessarily what zlf ab decided", file=sys.stderr)
     partial = state != C_COMPLETE
     if fmt in ("table", "markdown"):
