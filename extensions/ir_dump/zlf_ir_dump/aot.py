@@ -76,24 +76,39 @@ def _interpreted_triton() -> bool:
     return not isinstance(getattr(standard, "cdiv", None), JITFunction)
 
 
-#: set in the environment of the fresh process :func:`_in_a_fresh_process` starts.
+#: set in the environment of the fresh process :func:`_in_a_fresh_process` starts, to the starting
+#: process's id: only its own child takes it as "this is the fresh process" (an inherited value
+#: from a caller's environment names another process).
 FRESH = "ZLF_IR_FRESH_PROCESS"
+
+
+def _is_the_fresh_process() -> bool:
+    return os.environ.get(FRESH, "") == str(os.getppid())
 
 
 def _in_a_fresh_process(session) -> int:
     """``zlf ir`` with the same arguments in a new Python process without ``TRITON_INTERPRET``:
     a process whose Triton is interpreted (an in-process ``zlf run --backend cpu`` before this
     command, or a caller that imported Triton with the variable set) cannot import it again
-    compiled. Its output is passed on, its exit code returned."""
+    compiled. ``-P``: the working directory is not put first on ``sys.path`` (a ``zlf.py`` there
+    is no zlf). Its output is passed on; an interrupt or SIGTERM is passed to it and waited for,
+    so that it files what it compiled; its exit code is returned (128 + N for a signal N)."""
+    import signal
     import subprocess
 
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env[FRESH] = "1"
-    done = subprocess.run([sys.executable, "-m", "zlf", *session.argv], env=env, stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True)
-    sys.stdout.write(done.stdout)
-    sys.stderr.write(done.stderr)
-    return done.returncode
+    env[FRESH] = str(os.getpid())
+    # its own process group: a terminal's Ctrl-C reaches this process alone, which passes it on once
+    child = subprocess.Popen([sys.executable, "-P", "-m", "zlf", *session.argv], env=env, stdin=subprocess.DEVNULL,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, process_group=0)
+    try:
+        out, err = child.communicate()
+    except KeyboardInterrupt:
+        child.send_signal(signal.SIGINT)
+        out, err = child.communicate()
+    sys.stdout.write(out)
+    sys.stderr.write(err)
+    return child.returncode if child.returncode >= 0 else 128 - child.returncode
 
 
 def _check_triton_cache() -> None:
@@ -116,7 +131,7 @@ def _check_triton_cache() -> None:
 
 def main(args, session) -> int:
     if _interpreted_triton():
-        if not os.environ.get(FRESH):
+        if not _is_the_fresh_process():
             return _in_a_fresh_process(session)
         raise UsageError("Triton was imported interpreted at start-up of a fresh process without TRITON_INTERPRET "
                          "(an extension, a .pth file or sitecustomize sets it): no GPU compile is possible")
