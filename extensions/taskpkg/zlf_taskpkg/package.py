@@ -69,16 +69,24 @@ def no_exit(what: str):
 @contextlib.contextmanager
 def folder_imports(folder):
     """While a package's (or a candidate's) module is imported: its folder leads ``sys.path``, as
-    a script's folder does, and a module loaded already under a name the folder answers (another
-    package's ``helpers``) is dropped from ``sys.modules``, so that its imports find its own files,
-    never another package's. The folder stays importable afterwards, for imports made when its
-    functions run (the module imported last in this process answers such an import)."""
+    a script's folder does, and a module loaded already under a name this folder answers (its
+    ``helpers``) from anywhere but the interpreter's own library and its environment's
+    site-packages (another package's or candidate's folder, a ``PYTHONPATH`` entry) is dropped
+    from ``sys.modules``, so that the imports find this folder's own files. The standard library's
+    and the environment's modules are never dropped (a ``json.py`` or ``torch/`` there evicts
+    nothing of the judge's). Afterwards the folder goes to the end of ``sys.path``: importable for
+    imports made when its functions run, never ahead of the standard library or the environment
+    (a candidate's ``csv.py`` is not the judge's next ``import csv``)."""
     folder = os.path.realpath(folder)
     inside = folder.rstrip(os.sep) + os.sep
+    kept = _installed_folders()
 
-    def from_folder(module) -> bool:
+    def clashing(module) -> bool:
         file = getattr(module, "__file__", None)
-        return isinstance(file, str) and os.path.realpath(file).startswith(inside)
+        if not isinstance(file, str) or not os.path.isabs(file):
+            return False  # built in, a namespace, or made up (torch.ops): no folder's file
+        file = os.path.realpath(file)
+        return not file.startswith(inside) and not any(file.startswith(k) for k in kept)
 
     def own(name: str) -> bool:
         """The folder answers this module name: its top level is a module or package there (not
@@ -86,12 +94,33 @@ def folder_imports(folder):
         top = os.path.join(folder, name.partition(".")[0])
         return os.path.isfile(top + ".py") or os.path.isfile(os.path.join(top, "__init__.py"))
 
-    for name in [n for n, module in list(sys.modules.items()) if own(n) and not from_folder(module)]:
+    for name in [n for n, module in list(sys.modules.items()) if own(n) and clashing(module)]:
         del sys.modules[name]  # the module that imported it keeps it
     with contextlib.suppress(ValueError):
         sys.path.remove(folder)
     sys.path.insert(0, folder)
-    yield
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ValueError):
+            sys.path.remove(folder)
+        sys.path.append(folder)
+
+
+def _installed_folders() -> tuple:
+    """The interpreter's standard library and the environment's site-packages (real paths, each
+    with a trailing separator): the modules loaded from there are the judge's own."""
+    import site
+    import sysconfig
+
+    paths = {sysconfig.get_paths().get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    paths.update(getattr(site, "getsitepackages", lambda: [])())
+    paths.add(getattr(site, "getusersitepackages", lambda: None)())
+    for base in {sys.prefix, sys.base_prefix, sys.exec_prefix}:
+        paths.update(sysconfig.get_paths(vars={"base": base, "platbase": base, "installed_base": base,
+                                               "installed_platbase": base}).get(k) for k in ("stdlib", "platstdlib",
+                                                                                                  "purelib", "platlib"))
+    return tuple(os.path.realpath(p).rstrip(os.sep) + os.sep for p in paths if p)
 
 
 def _load_metadata(root: Path) -> tuple:
