@@ -25,6 +25,7 @@ def _script(tmp_path, body, env=None, cwd=None, timeout=240):
 
 
 # ----------------------------------------------------------------------------- 3. task package helpers
+@pytest.mark.extensions("task")
 def test_candidate_json_py_does_not_replace_stdlib_json_for_the_judge(tmp_path):
     cand = tmp_path / "cand"
     cand.mkdir()
@@ -43,6 +44,7 @@ def test_candidate_json_py_does_not_replace_stdlib_json_for_the_judge(tmp_path):
     assert "SAME" in r.stdout, r.stdout  # the judge's json is still the stdlib's
 
 
+@pytest.mark.extensions("task")
 def test_package_torch_folder_does_not_evict_the_judges_torch(tmp_path):
     cand = tmp_path / "cand"
     (cand / "torch").mkdir(parents=True)
@@ -61,6 +63,7 @@ def test_package_torch_folder_does_not_evict_the_judges_torch(tmp_path):
     assert "LOST 0 KEPT True" in r.stdout, r.stdout
 
 
+@pytest.mark.extensions("task")
 def test_candidate_helpers_of_a_subpackage_with_relative_import(tmp_path):
     """A candidate whose helpers are a sub-package with a relative import finds its own files even
     when another ``util`` package was loaded first."""
@@ -81,6 +84,7 @@ def test_candidate_helpers_of_a_subpackage_with_relative_import(tmp_path):
     assert r.stdout.split() == ["one", "two"]
 
 
+@pytest.mark.extensions("task")
 def test_symlinked_candidate_folder_gets_its_own_helpers(tmp_path):
     """Two candidates reached through symlinked folders still each import their own helpers."""
     for name in ("one", "two"):
@@ -477,6 +481,7 @@ def test_status_warns_when_a_partial_campaign_is_marked_complete(campaign, capsy
     assert "NOT VERIFIED" in err
 
 
+@pytest.mark.extensions("task")
 def test_candidate_folder_does_not_shadow_a_module_the_judge_imports_later(tmp_path):
     cand = tmp_path / "cand"
     cand.mkdir()
