@@ -313,8 +313,10 @@ sys.exit(rc)
 
     env = clean_env(dict(XDG_CONFIG_HOME=str(tmp_path / "cfg"), ATK_MARKER=str(marker), **_ir_env(tmp_path)))
     env.pop("TRITON_INTERPRET", None)
+    # as from a terminal: a session started as a background job inherits SIGINT ignored
     p = subprocess.Popen([PY, str(f)], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True, stdin=subprocess.DEVNULL)
+                         text=True, stdin=subprocess.DEVNULL,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 240
         while not marker.exists() and p.poll() is None and time.monotonic() < deadline:
