@@ -295,13 +295,29 @@ def test_zlf_ir_compiles_in_a_fresh_process_when_triton_was_imported_interpreted
     assert json.loads((run / "meta.json").read_text())["command"][:3] == ["zlf", "ir", "ops.py::scale_op"]
 
 
-def test_zlf_ir_in_process_gives_the_process_back(work):
+#: Triton 3.6 keeps no registry of its JIT functions (3.9 does): a stand-in that Triton can still
+#: fill and read, but that cannot be listed, hides it
+NO_REGISTRY = textwrap.dedent("""\
+    import triton.runtime.jit as jit
+    class Unlisted:
+        def __init__(self): self.kept = {}
+        def __setitem__(self, key, fn): self.kept[key] = fn
+        def __getitem__(self, key): return self.kept[key]
+        def __contains__(self, key): return key in self.kept
+    jit._triton_jit_function_registry = Unlisted()
+    """)
+
+
+@pytest.mark.parametrize("registry", ["kept", "absent"])
+def test_zlf_ir_in_process_gives_the_process_back(work, registry):
     """Called in-process, zlf ir leaves no fake driver active, no kernel compiled for its target in
     a JIT cache, and TRITON_INTERPRET as it was: before, the fake driver stayed and a later
-    command's launches ran nothing."""
+    command's launches ran nothing. On a Triton without a registry of JIT functions (3.6, the GPU
+    machine's) the compiled kernels stayed cached, and a later real run launched them with the
+    fake loader's handles: every matmul point NaN or unwritten."""
     env = _env({"TRITON_CACHE_DIR": str(work / "triton_cache")})
     env.pop("TRITON_INTERPRET", None)
-    script = ("import os, sys\nfrom zlf.cli import main\n"
+    script = ((NO_REGISTRY if registry == "absent" else "") + "import os, sys\nfrom zlf.cli import main\n"
               "assert main(['ir', 'ops.py::scale_op', '--target', 'cuda:90', '--ext', 'ir_dump', '--out', 'given_back']) == 0\n"
               "from triton.runtime import driver\n"
               "assert driver._active is None, driver._active\n"

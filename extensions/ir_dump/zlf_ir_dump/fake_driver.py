@@ -181,7 +181,7 @@ def deactivate(fake, previous) -> None:
     from triton.runtime.autotuner import Autotuner
 
     touched = False
-    for fn in list(getattr(jit, "_triton_jit_function_registry", {}).values()):
+    for fn in _jit_functions(jit, gc):
         caches = getattr(fn, "device_caches", None) or {}
         for device, entry in list(caches.items()):
             try:  # (kernels, keys, target, backend, binder) in Triton 3.9; other versions: left be
@@ -200,3 +200,13 @@ def deactivate(fake, previous) -> None:
             if isinstance(obj, Autotuner):
                 obj.cache.clear()
     driver._active = previous
+
+
+def _jit_functions(jit, gc) -> list:
+    """Every ``JITFunction`` of the process: Triton's registry where it keeps one (3.9 does), else a
+    walk of the collector's objects (3.6 and earlier keep none)."""
+    registry = getattr(jit, "_triton_jit_function_registry", None)
+    if isinstance(registry, dict):
+        return list(registry.values())
+    kind = getattr(jit, "JITFunction", None)
+    return [obj for obj in gc.get_objects() if kind is not None and isinstance(obj, kind)]
