@@ -60,3 +60,59 @@ def test_an_environment_under_tmp_judges_an_honest_candidate_under_bwrap(tmp_pat
         assert records and {rec["extra"]["verdict"] for rec in records} == {"Accepted"}
     finally:
         subprocess.run(["rm", "-rf", str(env_dir)])
+
+
+@pytest.mark.skipif(NO_BWRAP is not None, reason=f"bubblewrap unusable here: {NO_BWRAP}")
+def test_the_checker_of_a_cuda_pair_has_the_pairs_directory_as_its_dev_shm(tmp_path):
+    """The CUDA driver keeps part of a legacy IPC export in /dev/shm (``cuda.shm.*``), where the
+    importer opens it. The sandboxed worker sees only the pair's directory there, so the checker
+    runs with that directory as its /dev/shm too: before, every sandboxed case on a GPU failed
+    with "mapping of buffer object failed". What the checker writes there lands in the pair's
+    directory, not the machine's, and its control descriptors still reach it."""
+    place = sandbox.Place(tmp_path / "out")
+    name = f"cuda.shm.zlf-test-{os.getpid()}"
+    r, w = os.pipe()
+    try:
+        code = f"import os, sys; open('/dev/shm/{name}', 'w').write('x'); os.write(int(sys.argv[1]), b'ok')"
+        argv = sandbox.shm_view_command([sys.executable, "-c", code, str(w)], place)
+        done = subprocess.run(argv, pass_fds=(w,), capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert os.read(r, 2) == b"ok"
+        assert (place.shm / name).exists() and not os.path.exists(f"/dev/shm/{name}")
+    finally:
+        os.close(r)
+        os.close(w)
+        place.remove()
+
+
+@pytest.mark.parametrize("mode, share_pid, viewed", [(sandbox.BWRAP, True, True), (sandbox.BWRAP, False, False),
+                                                     (sandbox.NONE, True, False)],
+                         ids=["bwrap-ipc", "bwrap-shm", "none"])
+def test_the_judge_gives_the_checker_the_pairs_dev_shm_only_for_a_sandboxed_cuda_pair(tmp_path, monkeypatch,
+                                                                                        mode, share_pid, viewed):
+    from zlf_taskpkg import judge
+
+    seen = {}
+
+    class Started(Exception):
+        pass
+
+    def popen(argv, **kw):
+        seen.update(argv=argv, env=kw["env"])
+        for fd in kw.get("pass_fds", ()):
+            os.close(fd)
+        raise Started
+
+    monkeypatch.setattr(judge.subprocess, "Popen", popen)
+    monkeypatch.setattr(sandbox, "find_bwrap", lambda: "/usr/bin/bwrap")
+    place = sandbox.Place(tmp_path / "out")
+    try:
+        with pytest.raises(Started):
+            judge.WorkerProcess(tmp_path / "spec.json", tmp_path / "checker.log", 1, "zlf_taskpkg.checker",
+                                place=place, mode=mode, share_pid=share_pid)
+    finally:
+        place.remove()
+    assert (seen["argv"][0] == "/usr/bin/bwrap") is viewed
+    assert seen["env"][judge.SHM_DIR_ENV] == ("/dev/shm" if viewed else str(place.shm))
+    if viewed:
+        assert seen["argv"][seen["argv"].index("--bind") + 1:][:2] == [str(place.shm), "/dev/shm"]

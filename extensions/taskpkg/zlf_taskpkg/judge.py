@@ -47,7 +47,7 @@ from .checker import INPUT_SETS
 from .outcome import timing_from_json
 from .speed import trust
 from .package import TaskPackage
-from .shared import IPC, SHARING_WHY, SHM_DIR_ENV, sharing_mode
+from .shared import IPC, SHARING_WHY, SHM_DIR, SHM_DIR_ENV, sharing_mode
 from .worker import OUT_ENV
 
 #: limit for everything before the candidate runs (worker start, genTestCase, baseline timing).
@@ -152,6 +152,9 @@ class WorkerProcess:
         elif place is not None:
             env = sandbox.checker_env(env)
             env[SHM_DIR_ENV] = str(place.shm)
+            if mode == sandbox.BWRAP and share_pid:  # legacy CUDA IPC: the worker sees what it exports
+                argv = sandbox.shm_view_command(argv, place)
+                env[SHM_DIR_ENV] = SHM_DIR
         self.sandboxed = place is not None and mode == sandbox.BWRAP and module == "zlf_taskpkg.worker"
         self.proc = subprocess.Popen(
             argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, pass_fds=(r_ctrl, w_evt),
@@ -485,7 +488,7 @@ class Judge:
             task = self.rundir.path / TASK_DIR
             self.place = sandbox.Place(task / "worker", visible=self.worker_reads())
             self.checker = WorkerProcess(self.spec_path, task / f"checker-case{case}.log", case, "zlf_taskpkg.checker",
-                                         place=self.place)
+                                         place=self.place, mode=self.sandbox, share_pid=self.sharing == IPC)
             self.worker = WorkerProcess(self.spec_path, task / f"worker-case{case}.log", case, place=self.place,
                                         mode=self.sandbox, share_pid=self.sharing == IPC)
         return self.checker, self.worker

@@ -35,6 +35,8 @@ from typing import Optional
 from zlf import UsageError
 from zlf.procs import become_subreaper, children_map as _children_map, descendants, kill_descendants  # noqa: F401
 
+from .shared import SHM_DIR
+
 AUTO, BWRAP, NONE = "auto", "bwrap", "none"
 CHOICES = (AUTO, BWRAP, NONE)
 #: what the worker is not protected from without bwrap (said in meta.json, run.log, stderr)
@@ -132,7 +134,7 @@ class Place:
         #: what the worker must read (the run directory, the package, the candidate's folder):
         #: bound back, read-only, where it lies under the sandbox's private /tmp
         self.visible = [Path(p).resolve() for p in visible]
-        base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+        base = SHM_DIR if os.path.isdir(SHM_DIR) and os.access(SHM_DIR, os.W_OK) else None
         self.shm = Path(tempfile.mkdtemp(prefix="zlf-task-shm-", dir=base))
         self.out = out = Path(out).resolve()
         out.mkdir(parents=True, exist_ok=True)
@@ -157,7 +159,7 @@ SPAWN_SERVER_ENV = "ZLF_SPAWN_SERVER"
 def worker_env(env: dict, place: Place, mode: str) -> dict:
     env = dict(env)
     env.pop(SPAWN_SERVER_ENV, None)
-    env["ZLF_TASK_SHM_DIR"] = "/dev/shm" if mode == BWRAP else str(place.shm)
+    env["ZLF_TASK_SHM_DIR"] = SHM_DIR if mode == BWRAP else str(place.shm)
     if mode == BWRAP:
         for name in SCRATCH_ENV:
             env[name] = str(place.scratch / ("tmp" if name == "TMPDIR" else name.lower()))
@@ -204,6 +206,16 @@ def interpreter_paths(argv: list) -> set:
     return paths
 
 
+def shm_view_command(argv: list, place: Place) -> list:
+    """``argv`` (the checker) in a mount namespace of its own whose ``/dev/shm`` is the pair's
+    directory, everything else as it is. The CUDA driver keeps part of a legacy IPC export in
+    ``/dev/shm``, where the importing process opens it: a worker whose sandbox shows it only the
+    pair's directory failed every import ("mapping of buffer object failed") while the checker
+    exported into the machine's ``/dev/shm``."""
+    return [find_bwrap(), "--die-with-parent", "--dev-bind", "/", "/", "--bind", str(place.shm), SHM_DIR,
+            "--"] + list(argv)
+
+
 def bwrap_command(argv: list, place: Place, share_pid: bool, keep_fds=()) -> list:
     """``argv`` run under bwrap in ``place``; ``share_pid``: no pid namespace of its own."""
     cmd = [find_bwrap(), "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--unshare-net",
@@ -224,7 +236,7 @@ def bwrap_command(argv: list, place: Place, share_pid: bool, keep_fds=()) -> lis
     cwd = Path.cwd().resolve()
     if cwd == tmp or (tmp in cwd.parents and not any(cwd == p or p in cwd.parents for p in under)):
         cmd += ["--chdir", str(place.scratch)]  # the judge's folder is hidden: start in the scratch one
-    cmd += ["--bind", str(place.shm), "/dev/shm",
+    cmd += ["--bind", str(place.shm), SHM_DIR,
             "--bind", str(place.scratch), str(place.scratch),
             "--bind", str(place.out), str(place.out),
             "--remount-ro", str(tmp), "--"]  # as read-only as the rest: scratch and out stay writable
