@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -194,8 +195,6 @@ def test_a_server_whose_parent_dies_while_it_imports_stops(tmp_path):
     """The server serves until its parent exits. A parent gone while the server still imported
     (a session stopped at once) left it serving for good: it took the process that adopted it
     for its parent."""
-    import shutil
-
     env = {k: v for k, v in os.environ.items() if k != SPAWN_ENV}
     folder = socket_folder(tmp_path)  # a short one where a long TMPDIR passes AF_UNIX's limit
     try:
@@ -267,6 +266,37 @@ def test_what_the_server_would_not_run_the_same_way_starts_plainly(server, chang
     proc = probe({**env, **change}, folder, "none")
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 0 and int(lines(out)["pid"]) == proc.pid
+
+
+def _bwrap_problem():
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return "bwrap not installed"
+    done = subprocess.run([bwrap, "--dev-bind", "/", "/", "true"], capture_output=True, text=True, timeout=60)
+    return None if done.returncode == 0 else f"bwrap cannot run here: {done.stderr.strip()[:200]}"
+
+
+def test_a_stand_in_in_a_mount_namespace_of_its_own_starts_plainly_inside_it(server, tmp_path):
+    """A sandbox (bwrap) starts ``python -m`` in a mount namespace of its own: a child forked from
+    the server would run outside it. zlf task's checker, so forked, exported its CUDA IPC handles
+    into the machine's /dev/shm instead of the pair's, and every sandboxed case failed on the GPU.
+    The process starts on its own, inside the namespace."""
+    why = _bwrap_problem()
+    if why:
+        pytest.skip(why)
+    env, folder = server
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    (shm / "only_in_the_namespace").write_text("")
+    code = "import os; print('shm', sorted(os.listdir('/dev/shm')), flush=True)"
+    (folder / "probe_shm.py").write_text(PROBE.replace('mode = sys.argv[1]', code + "\nmode = sys.argv[1]"))
+    proc = subprocess.Popen([shutil.which("bwrap"), "--dev-bind", "/", "/", "--bind", str(shm), "/dev/shm", "--",
+                             sys.executable, "-m", "probe_shm", "none"], cwd=folder, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = proc.communicate(timeout=120)
+    seen = lines(out)
+    assert proc.returncode == 0, out + err
+    assert seen["shm"] == "['only_in_the_namespace']" and seen["frozen"].startswith("0 "), out
 
 
 SHADOW = "import yaml; print('yaml', yaml.__file__, flush=True)\n"

@@ -56,7 +56,20 @@ def _request(sock_fd: int) -> dict:
         "cwd": os.getcwd(), "env": dict(os.environ), "umask": umask, "fds": fds,
         "leader": os.getsid(0) == os.getpid(), "dispositions": dispositions,
         "mask": sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])), "limits": limits,
+        "namespaces": namespaces(),
     }
+
+
+def namespaces() -> dict:
+    """This process's Linux namespaces (``mnt:[4026531841]`` ...): a process started in other ones
+    (a sandbox's) must not be forked from the server, which would run it outside them."""
+    found = {}
+    for name in ("mnt", "pid", "net", "ipc", "uts", "user", "cgroup"):
+        try:
+            found[name] = os.readlink(f"/proc/self/ns/{name}")
+        except OSError:
+            found[name] = None
+    return found
 
 
 def _read(sock, buffer: bytearray, wake=None):

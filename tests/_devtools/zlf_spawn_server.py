@@ -51,6 +51,19 @@ _KEPT = []
 READ_WHEN_USED_ENV = ("PYTHONBREAKPOINT",)
 
 
+def namespaces() -> dict:
+    """This process's Linux namespaces, as the stand-in reports its own (``zlf_spawn_client.namespaces``):
+    a request from other ones (a sandbox's mount namespace) is refused, since a fork of this
+    process would run outside them."""
+    found = {}
+    for name in ("mnt", "pid", "net", "ipc", "uts", "user", "cgroup"):
+        try:
+            found[name] = os.readlink(f"/proc/self/ns/{name}")
+        except OSError:
+            found[name] = None
+    return found
+
+
 def _provides(folder: str) -> set:
     """The top-level names ``folder`` would give a module on ``sys.path``: modules by their file
     suffixes, and every subfolder (a package, or a namespace portion)."""
@@ -174,6 +187,10 @@ class Server:
         argv = request.get("argv") or []
         if len(argv) < 3 or argv[1] != "-m" or argv[0] != request.get("executable"):
             return "not started as python -m MODULE"
+        theirs, own = request.get("namespaces") or {}, self.own["namespaces"]
+        for name in sorted(own):
+            if theirs.get(name) != own[name]:
+                return f"another {name} namespace"
         for key in ("executable", "flags", "warnoptions", "xoptions"):
             theirs, own = request.get(key), self.own[key]
             if key == "flags" and isinstance(theirs, list):
@@ -525,7 +542,7 @@ def main(argv) -> int:
     # this script's folder (put first because this runs as a script)
     own = {"executable": sys.executable, "path": sys.path[1:], "flags": list(sys.flags),
            "warnoptions": list(sys.warnoptions), "xoptions": repr(sorted(sys._xoptions.items())),
-           "env": _env_view(os.environ)}
+           "env": _env_view(os.environ), "namespaces": namespaces()}
     # listening before the imports: the session goes on starting its workers meanwhile, and a
     # stand-in that asks early waits for its answer instead of starting plainly
     listener = listen(path)
