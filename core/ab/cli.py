@@ -669,8 +669,9 @@ def status(path: str, fmt: str = "table") -> int:
     partial = state != C_COMPLETE
     if fmt in ("table", "markdown"):
         print("\n".join(library.lines(campaign, results, partial=partial, step=step)))
-    else:
-        print(output.render(library.HEADERS, library.table_rows(campaign, results), fmt))
+    else:  # a machine reads no stderr: each row says whether the campaign's signatures verify
+        rows = [[*row, unverified is None] for row in library.table_rows(campaign, results)]
+        print(output.render([*library.HEADERS, "verified"], rows, fmt))
     return 0
 
 
