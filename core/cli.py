@@ -246,6 +246,7 @@ def main(argv=None, extra_plugins=(), supervise=None) -> int:
     import signal
 
     from .procs import handle_sigterm, process_age
+    from .seeding import global_states, restore_global_states
 
     global ENTERED, STARTUP_S
     if ENTERED is None:
@@ -255,6 +256,7 @@ def main(argv=None, extra_plugins=(), supervise=None) -> int:
     _standard_streams()
     previous = handle_sigterm()  # SIGTERM stops like Ctrl-C: what is finished is kept and marked, exit 143
     environ = dict(os.environ)
+    generators = global_states()
     try:
         return guarded(lambda: _main(argv, extra_plugins, supervise))
     finally:
@@ -266,6 +268,8 @@ def main(argv=None, extra_plugins=(), supervise=None) -> int:
         if dict(os.environ) != environ:
             os.environ.clear()
             os.environ.update(environ)
+        # ... and its random generators as they were (a run seeds them for its points' inputs)
+        restore_global_states(generators)
 
 
 def _complete(parser) -> None:

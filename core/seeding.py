@@ -17,3 +17,39 @@ def seed_everything(seed: int) -> None:
     except ImportError:
         pass
     torch.manual_seed(seed)
+
+
+def global_states() -> dict:
+    """The states of the process's global generators that :func:`seed_everything` seeds: Python's
+    ``random``, and numpy's, torch's and CUDA's where they are already imported or initialised
+    (nothing is imported or initialised here)."""
+    import sys
+
+    states = {"random": random.getstate()}
+    np = sys.modules.get("numpy")
+    if np is not None:
+        states["numpy"] = np.random.get_state()
+    torch = sys.modules.get("torch")
+    if torch is not None and hasattr(torch, "get_rng_state"):
+        states["torch"] = torch.get_rng_state()
+        if torch.cuda.is_initialized():
+            states["cuda"] = torch.cuda.get_rng_state_all()
+    return states
+
+
+def restore_global_states(states: dict) -> None:
+    """Put back what :func:`global_states` took (an in-process caller's generators, after a
+    command seeded them for its points)."""
+    import sys
+
+    random.setstate(states["random"])
+    if "numpy" in states:
+        sys.modules["numpy"].random.set_state(states["numpy"])
+    if "torch" in states:
+        torch = sys.modules["torch"]
+        torch.set_rng_state(states["torch"])
+        if "cuda" in states:
+            try:
+                torch.cuda.set_rng_state_all(states["cuda"])
+            except RuntimeError:  # a device the command left in error: the caller learns it on its next call
+                pass
