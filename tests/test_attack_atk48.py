@@ -174,13 +174,15 @@ def test_status_warns_when_the_signed_op_list_was_edited(campaign, capsys):
     assert "NOT VERIFIED" in err
 
 
-@pytest.mark.xfail(strict=True, reason="ATTACK: --format json of a forged campaign carries no sign that its "
-                   "verdicts do not verify (only a stderr line, rc 0)")
 def test_status_json_of_a_forged_campaign_says_not_verified(campaign, capsys):
+    rc, out, err = _status(campaign, capsys, "json")
+    assert rc == 0 and "NOT VERIFIED" not in err
+    assert json.loads(out) and all(row["verified"] is True for row in json.loads(out))
     _edit(campaign, lambda doc: doc["statistics"].update(alpha=0.5))
     rc, out, err = _status(campaign, capsys, "json")
     assert "NOT VERIFIED" in err
-    assert "verif" in out.lower()  # a JSON consumer (CI) sees the table is not verified
+    # a JSON consumer (CI) reads no stderr: every row says the table is not verified
+    assert json.loads(out) and all(row["verified"] is False for row in json.loads(out))
 
 
 def test_report_of_a_forged_campaign_says_not_verified(campaign, capsys):
@@ -420,8 +422,6 @@ print("RC", rc, "SAME" if draw() == expected else "CHANGED")
 
 
 @pytest.mark.extensions("seed")
-@pytest.mark.xfail(strict=True, reason="ATTACK: an in-process zlf run reseeds/advances the caller's global random, "
-                   "numpy and torch generators: a later draw of the caller differs")
 def test_in_process_run_gives_back_the_callers_random_state(tmp_path):
     r = _script(tmp_path, RNG)
     assert "RC 0" in r.stdout, r.stdout + r.stderr
