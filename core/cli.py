@@ -314,7 +314,12 @@ def guarded(call) -> int:
     except KeyboardInterrupt as exc:
         print(f"\nzlf: {stop_word(exc)}", file=sys.stderr)
         return stop_code(exc)
-    except BrokenPipeError:
+    except BrokenPipeError as exc:
+        from .console import clean
+
+        if not _stdout_reader_gone():  # another pipe or socket broke (a plugin's own): an error
+            print(f"zlf: error: {clean(str(exc))}", file=sys.stderr)
+            return 1
         # The reader went away (`zlf compare A B | head`): stop quietly, as cat(1) does.
         import os
 
@@ -329,6 +334,19 @@ def guarded(call) -> int:
         print(f"zlf: error: {exc.strerror or exc}" + (f" writing {exc.filename}" if exc.filename else ""),
               file=sys.stderr)
         return 2
+
+
+def _stdout_reader_gone() -> bool:
+    """Whether stdout is a pipe or socket whose reader has gone (poll sees an error or a hang-up
+    on it); True where that cannot be asked, as every BrokenPipeError was taken before."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+    except (OSError, ValueError, AttributeError):
+        return True
 
 
 def _main(argv, extra_plugins, supervise: bool = False) -> int:

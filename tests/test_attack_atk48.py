@@ -396,12 +396,11 @@ os.write(2, b"STDERR rc=%d\\n" % rc)
 """
 
 
-@pytest.mark.xfail(strict=True, reason="ATTACK: a BrokenPipeError raised by anything but zlf's stdout makes main() "
-                   "dup /dev/null over the caller's fd 1 for good (guarded): the caller's later output vanishes")
 def test_in_process_main_does_not_silence_the_callers_stdout(tmp_path):
     r = _script(tmp_path, BROKEN)
-    assert "STDERR rc=" in r.stderr, r.stderr
-    assert "AFTER" in r.stdout, (r.stdout, r.stderr)
+    assert "STDERR rc=1" in r.stderr, r.stderr
+    assert "AFTER rc=1" in r.stdout, (r.stdout, r.stderr)
+    assert "zlf: error: [Errno 32] Broken pipe" in r.stderr
 
 
 RNG = """
@@ -522,3 +521,16 @@ print("RC", rc)
 """, env=_ir_env(tmp_path))
     rc = int(r.stdout.split("RC ")[-1].split()[0])
     assert 0 < rc < 256, r.stdout + r.stderr
+
+
+def test_a_reader_gone_from_zlfs_own_stdout_still_ends_quietly_with_141(tmp_path):
+    """The other side of the case above: where the BrokenPipeError is zlf's own stdout's (`zlf
+    plugins | head -c0`), the command still stops quietly with 141, as cat(1) does."""
+    from zlf.testing import clean_env
+
+    proc = subprocess.Popen([sys.executable, "-m", "zlf", "plugins"], cwd=tmp_path, env=clean_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # before zlf has imported anything, so before its first write
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=300) == 141, err
+    assert "Traceback" not in err and "error" not in err, err
