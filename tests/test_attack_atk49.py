@@ -1,0 +1,206 @@
+"""Attacks (atk49) on three commits: the spawn server's namespace refusal (6c0d894), the
+checker's /dev/shm view of a sandboxed CUDA pair (60cc524) and ir_dump's registry-less JIT walk
+(75fc3fd).
+
+The spawn server promises (tests/_devtools/zlf_spawn_server.py, zlf_spawn_client.py, and
+tests/test_spawn_server.py's module docstring): "a process it forks must look to its caller like
+the process the caller started"; "whatever does not match the server ... is refused, and this
+process starts normally". Each spawn case below starts ``python -m`` in an environment of the
+caller's making that is NOT a namespace (so 6c0d894's check lets it through) and asserts the
+child sees that environment."""
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from zlf_devsession import start_spawn_server, stop_spawn_server
+from zlf.testing import pythonpath
+
+LINUX = sys.platform.startswith("linux") and hasattr(os, "pidfd_open") and hasattr(sys, "orig_argv")
+ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
+
+PROBE = r'''
+import ctypes, os, sys
+print("pid", os.getpid(), flush=True)
+print("nice", os.nice(0), flush=True)
+print("affinity", sorted(os.sched_getaffinity(0)), flush=True)
+print("policy", os.sched_getscheduler(0), flush=True)
+libc = ctypes.CDLL(None, use_errno=True)
+print("ioprio", libc.syscall(252, 1, 0) if os.uname().machine == "x86_64" else -1, flush=True)  # ioprio_get(PROCESS, self)
+status = dict(l.split(":", 1) for l in open("/proc/self/status") if ":" in l)
+for key in ("CapEff", "CapBnd", "NoNewPrivs", "Seccomp"):
+    print(key, status[key].strip(), flush=True)
+print("gid", os.getgid(), "groups", sorted(os.getgroups()), flush=True)
+print("personality", open("/proc/self/personality").read().strip(), flush=True)
+print("oom", open("/proc/self/oom_score_adj").read().strip(), flush=True)
+print("slack", open("/proc/self/timerslack_ns").read().strip(), flush=True)
+print("marker", os.path.exists("/mnt/zlf_atk49_marker"), flush=True)
+'''
+
+
+def lines(text: str) -> dict:
+    return {line.split(" ", 1)[0]: line.split(" ", 1)[1] for line in text.splitlines() if " " in line}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    if not LINUX:
+        pytest.skip("the spawn server is Linux, Python 3.10+")
+    folder = tmp_path_factory.mktemp("spawn49")
+    (folder / "probe49.py").write_text(PROBE)
+    (folder / "lib").mkdir()
+    base = {**os.environ, **pythonpath(folder / "lib"), "PYTHONPYCACHEPREFIX": str(folder / "pycache")}
+    base.pop("PYTHONDONTWRITEBYTECODE", None)
+    with open(folder / "server.log", "w") as log:
+        proc, env = start_spawn_server(folder, base, log)
+    assert env is not None, (folder / "server.log").read_text()
+    yield {**base, **env}, folder
+    stop_spawn_server(proc)
+
+
+def run_probe(server, wrapper=(), preexec_fn=None, cwd=None):
+    env, folder = server
+    proc = subprocess.Popen([*wrapper, sys.executable, "-m", "probe49"], cwd=cwd or folder, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=preexec_fn)
+    out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, out + err
+    seen = lines(out)
+    seen["forked"] = int(seen["pid"]) != proc.pid
+    return seen
+
+
+def test_control_a_plain_stand_in_is_forked_by_the_server(server):
+    """The fixture works: a plain ``python -m`` is served (so the cases below test the server)."""
+    assert run_probe(server)["forked"]
+
+
+HOLE = "ATTACK: spawn server forks a stand-in whose {} differs; child gets the server's (zlf_spawn_server.Server.refusal / _become)"
+
+
+@pytest.mark.xfail(strict=True, reason=HOLE.format("nice value"))
+def test_spawn_nice_value_is_the_callers(server):
+    seen = run_probe(server, preexec_fn=lambda: os.nice(7))
+    assert seen["nice"] == "7", seen
+
+
+@pytest.mark.xfail(strict=True, reason=HOLE.format("CPU affinity (taskset)"))
+def test_spawn_cpu_affinity_is_the_callers(server):
+    cpu = min(os.sched_getaffinity(0))
+    seen = run_probe(server, preexec_fn=lambda: os.sched_setaffinity(0, {cpu}))
+    assert seen["affinity"] == f"[{cpu}]", seen
+
+
+@pytest.mark.xfail(strict=True, reason=HOLE.format("scheduling policy (chrt --batch)"))
+def test_spawn_scheduling_policy_is_the_callers(server):
+    seen = run_probe(server, preexec_fn=lambda: os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0)))
+    assert seen["policy"] == str(os.SCHED_BATCH), seen
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64" or not shutil.which("ionice"), reason="x86_64 ioprio_get, ionice")
+@pytest.mark.xfail(strict=True, reason=HOLE.format("I/O priority (ionice -c 3)"))
+def test_spawn_io_priority_is_the_callers(server):
+    seen = run_probe(server, wrapper=(shutil.which("ionice"), "-c", "3"))
+    assert int(seen["ioprio"]) >> 13 == 3, seen  # IOPRIO_CLASS_IDLE
+
+
+@pytest.mark.xfail(strict=True, reason=HOLE.format("OOM score adjustment"))
+def test_spawn_oom_score_adj_is_the_callers(server):
+    def adj():
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write("500")
+    seen = run_probe(server, preexec_fn=adj)
+    assert seen["oom"] == "500", seen
+
+
+@pytest.mark.xfail(strict=True, reason=HOLE.format("timer slack (prctl PR_SET_TIMERSLACK)"))
+def test_spawn_timer_slack_is_the_callers(server):
+    libc = ctypes.CDLL(None, use_errno=True)
+    seen = run_probe(server, preexec_fn=lambda: libc.prctl(29, 777777, 0, 0, 0))
+    assert seen["slack"] == "777777", seen
+
+
+@pytest.mark.skipif(not shutil.which("setarch"), reason="setarch")
+@pytest.mark.xfail(strict=True, reason=HOLE.format("personality (setarch -R: no ASLR)"))
+def test_spawn_personality_is_the_callers(server):
+    seen = run_probe(server, wrapper=(shutil.which("setarch"), os.uname().machine, "-R"))
+    assert int(seen["personality"], 16) & 0x0040000, seen  # ADDR_NO_RANDOMIZE
+
+
+@pytest.mark.skipif(not shutil.which("setpriv"), reason="setpriv")
+@pytest.mark.xfail(strict=True, reason=HOLE.format("no_new_privs flag (setpriv --no-new-privs)"))
+def test_spawn_no_new_privs_is_the_callers(server):
+    seen = run_probe(server, wrapper=(shutil.which("setpriv"), "--no-new-privs"))
+    assert seen["NoNewPrivs"] == "1", seen
+
+
+def _seccomp_allow_all():
+    """A seccomp filter that allows everything: the process is still under a filter (Seccomp: 2)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    class Filter(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
+
+    class Prog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(Filter))]
+
+    insns = (Filter * 1)(Filter(0x06, 0, 0, 0x7fff0000))  # BPF_RET|BPF_K SECCOMP_RET_ALLOW
+    prog = Prog(1, insns)
+    assert libc.prctl(38, 1, 0, 0, 0) == 0  # PR_SET_NO_NEW_PRIVS
+    assert libc.prctl(22, 2, ctypes.byref(prog), 0, 0) == 0  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+
+
+@pytest.mark.xfail(strict=True, reason=HOLE.format("seccomp filter: the child runs unfiltered"))
+def test_spawn_seccomp_filter_is_the_callers(server):
+    seen = run_probe(server, preexec_fn=_seccomp_allow_all)
+    assert seen["Seccomp"] == "2", seen
+
+
+@pytest.mark.skipif(not ROOT or not shutil.which("setpriv"), reason="needs root to drop capabilities")
+@pytest.mark.xfail(strict=True, reason=HOLE.format("capability bounding set: the child keeps CAP_SYS_ADMIN"))
+def test_spawn_dropped_capability_stays_dropped(server):
+    seen = run_probe(server, wrapper=(shutil.which("setpriv"), "--bounding-set=-sys_admin", "--inh-caps=-all"))
+    assert not int(seen["CapEff"], 16) & (1 << 21) and not int(seen["CapBnd"], 16) & (1 << 21), seen
+
+
+@pytest.mark.skipif(not ROOT, reason="needs root to change gid and groups")
+@pytest.mark.xfail(strict=True, reason=HOLE.format("gid and supplementary groups (setpriv --regid/--groups)"))
+def test_spawn_gid_and_groups_are_the_callers(server):
+    def ids():
+        os.setgroups([4242])
+        os.setresgid(4243, 4243, 4243)
+    seen = run_probe(server, preexec_fn=ids)
+    assert seen["gid"] == "4243 groups [4242]", seen
+
+
+@pytest.mark.skipif(not ROOT or not shutil.which("unshare"), reason="needs root for mounts and chroot")
+@pytest.mark.xfail(strict=True, reason=HOLE.format("root directory (chroot, same mount namespace)"))
+def test_spawn_chroot_in_the_same_mount_namespace_is_the_callers(server, tmp_path):
+    """A chroot changes what '/' is without a namespace of its own. The chroot's tree is built in a
+    private mount namespace of a helper (so nothing is mounted on the machine) and reached through
+    /proc/HELPER/root; the stand-in itself stays in the server's mount namespace."""
+    root = tmp_path / "root"
+    root.mkdir()
+    helper = subprocess.Popen(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+         f"mount --rbind / {root} && mount -t tmpfs none {root}/mnt && touch {root}/mnt/zlf_atk49_marker"
+         " && echo ready && exec sleep 300"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert helper.stdout.readline().strip() == "ready"
+        new_root = f"/proc/{helper.pid}/root{root}"
+        _, folder = server
+
+        def enter():
+            os.chroot(new_root)
+            os.chdir(str(folder))
+        seen = run_probe(server, preexec_fn=enter, cwd="/")
+        assert seen["marker"] == "True", seen
+    finally:
+        helper.kill()
+        helper.wait(timeout=60)
