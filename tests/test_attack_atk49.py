@@ -204,3 +204,156 @@ def test_spawn_chroot_in_the_same_mount_namespace_is_the_callers(server, tmp_pat
     finally:
         helper.kill()
         helper.wait(timeout=60)
+
+
+# --- 60cc524: the checker of a sandboxed CUDA pair sees the pair's directory as its /dev/shm ---------
+
+def _no_bwrap():
+    try:
+        from zlf_taskpkg import sandbox
+    except ImportError as exc:
+        return str(exc)
+    return sandbox.bwrap_problem()
+
+
+NO_BWRAP = _no_bwrap()
+needs_bwrap = pytest.mark.skipif(NO_BWRAP is not None, reason=f"bubblewrap unusable here: {NO_BWRAP}")
+
+
+@pytest.fixture
+def place(tmp_path):
+    from zlf_taskpkg import sandbox
+    p = sandbox.Place(tmp_path / "out")
+    yield p
+    p.remove()
+
+
+def _in_view(place, code, *args, **kw):
+    from zlf_taskpkg import sandbox
+    argv = sandbox.shm_view_command([sys.executable, "-c", code, *map(str, args)], place)
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120, **kw)
+
+
+@needs_bwrap
+@pytest.mark.xfail(strict=True, reason="ATTACK: a symlink the candidate plants in the pair's dir redirects the "
+                                       "checker's /dev/shm writes outside (sandbox.shm_view_command)")
+def test_view_a_planted_symlink_does_not_carry_the_checkers_shm_write_outside(place, tmp_path):
+    """The candidate sees the pair's directory as its /dev/shm and may plant anything there. Before
+    60cc524 the checker exported into the machine's /dev/shm, out of the candidate's reach; now
+    a name the checker (or the CUDA driver / torch / multiprocessing for it) creates in /dev/shm can be
+    a link of the candidate's to a file the candidate cannot write itself (the run directory's
+    records). The docstring of the new test says "What the checker writes there lands in the
+    pair's directory": a link makes it land outside."""
+    victim = tmp_path / "out" / "verdict.json"
+    victim.write_text("{\"verdict\": \"judge's\"}")
+    os.symlink(victim, place.shm / "cuda.shm.planted")  # what the candidate did, seeing it as /dev/shm/cuda.shm.planted
+    done = _in_view(place, "open('/dev/shm/cuda.shm.planted', 'w').write('candidate was here')")
+    assert done.returncode == 0, done.stderr
+    assert victim.read_text() == "{\"verdict\": \"judge's\"}"
+
+
+@needs_bwrap
+def test_view_keeps_cwd_env_tmp_fds_and_process_group(place, tmp_path):
+    """'everything else as it is': the working directory, the environment, the machine's /tmp and
+    the run directory, inherited descriptors, the process group and session of the judge's child."""
+    (tmp_path / "out" / "spec.json").write_text("{}")
+    r, w = os.pipe()
+    code = ("import os, sys; s = os.getpgid(0), os.getsid(0);"
+            "os.write(int(sys.argv[1]), repr((os.getcwd(), os.environ.get('ATK49'), "
+            "open(sys.argv[2]).read(), os.listdir('/dev/shm'))).encode())")
+    try:
+        done = _in_view(place, code, w, tmp_path / "out" / "spec.json", pass_fds=(w,), cwd=tmp_path,
+                        env={**os.environ, "ATK49": "kept"})
+        assert done.returncode == 0, done.stderr
+        seen = eval(os.read(r, 65536).decode())
+    finally:
+        os.close(r)
+        os.close(w)
+    assert seen == (str(tmp_path), "kept", "{}", [])
+
+
+@needs_bwrap
+@pytest.mark.xfail(strict=True, reason="ATTACK: shm_view_command's 'everything else as it is' is false: bwrap sets "
+                                       "no_new_privs on the trusted checker (sandbox.shm_view_command docstring)")
+def test_view_changes_nothing_but_dev_shm_no_new_privs(place):
+    code = "print([l.split()[1] for l in open('/proc/self/status') if l.startswith('NoNewPrivs')][0])"
+    outside = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    done = _in_view(place, code)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == outside.stdout
+
+
+def _pid_alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _gone(pid, within=60.0):
+    end = time.monotonic() + within
+    while time.monotonic() < end:
+        if not _pid_alive(pid):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@needs_bwrap
+def test_view_checker_dies_with_its_process_group(place):
+    """The judge kills a pair by process group (kill_group): the checker behind bwrap is in it."""
+    from zlf_taskpkg import sandbox
+    r, w = os.pipe()
+    code = "import os, sys, time; os.write(int(sys.argv[1]), str(os.getpid()).encode()); time.sleep(300)"
+    argv = sandbox.shm_view_command([sys.executable, "-c", code, str(w)], place)
+    proc = subprocess.Popen(argv, pass_fds=(w,), start_new_session=True)
+    os.close(w)
+    try:
+        pid = int(os.read(r, 64))
+        assert pid != proc.pid
+        os.killpg(proc.pid, signal.SIGKILL)
+        assert _gone(pid)
+    finally:
+        os.close(r)
+        with __import__("contextlib").suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+
+
+@needs_bwrap
+def test_view_checker_dies_when_the_judge_is_killed(place, tmp_path):
+    """A judge killed with SIGKILL (no cleanup) leaves no checker running behind bwrap."""
+    from zlf_taskpkg import sandbox
+    code = "import os, sys, time; print(os.getpid(), flush=True); time.sleep(300)"
+    argv = sandbox.shm_view_command([sys.executable, "-c", code], place)
+    judge = ("import signal, subprocess, sys, time\nfrom zlf.procs import die_with_parent\n"
+             f"p = subprocess.Popen({argv!r}, start_new_session=True, preexec_fn=die_with_parent(signal.SIGKILL))\n"
+             "time.sleep(300)\n")
+    proc = subprocess.Popen([sys.executable, "-c", judge], stdout=subprocess.PIPE, text=True)
+    pid = None
+    try:
+        pid = int(proc.stdout.readline())
+        proc.kill()
+        proc.wait(timeout=60)
+        assert _gone(pid)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=60)
+        if pid is not None and _pid_alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+@needs_bwrap
+def test_view_pair_directory_removed_without_following_planted_links(place, tmp_path):
+    """Place.remove after a run in the view: the pair's directory goes, a candidate's link to a
+    directory outside is removed as a link, not followed."""
+    outside = tmp_path / "keep"
+    outside.mkdir()
+    (outside / "f").write_text("x")
+    os.symlink(outside, place.shm / "link")
+    done = _in_view(place, "open('/dev/shm/made', 'w').write('y')")
+    assert done.returncode == 0, done.stderr
+    place.remove()
+    assert not place.shm.exists() and (outside / "f").read_text() == "x"
