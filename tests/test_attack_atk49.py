@@ -435,3 +435,27 @@ def test_ir_no_registry_finds_a_subclass_instance(tmp_path):
                    "sub.device_caches[1] = ({}, {}, other, None, None)")
     assert done.returncode == 0, done.stderr[-2000:]
     assert lines(done.stdout) == {"plain": "[1]", "wrapped": "[1]", "sub": "[1]"}, done.stdout
+
+
+@needs_bwrap
+@pytest.mark.parametrize("mode", ["none", pytest.param("bwrap", marks=pytest.mark.xfail(
+    strict=True, reason="ATTACK: a checker in the /dev/shm view killed by signal N is reported as 'exited with code "
+                        "128+N' (judge.WorkerProcess.exit_description: .sandboxed is False for the checker)"))])
+def test_view_checker_killed_by_a_signal_is_reported_as_killed(tmp_path, monkeypatch, mode):
+    """A checker that dies of a signal (the OOM killer's SIGKILL, a driver's SIGSEGV) is reported
+    as "the checker was killed by SIGKILL". In the view the judge's child is bwrap, which exits
+    128 + N instead; WorkerProcess.exit_description translates that only for the sandboxed worker."""
+    from zlf_taskpkg import judge, sandbox
+    (tmp_path / "atk49_dies.py").write_text("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n")
+    monkeypatch.chdir(tmp_path)  # -m finds the module in the working directory
+    place = sandbox.Place(tmp_path / "out")
+    proc = None
+    try:
+        proc = judge.WorkerProcess(tmp_path / "spec.json", tmp_path / "checker.log", 1, "atk49_dies", place=place,
+                                   mode=sandbox.BWRAP if mode == "bwrap" else sandbox.NONE, share_pid=True)
+        what = proc.exit_description()
+    finally:
+        if proc is not None:
+            proc.kill()
+        place.remove()
+    assert what == "the candidate's process was killed by SIGKILL", what
