@@ -42,6 +42,8 @@ print("personality", open("/proc/self/personality").read().strip(), flush=True)
 print("oom", open("/proc/self/oom_score_adj").read().strip(), flush=True)
 print("slack", open("/proc/self/timerslack_ns").read().strip(), flush=True)
 print("marker", os.path.exists("/mnt/zlf_atk49_marker"), flush=True)
+import socket, time
+print("monotonic", int(time.monotonic()), "host", socket.gethostname(), flush=True)
 '''
 
 
@@ -204,6 +206,29 @@ def test_spawn_chroot_in_the_same_mount_namespace_is_the_callers(server, tmp_pat
     finally:
         helper.kill()
         helper.wait(timeout=60)
+
+
+def _unshare_can(*flags):
+    if not ROOT or not shutil.which("unshare"):
+        return False
+    return subprocess.run(["unshare", *flags, "true"], capture_output=True, timeout=60).returncode == 0
+
+
+@pytest.mark.skipif(not _unshare_can("--uts"), reason="unshare --uts unusable here")
+def test_spawn_a_stand_in_in_its_own_uts_namespace_runs_inside_it(server):
+    """What 6c0d894 covers, beyond its mount-namespace test: another uts namespace (its own
+    hostname) starts plainly, inside it."""
+    seen = run_probe(server, wrapper=("unshare", "--uts", "sh", "-c", 'hostname atk49-uts && exec "$@"', "sh"))
+    assert seen["monotonic"].split()[2] == "atk49-uts" and not seen["forked"], seen
+
+
+@pytest.mark.skipif(not _unshare_can("--time", "--fork"), reason="no time namespaces here")
+@pytest.mark.xfail(strict=True, reason="ATTACK: the namespace check (zlf_spawn_client/server.namespaces) omits "
+                                       "'time': a stand-in in another time namespace gets the server's clocks")
+def test_spawn_a_stand_in_in_its_own_time_namespace_keeps_its_clocks(server):
+    offset = 86_400_000  # 1000 days on CLOCK_MONOTONIC: far above this machine's own uptime
+    seen = run_probe(server, wrapper=("unshare", "--time", "--fork", "--monotonic", str(offset)))
+    assert int(seen["monotonic"].split()[0]) >= offset, seen
 
 
 # --- 60cc524: the checker of a sandboxed CUDA pair sees the pair's directory as its /dev/shm ---------
