@@ -196,9 +196,8 @@ def deactivate(fake, previous) -> None:
             del caches[device]
             touched = True
     if touched:
-        for obj in gc.get_objects():
-            if isinstance(obj, Autotuner):
-                obj.cache.clear()
+        for obj in _instances(gc, Autotuner):
+            obj.cache.clear()
     driver._active = previous
 
 
@@ -208,5 +207,13 @@ def _jit_functions(jit, gc) -> list:
     registry = getattr(jit, "_triton_jit_function_registry", None)
     if isinstance(registry, dict):
         return list(registry.values())
-    kind = getattr(jit, "JITFunction", None)
-    return [obj for obj in gc.get_objects() if kind is not None and isinstance(obj, kind)]
+    return _instances(gc, getattr(jit, "JITFunction", None))
+
+
+def _instances(gc, kind) -> list:
+    """The collector's objects whose type is ``kind`` or a subclass of it. By ``type()``, never
+    ``isinstance()``: that reads ``__class__``, which a dead ``weakref.proxy`` elsewhere in the
+    process answers with an exception."""
+    if kind is None:
+        return []
+    return [obj for obj in gc.get_objects() if issubclass(type(obj), kind)]
