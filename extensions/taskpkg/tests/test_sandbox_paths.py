@@ -114,5 +114,22 @@ def test_the_judge_gives_the_checker_the_pairs_dev_shm_only_for_a_sandboxed_cuda
         place.remove()
     assert (seen["argv"][0] == "/usr/bin/bwrap") is viewed
     assert seen["env"][judge.SHM_DIR_ENV] == ("/dev/shm" if viewed else str(place.shm))
+    assert seen["env"].get(sandbox.SHM_VIEW_ENV) == ("1" if viewed else None)
     if viewed:
         assert seen["argv"][seen["argv"].index("--bind") + 1:][:2] == [str(place.shm), "/dev/shm"]
+
+
+def test_a_checker_whose_dev_shm_would_follow_links_does_not_start(tmp_path, monkeypatch, capsys):
+    """In the view the candidate can write to the checker's /dev/shm: where the kernel cannot make
+    it follow no links (before Linux 5.10), the checker refuses to run rather than write through a
+    link the candidate planted."""
+    from zlf_taskpkg import checker
+
+    monkeypatch.setattr(checker.faulthandler, "enable", lambda: None)  # needs a real stderr
+    monkeypatch.setattr(checker, "make_undumpable", lambda: True)
+    monkeypatch.setattr(checker, "follow_no_links", lambda: "mount(2) refused: Invalid argument")
+    monkeypatch.setenv(sandbox.SHM_VIEW_ENV, "1")
+    spec = tmp_path / "spec.json"
+    spec.write_text("{}")
+    assert checker.main([str(spec), "0", "1"]) == 70
+    assert "will not share the candidate's /dev/shm: mount(2) refused" in capsys.readouterr().err

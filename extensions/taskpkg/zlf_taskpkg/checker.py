@@ -45,7 +45,7 @@ from zlf.session import Session
 from . import outcome as V
 from .outcome import timing_to_json
 from .package import TaskPackage
-from .sandbox import make_undumpable
+from .sandbox import SHM_VIEW_ENV, follow_no_links, make_undumpable
 from .shared import SharedArena
 from .speed import io_bytes
 
@@ -580,6 +580,12 @@ def main(argv=None) -> int:
     spec = json.loads(Path(argv[0]).read_text())
     faulthandler.enable()
     make_undumpable()  # the candidate's process may see this one: its memory stays closed to it
+    if os.environ.pop(SHM_VIEW_ENV, None):  # the pair's directory as /dev/shm: the candidate writes there too
+        why = follow_no_links()
+        if why:
+            print(f"zlf task: the checker will not share the candidate's /dev/shm: {why} "
+                  "(Linux 5.10 or later; or judge with --sandbox none)", file=sys.stderr)
+            return 70
     events = os.fdopen(int(argv[2]), "w", buffering=1)
     ctrl = os.fdopen(int(argv[1]), "r")
     return V.serve(ctrl, events, lambda: Checker(spec, events), _handle, "checker")

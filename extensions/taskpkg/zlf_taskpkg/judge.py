@@ -155,7 +155,9 @@ class WorkerProcess:
             if mode == sandbox.BWRAP and share_pid:  # legacy CUDA IPC: the worker sees what it exports
                 argv = sandbox.shm_view_command(argv, place)
                 env[SHM_DIR_ENV] = SHM_DIR
-        self.sandboxed = place is not None and mode == sandbox.BWRAP and module == "zlf_taskpkg.worker"
+                env[sandbox.SHM_VIEW_ENV] = "1"
+        #: bwrap stands between the judge and the process (the worker's sandbox, the checker's view)
+        self.wrapped = argv[0] != sys.executable
         self.proc = subprocess.Popen(
             argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, pass_fds=(r_ctrl, w_evt),
             env=env,
@@ -283,8 +285,8 @@ class WorkerProcess:
             self.kill()
             rc = self.proc.returncode
         self.flush_log()
-        if rc is not None and self.sandboxed and 128 < rc < 128 + 65:
-            rc = 128 - rc  # bwrap exits 128 + N when the sandboxed process was killed by signal N
+        if rc is not None and self.wrapped and 128 < rc < 128 + 65:
+            rc = 128 - rc  # bwrap exits 128 + N when the process inside was killed by signal N
         if rc is not None and rc < 0:
             return f"the candidate's process was killed by {_signal_name(rc)}"
         return f"the candidate's process exited with code {rc}"

@@ -56,16 +56,20 @@ PR_SET_DUMPABLE = 4
 _libc = None
 
 
-def _prctl(option: int, value: int) -> bool:
+def _c():
+    """The C library (None where it cannot be loaded)."""
     global _libc
     if _libc is None:
         try:
             _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
         except OSError:
             _libc = False
-    if not _libc:
-        return False
-    return _libc.prctl(option, value, 0, 0, 0) == 0
+    return _libc or None
+
+
+def _prctl(option: int, value: int) -> bool:
+    libc = _c()
+    return libc is not None and libc.prctl(option, value, 0, 0, 0) == 0
 
 
 def make_undumpable() -> bool:
@@ -206,14 +210,49 @@ def interpreter_paths(argv: list) -> set:
     return paths
 
 
+#: set for a checker started by :func:`shm_view_command`: it calls :func:`follow_no_links` first
+SHM_VIEW_ENV = "ZLF_TASK_SHM_VIEW"
+
+
 def shm_view_command(argv: list, place: Place) -> list:
     """``argv`` (the checker) in a mount namespace of its own whose ``/dev/shm`` is the pair's
-    directory, everything else as it is. The CUDA driver keeps part of a legacy IPC export in
-    ``/dev/shm``, where the importing process opens it: a worker whose sandbox shows it only the
-    pair's directory failed every import ("mapping of buffer object failed") while the checker
-    exported into the machine's ``/dev/shm``."""
-    return [find_bwrap(), "--die-with-parent", "--dev-bind", "/", "/", "--bind", str(place.shm), SHM_DIR,
-            "--"] + list(argv)
+    directory. The CUDA driver keeps part of a legacy IPC export in ``/dev/shm``, where the
+    importing process opens it: a worker whose sandbox shows it only the pair's directory failed
+    every import ("mapping of buffer object failed") while the checker exported into the
+    machine's ``/dev/shm``.
+
+    Besides ``/dev/shm``, bwrap sets ``no_new_privs`` (the checker runs no setuid program), and
+    where the judge is not root the checker gets a user namespace of its own with
+    ``CAP_SYS_ADMIN`` in it, for :func:`follow_no_links` alone; everything else is as it is."""
+    cmd = [find_bwrap(), "--die-with-parent"]
+    if os.geteuid() != 0:
+        cmd += ["--unshare-user", "--cap-add", "CAP_SYS_ADMIN"]
+    return cmd + ["--dev-bind", "/", "/", "--bind", str(place.shm), SHM_DIR, "--"] + list(argv)
+
+
+#: mount(2) flags, and the statvfs(3) flags that say which of them a mount has now
+MS_REMOUNT, MS_BIND, MS_NOSYMFOLLOW = 32, 4096, 256
+_KEPT_FLAGS = ((os.ST_RDONLY, 1), (os.ST_NOSUID, 2), (os.ST_NODEV, 4), (os.ST_NOEXEC, 8), (os.ST_NOATIME, 1024),
+               (os.ST_NODIRATIME, 2048), (os.ST_RELATIME, 1 << 21))
+
+
+def follow_no_links(path: str = SHM_DIR) -> Optional[str]:
+    """Remount ``path`` (a bind mount of this process's own namespace) so that no symbolic link
+    below it is followed (``MS_NOSYMFOLLOW``, Linux 5.10). The candidate can write to the pair's
+    directory: a link it plants under a name the driver or torch will open in the checker's
+    ``/dev/shm`` would carry the checker's write elsewhere (a record, the package). None when
+    done, else why not."""
+    libc = _c()
+    if libc is None:
+        return "no C library to call mount(2) with"
+    flags = MS_REMOUNT | MS_BIND | MS_NOSYMFOLLOW
+    now = os.statvfs(path).f_flag
+    for st_flag, ms_flag in _KEPT_FLAGS:  # a remount keeps none it does not name (locked ones must stay)
+        if now & st_flag:
+            flags |= ms_flag
+    if libc.mount(None, os.fsencode(path), None, flags, None) != 0:
+        return f"mount(2) refused to stop {path} following links: {os.strerror(ctypes.get_errno())}"
+    return None
 
 
 def bwrap_command(argv: list, place: Place, share_pid: bool, keep_fds=()) -> list:
