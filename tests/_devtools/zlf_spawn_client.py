@@ -12,8 +12,9 @@ directory, environment, umask, resource limits, signal dispositions and mask, an
 exits the way the child exits (the same code, or killed by the same signal). When it dies, the
 server kills the child. Whatever does not match the server (another interpreter, other flags,
 other import-time environment variables, a ``sys.path`` on which this process could find another
-module than the server's) is refused, and this process starts normally, as does any process when
-the server cannot be reached.
+module than the server's, other namespaces, root, credentials, security state or scheduling:
+:func:`traits`) is refused, and this process starts normally, as does any process when the server
+cannot be reached.
 """
 import os
 import sys
@@ -56,20 +57,65 @@ def _request(sock_fd: int) -> dict:
         "cwd": os.getcwd(), "env": dict(os.environ), "umask": umask, "fds": fds,
         "leader": os.getsid(0) == os.getpid(), "dispositions": dispositions,
         "mask": sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])), "limits": limits,
-        "namespaces": namespaces(),
+        "traits": traits(),
     }
 
 
-def namespaces() -> dict:
-    """This process's Linux namespaces (``mnt:[4026531841]`` ...): a process started in other ones
-    (a sandbox's) must not be forked from the server, which would run it outside them."""
+#: the lines of /proc/self/status a child forked from the server would take from the server
+STATUS_TRAITS = ("Uid", "Gid", "Groups", "NoNewPrivs", "Seccomp", "CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")
+#: ioprio_get(2)'s number where Python has no call for it
+IOPRIO_GET = {"x86_64": 252, "aarch64": 31}
+
+
+def traits() -> dict:
+    """What a child forked from the server would take from the server instead of from this
+    process: its namespaces, root directory, credentials and capabilities, security state
+    (no_new_privs, seccomp) and scheduling (nice, CPU affinity, policy, I/O priority, OOM score,
+    timer slack, personality). A request whose traits differ from the server's is refused: a
+    process its caller put in a sandbox, under setpriv, nice or taskset starts where it was put."""
     found = {}
-    for name in ("mnt", "pid", "net", "ipc", "uts", "user", "cgroup"):
-        try:
-            found[name] = os.readlink(f"/proc/self/ns/{name}")
-        except OSError:
-            found[name] = None
+    for name in ("mnt", "pid", "net", "ipc", "uts", "user", "cgroup", "time"):
+        found["ns " + name] = _quietly(os.readlink, f"/proc/self/ns/{name}")
+    found["root"] = _root()
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                key, _, value = line.partition(":")
+                if key in STATUS_TRAITS:
+                    found[key] = value.split()
+    except OSError:
+        pass
+    for name in ("oom_score_adj", "timerslack_ns", "personality"):
+        found[name] = _quietly(lambda path: open(path).read().strip(), f"/proc/self/{name}")
+    found["nice"] = os.getpriority(os.PRIO_PROCESS, 0)
+    found["affinity"] = sorted(os.sched_getaffinity(0))
+    found["scheduler"] = os.sched_getscheduler(0)
+    number = IOPRIO_GET.get(os.uname().machine)
+    if number is not None:
+        import ctypes
+
+        found["ioprio"] = ctypes.CDLL(None, use_errno=True).syscall(number, 1, 0)  # IOPRIO_WHO_PROCESS, self
     return found
+
+
+def _root() -> list:
+    """The root directory: its device and inode, and the mount it is on (a chroot into a bind
+    mount of / has the same inode on another mount)."""
+    fd = os.open("/", os.O_RDONLY)
+    try:
+        info = os.fstat(fd)
+        mount = _quietly(lambda path: [line.split()[1] for line in open(path) if line.startswith("mnt_id:")],
+                         f"/proc/self/fdinfo/{fd}")
+        return [info.st_dev, info.st_ino, mount]
+    finally:
+        os.close(fd)
+
+
+def _quietly(read, path):
+    try:
+        return read(path)
+    except OSError:
+        return None
 
 
 def _read(sock, buffer: bytearray, wake=None):

@@ -30,6 +30,7 @@ import signal
 import socket
 import sys
 
+HERE = os.path.dirname(os.path.abspath(__file__))
 #: environment variables (prefixes) whose value the preloaded modules read at import time, or
 #: that change how Python itself starts: a request whose value differs from the server's starts
 #: normally instead.
@@ -51,17 +52,17 @@ _KEPT = []
 READ_WHEN_USED_ENV = ("PYTHONBREAKPOINT",)
 
 
-def namespaces() -> dict:
-    """This process's Linux namespaces, as the stand-in reports its own (``zlf_spawn_client.namespaces``):
-    a request from other ones (a sandbox's mount namespace) is refused, since a fork of this
-    process would run outside them."""
-    found = {}
-    for name in ("mnt", "pid", "net", "ipc", "uts", "user", "cgroup"):
-        try:
-            found[name] = os.readlink(f"/proc/self/ns/{name}")
-        except OSError:
-            found[name] = None
-    return found
+def own_traits() -> dict:
+    """This process's traits, as the stand-in reports its own (``zlf_spawn_client.traits``, the one
+    definition: loaded from its copy beside this one, the session's ``sitecustomize.py``, never
+    imported as a module of the server's)."""
+    import importlib.util
+
+    names = [os.path.join(HERE, name) for name in ("sitecustomize.py", "zlf_spawn_client.py")]
+    spec = importlib.util.spec_from_file_location("zlf_spawn_traits", next(filter(os.path.exists, names), names[0]))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.traits()
 
 
 def _provides(folder: str) -> set:
@@ -187,10 +188,10 @@ class Server:
         argv = request.get("argv") or []
         if len(argv) < 3 or argv[1] != "-m" or argv[0] != request.get("executable"):
             return "not started as python -m MODULE"
-        theirs, own = request.get("namespaces") or {}, self.own["namespaces"]
+        theirs, own = request.get("traits") or {}, self.own["traits"]
         for name in sorted(own):
             if theirs.get(name) != own[name]:
-                return f"another {name} namespace"
+                return f"another {name}"
         for key in ("executable", "flags", "warnoptions", "xoptions"):
             theirs, own = request.get(key), self.own[key]
             if key == "flags" and isinstance(theirs, list):
@@ -542,7 +543,7 @@ def main(argv) -> int:
     # this script's folder (put first because this runs as a script)
     own = {"executable": sys.executable, "path": sys.path[1:], "flags": list(sys.flags),
            "warnoptions": list(sys.warnoptions), "xoptions": repr(sorted(sys._xoptions.items())),
-           "env": _env_view(os.environ), "namespaces": namespaces()}
+           "env": _env_view(os.environ), "traits": own_traits()}
     # listening before the imports: the session goes on starting its workers meanwhile, and a
     # stand-in that asks early waits for its answer instead of starting plainly
     listener = listen(path)
