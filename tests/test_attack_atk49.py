@@ -11,6 +11,7 @@ child sees that environment."""
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import shutil
 import signal
@@ -83,36 +84,28 @@ def test_control_a_plain_stand_in_is_forked_by_the_server(server):
     assert run_probe(server)["forked"]
 
 
-HOLE = "ATTACK: spawn server forks a stand-in whose {} differs; child gets the server's (zlf_spawn_server.Server.refusal / _become)"
-
-
-@pytest.mark.xfail(strict=True, reason=HOLE.format("nice value"))
 def test_spawn_nice_value_is_the_callers(server):
     seen = run_probe(server, preexec_fn=lambda: os.nice(7))
     assert seen["nice"] == "7", seen
 
 
-@pytest.mark.xfail(strict=True, reason=HOLE.format("CPU affinity (taskset)"))
 def test_spawn_cpu_affinity_is_the_callers(server):
     cpu = min(os.sched_getaffinity(0))
     seen = run_probe(server, preexec_fn=lambda: os.sched_setaffinity(0, {cpu}))
     assert seen["affinity"] == f"[{cpu}]", seen
 
 
-@pytest.mark.xfail(strict=True, reason=HOLE.format("scheduling policy (chrt --batch)"))
 def test_spawn_scheduling_policy_is_the_callers(server):
     seen = run_probe(server, preexec_fn=lambda: os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0)))
     assert seen["policy"] == str(os.SCHED_BATCH), seen
 
 
 @pytest.mark.skipif(os.uname().machine != "x86_64" or not shutil.which("ionice"), reason="x86_64 ioprio_get, ionice")
-@pytest.mark.xfail(strict=True, reason=HOLE.format("I/O priority (ionice -c 3)"))
 def test_spawn_io_priority_is_the_callers(server):
     seen = run_probe(server, wrapper=(shutil.which("ionice"), "-c", "3"))
     assert int(seen["ioprio"]) >> 13 == 3, seen  # IOPRIO_CLASS_IDLE
 
 
-@pytest.mark.xfail(strict=True, reason=HOLE.format("OOM score adjustment"))
 def test_spawn_oom_score_adj_is_the_callers(server):
     def adj():
         with open("/proc/self/oom_score_adj", "w") as f:
@@ -121,7 +114,6 @@ def test_spawn_oom_score_adj_is_the_callers(server):
     assert seen["oom"] == "500", seen
 
 
-@pytest.mark.xfail(strict=True, reason=HOLE.format("timer slack (prctl PR_SET_TIMERSLACK)"))
 def test_spawn_timer_slack_is_the_callers(server):
     libc = ctypes.CDLL(None, use_errno=True)
     seen = run_probe(server, preexec_fn=lambda: libc.prctl(29, 777777, 0, 0, 0))
@@ -129,14 +121,12 @@ def test_spawn_timer_slack_is_the_callers(server):
 
 
 @pytest.mark.skipif(not shutil.which("setarch"), reason="setarch")
-@pytest.mark.xfail(strict=True, reason=HOLE.format("personality (setarch -R: no ASLR)"))
 def test_spawn_personality_is_the_callers(server):
     seen = run_probe(server, wrapper=(shutil.which("setarch"), os.uname().machine, "-R"))
     assert int(seen["personality"], 16) & 0x0040000, seen  # ADDR_NO_RANDOMIZE
 
 
 @pytest.mark.skipif(not shutil.which("setpriv"), reason="setpriv")
-@pytest.mark.xfail(strict=True, reason=HOLE.format("no_new_privs flag (setpriv --no-new-privs)"))
 def test_spawn_no_new_privs_is_the_callers(server):
     seen = run_probe(server, wrapper=(shutil.which("setpriv"), "--no-new-privs"))
     assert seen["NoNewPrivs"] == "1", seen
@@ -158,21 +148,18 @@ def _seccomp_allow_all():
     assert libc.prctl(22, 2, ctypes.byref(prog), 0, 0) == 0  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
 
 
-@pytest.mark.xfail(strict=True, reason=HOLE.format("seccomp filter: the child runs unfiltered"))
 def test_spawn_seccomp_filter_is_the_callers(server):
     seen = run_probe(server, preexec_fn=_seccomp_allow_all)
     assert seen["Seccomp"] == "2", seen
 
 
 @pytest.mark.skipif(not ROOT or not shutil.which("setpriv"), reason="needs root to drop capabilities")
-@pytest.mark.xfail(strict=True, reason=HOLE.format("capability bounding set: the child keeps CAP_SYS_ADMIN"))
 def test_spawn_dropped_capability_stays_dropped(server):
     seen = run_probe(server, wrapper=(shutil.which("setpriv"), "--bounding-set=-sys_admin", "--inh-caps=-all"))
     assert not int(seen["CapEff"], 16) & (1 << 21) and not int(seen["CapBnd"], 16) & (1 << 21), seen
 
 
 @pytest.mark.skipif(not ROOT, reason="needs root to change gid and groups")
-@pytest.mark.xfail(strict=True, reason=HOLE.format("gid and supplementary groups (setpriv --regid/--groups)"))
 def test_spawn_gid_and_groups_are_the_callers(server):
     def ids():
         os.setgroups([4242])
@@ -182,7 +169,6 @@ def test_spawn_gid_and_groups_are_the_callers(server):
 
 
 @pytest.mark.skipif(not ROOT or not shutil.which("unshare"), reason="needs root for mounts and chroot")
-@pytest.mark.xfail(strict=True, reason=HOLE.format("root directory (chroot, same mount namespace)"))
 def test_spawn_chroot_in_the_same_mount_namespace_is_the_callers(server, tmp_path):
     """A chroot changes what '/' is without a namespace of its own. The chroot's tree is built in a
     private mount namespace of a helper (so nothing is mounted on the machine) and reached through
@@ -223,8 +209,6 @@ def test_spawn_a_stand_in_in_its_own_uts_namespace_runs_inside_it(server):
 
 
 @pytest.mark.skipif(not _unshare_can("--time", "--fork"), reason="no time namespaces here")
-@pytest.mark.xfail(strict=True, reason="ATTACK: the namespace check (zlf_spawn_client/server.namespaces) omits "
-                                       "'time': a stand-in in another time namespace gets the server's clocks")
 def test_spawn_a_stand_in_in_its_own_time_namespace_keeps_its_clocks(server):
     offset = 86_400_000  # 1000 days on CLOCK_MONOTONIC: far above this machine's own uptime
     seen = run_probe(server, wrapper=("unshare", "--time", "--fork", "--monotonic", str(offset)))
@@ -242,7 +226,12 @@ def _no_bwrap():
 
 
 NO_BWRAP = _no_bwrap()
-needs_bwrap = pytest.mark.skipif(NO_BWRAP is not None, reason=f"bubblewrap unusable here: {NO_BWRAP}")
+
+
+def needs_bwrap(test):
+    """The task extension (run in the session where it is installed) and a usable bwrap."""
+    test = pytest.mark.skipif(NO_BWRAP is not None, reason=f"bubblewrap unusable here: {NO_BWRAP}")(test)
+    return pytest.mark.extensions("task")(test)
 
 
 @pytest.fixture
@@ -260,21 +249,24 @@ def _in_view(place, code, *args, **kw):
 
 
 @needs_bwrap
-@pytest.mark.xfail(strict=True, reason="ATTACK: a symlink the candidate plants in the pair's dir redirects the "
-                                       "checker's /dev/shm writes outside (sandbox.shm_view_command)")
 def test_view_a_planted_symlink_does_not_carry_the_checkers_shm_write_outside(place, tmp_path):
     """The candidate sees the pair's directory as its /dev/shm and may plant anything there. Before
     60cc524 the checker exported into the machine's /dev/shm, out of the candidate's reach; now
     a name the checker (or the CUDA driver / torch / multiprocessing for it) creates in /dev/shm can be
     a link of the candidate's to a file the candidate cannot write itself (the run directory's
-    records). The docstring of the new test says "What the checker writes there lands in the
-    pair's directory": a link makes it land outside."""
+    records). The checker in the view first makes its /dev/shm follow no links, as here."""
     victim = tmp_path / "out" / "verdict.json"
     victim.write_text("{\"verdict\": \"judge's\"}")
     os.symlink(victim, place.shm / "cuda.shm.planted")  # what the candidate did, seeing it as /dev/shm/cuda.shm.planted
-    done = _in_view(place, "open('/dev/shm/cuda.shm.planted', 'w').write('candidate was here')")
+    done = _in_view(place, "from zlf_taskpkg.sandbox import follow_no_links\n"
+                           "why = follow_no_links()\nassert why is None, why\n"
+                           "try:\n    open('/dev/shm/cuda.shm.planted', 'w').write('candidate was here')\n"
+                           "except OSError as exc:\n    print('refused', exc.errno)\n"
+                           "open('/dev/shm/cuda.shm.own', 'w').write('the checker was here')\n")
     assert done.returncode == 0, done.stderr
     assert victim.read_text() == "{\"verdict\": \"judge's\"}"
+    assert done.stdout.split() == ["refused", str(errno.ELOOP)]
+    assert (place.shm / "cuda.shm.own").read_text() == "the checker was here"  # its own files still land there
 
 
 @needs_bwrap
@@ -298,14 +290,14 @@ def test_view_keeps_cwd_env_tmp_fds_and_process_group(place, tmp_path):
 
 
 @needs_bwrap
-@pytest.mark.xfail(strict=True, reason="ATTACK: shm_view_command's 'everything else as it is' is false: bwrap sets "
-                                       "no_new_privs on the trusted checker (sandbox.shm_view_command docstring)")
 def test_view_changes_nothing_but_dev_shm_no_new_privs(place):
+    """bwrap sets no_new_privs on the checker in the view: shm_view_command's docstring says so (it
+    said "everything else as it is")."""
+    from zlf_taskpkg import sandbox
     code = "print([l.split()[1] for l in open('/proc/self/status') if l.startswith('NoNewPrivs')][0])"
-    outside = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     done = _in_view(place, code)
     assert done.returncode == 0, done.stderr
-    assert done.stdout == outside.stdout
+    assert done.stdout.strip() == "1" and "no_new_privs" in sandbox.shm_view_command.__doc__
 
 
 def _pid_alive(pid):
@@ -435,6 +427,7 @@ def _ir_run(tmp_path, mode_code):
     return done
 
 
+@pytest.mark.extensions("ir_dump")
 def test_ir_no_registry_clears_fake_kernels_of_wrapped_functions_and_keeps_other_devices(tmp_path):
     """A JIT function held only inside Autotuner(Heuristics(...)) is found; the entry of another
     target (device 1) stays."""
@@ -443,8 +436,7 @@ def test_ir_no_registry_clears_fake_kernels_of_wrapped_functions_and_keeps_other
     assert lines(done.stdout) == {"plain": "[1]", "wrapped": "[1]"}, done.stdout
 
 
-@pytest.mark.xfail(strict=True, reason="ATTACK: deactivate's gc walk (fake_driver._jit_functions) raises "
-                                       "ReferenceError on any dead weakref.proxy in the process")
+@pytest.mark.extensions("ir_dump")
 def test_ir_no_registry_survives_a_dead_weak_proxy_elsewhere_in_the_process(tmp_path):
     """isinstance() on every collector object reads ``__class__``, which a dead weakref.proxy (or a
     lazy proxy whose ``__class__`` raises) answers with an exception: the walk breaks ``zlf ir``'s
@@ -454,6 +446,7 @@ def test_ir_no_registry_survives_a_dead_weak_proxy_elsewhere_in_the_process(tmp_
     assert lines(done.stdout) == {"plain": "[1]", "wrapped": "[1]"}, done.stdout
 
 
+@pytest.mark.extensions("ir_dump")
 def test_ir_no_registry_finds_a_subclass_instance(tmp_path):
     done = _ir_run(tmp_path, "def body(x):\n    pass\nsub = Mine(body)\nfns['sub'] = sub\n"
                    "sub.device_caches[0] = ({}, {}, fake.target, None, None)\n"
@@ -463,9 +456,7 @@ def test_ir_no_registry_finds_a_subclass_instance(tmp_path):
 
 
 @needs_bwrap
-@pytest.mark.parametrize("mode", ["none", pytest.param("bwrap", marks=pytest.mark.xfail(
-    strict=True, reason="ATTACK: a checker in the /dev/shm view killed by signal N is reported as 'exited with code "
-                        "128+N' (judge.WorkerProcess.exit_description: .sandboxed is False for the checker)"))])
+@pytest.mark.parametrize("mode", ["none", "bwrap"])
 def test_view_checker_killed_by_a_signal_is_reported_as_killed(tmp_path, monkeypatch, mode):
     """A checker that dies of a signal (the OOM killer's SIGKILL, a driver's SIGSEGV) is reported
     as "the checker was killed by SIGKILL". In the view the judge's child is bwrap, which exits
