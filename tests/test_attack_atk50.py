@@ -455,3 +455,123 @@ def test_follow_no_links_as_nobody_without_a_namespace_says_why(tmp_path):
     r = _as_nobody(tmp_path, NOBODY_PLAIN)
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
     assert "WHY 'mount(2) refused" in r.stdout, r.stdout
+
+
+# ----------------------------------------------------------------------------- 2. the spawn server's traits
+SPAWN_PROBE = r'''
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+print("pid", os.getpid(), flush=True)
+sig = ctypes.c_int(-1)
+libc.prctl(2, ctypes.byref(sig), 0, 0, 0)  # PR_GET_PDEATHSIG
+print("pdeathsig", sig.value, flush=True)
+print("thp", libc.prctl(42, 0, 0, 0, 0), flush=True)  # PR_GET_THP_DISABLE
+print("securebits", libc.prctl(27, 0, 0, 0, 0), flush=True)  # PR_GET_SECUREBITS
+print("coredump", open("/proc/self/coredump_filter").read().strip(), flush=True)
+print("cgroup", "|".join(l.strip() for l in open("/proc/self/cgroup") if ":pids:" in l), flush=True)
+'''
+LINUX = sys.platform.startswith("linux") and hasattr(os, "pidfd_open") and hasattr(sys, "orig_argv")
+ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+def _lines(text):
+    return {line.split(" ", 1)[0]: line.split(" ", 1)[1] for line in text.splitlines() if " " in line}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    if not LINUX:
+        pytest.skip("the spawn server is Linux, Python 3.10+")
+    from zlf_devsession import start_spawn_server, stop_spawn_server
+    from zlf.testing import pythonpath
+    folder = tmp_path_factory.mktemp("spawn50")
+    (folder / "probe50.py").write_text(SPAWN_PROBE)
+    (folder / "lib").mkdir()
+    base = {**os.environ, **pythonpath(folder / "lib"), "PYTHONPYCACHEPREFIX": str(folder / "pycache")}
+    base.pop("PYTHONDONTWRITEBYTECODE", None)
+    with open(folder / "server.log", "w") as log:
+        proc, env = start_spawn_server(folder, base, log)
+    assert env is not None, (folder / "server.log").read_text()
+    yield {**base, **env}, folder
+    stop_spawn_server(proc)
+
+
+def _spawn(server, preexec_fn=None):
+    env, folder = server
+    proc = subprocess.Popen([PY, "-m", "probe50"], cwd=folder, env=env, text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, preexec_fn=preexec_fn)
+    out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, out + err
+    seen = _lines(out)
+    seen["forked"] = int(seen["pid"]) != proc.pid
+    return seen
+
+
+def _prctl(*args):
+    import ctypes
+    assert ctypes.CDLL(None, use_errno=True).prctl(*(list(args) + [0] * (5 - len(args)))) == 0
+
+
+def test_spawn_control_a_plain_stand_in_is_forked(server):
+    seen = _spawn(server)
+    assert seen["forked"], seen
+
+
+@pytest.mark.xfail(strict=True, reason="ATTACK: traits() omits the parent-death signal: a stand-in started with "
+                   "PR_SET_PDEATHSIG is forked and its child has the server's (none)")
+def test_spawn_parent_death_signal_is_the_callers(server):
+    seen = _spawn(server, preexec_fn=lambda: _prctl(1, 9))  # PR_SET_PDEATHSIG, SIGKILL (kept across exec)
+    assert seen["pdeathsig"] == "9" or not seen["forked"], seen
+
+
+@pytest.mark.xfail(strict=True, reason="ATTACK: traits() omits PR_SET_THP_DISABLE (kept across exec): the forked "
+                   "child runs with transparent huge pages the caller disabled")
+def test_spawn_thp_disable_is_the_callers(server):
+    seen = _spawn(server, preexec_fn=lambda: _prctl(41, 1))  # PR_SET_THP_DISABLE
+    assert seen["thp"] == "1" or not seen["forked"], seen
+
+
+@pytest.mark.skipif(not ROOT, reason="setting securebits needs CAP_SETPCAP")
+@pytest.mark.xfail(strict=True, reason="ATTACK: traits() omits securebits: a stand-in with SECBIT_NO_SETUID_FIXUP "
+                   "is forked and its child has the server's securebits")
+def test_spawn_securebits_are_the_callers(server):
+    seen = _spawn(server, preexec_fn=lambda: _prctl(28, 0x4))  # PR_SET_SECUREBITS, SECBIT_NO_SETUID_FIXUP
+    assert seen["securebits"] == "4" or not seen["forked"], seen
+
+
+def _coredump_none():
+    with open("/proc/self/coredump_filter", "w") as f:
+        f.write("0x0")
+
+
+@pytest.mark.xfail(strict=True, reason="ATTACK: traits() omits /proc/self/coredump_filter (kept across exec): "
+                   "the forked child dumps what its caller excluded")
+def test_spawn_coredump_filter_is_the_callers(server):
+    seen = _spawn(server, preexec_fn=_coredump_none)
+    assert int(seen["coredump"], 16) == 0 or not seen["forked"], seen
+
+
+PIDS = Path("/sys/fs/cgroup/pids")
+
+
+@pytest.mark.skipif(not (ROOT and PIDS.is_dir() and os.access(PIDS, os.W_OK)), reason="no writable pids cgroup")
+@pytest.mark.xfail(strict=True, reason="ATTACK: traits() compares the cgroup namespace, not cgroup membership: a "
+                   "stand-in put in a limiting cgroup is forked and its child runs in the server's, unlimited")
+def test_spawn_cgroup_membership_is_the_callers(server):
+    group = PIDS / f"atk50-{os.getpid()}"
+    group.mkdir()
+    try:
+        (group / "pids.max").write_text("64")
+
+        def join():
+            (group / "cgroup.procs").write_text(str(os.getpid()))
+        seen = _spawn(server, preexec_fn=join)
+    finally:
+        for _ in range(50):
+            try:
+                group.rmdir()
+                break
+            except OSError:
+                import time
+                time.sleep(0.1)
+    assert group.name in seen["cgroup"] or not seen["forked"], seen
