@@ -223,7 +223,8 @@ def shm_view_command(argv: list, place: Place) -> list:
 
     Besides ``/dev/shm``, bwrap sets ``no_new_privs`` (the checker runs no setuid program), and
     where the judge is not root the checker gets a user namespace of its own with
-    ``CAP_SYS_ADMIN`` in it, for :func:`follow_no_links` alone; everything else is as it is."""
+    ``CAP_SYS_ADMIN`` in it, for :func:`follow_no_links` alone (which drops every capability once
+    it has remounted); everything else is as it is."""
     cmd = [find_bwrap(), "--die-with-parent"]
     if os.geteuid() != 0:
         cmd += ["--unshare-user", "--cap-add", "CAP_SYS_ADMIN"]
@@ -252,7 +253,28 @@ def follow_no_links(path: str = SHM_DIR) -> Optional[str]:
             flags |= ms_flag
     if libc.mount(None, os.fsencode(path), None, flags, None) != 0:
         return f"mount(2) refused to stop {path} following links: {os.strerror(ctypes.get_errno())}"
+    if os.geteuid() != 0 and not drop_capabilities():  # given by bwrap for the remount alone
+        return f"the capabilities given for the remount could not be dropped: {os.strerror(ctypes.get_errno())}"
     return None
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+def drop_capabilities() -> bool:
+    """Drop every capability of this process (effective, permitted, inheritable: capset(2),
+    version 3). True when done."""
+    libc = _c()
+    if libc is None:
+        return False
+    header = _CapHeader(0x20080522, 0)
+    data = (_CapData * 2)()
+    return libc.capset(ctypes.byref(header), data) == 0
 
 
 def bwrap_command(argv: list, place: Place, share_pid: bool, keep_fds=()) -> list:
