@@ -338,14 +338,19 @@ def guarded(call) -> int:
 
 def _stdout_reader_gone() -> bool:
     """Whether stdout is a pipe or socket whose reader has gone (poll sees an error or a hang-up
-    on it); True where that cannot be asked, as every BrokenPipeError was taken before."""
+    on it). A stdout without a descriptor (a caller's ``redirect_stdout``) has no reader to lose."""
+    import io
     import select
 
     try:
+        fd = sys.stdout.fileno()
+    except (io.UnsupportedOperation, ValueError, AttributeError):
+        return False
+    try:
         poller = select.poll()
-        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        poller.register(fd, select.POLLOUT)
         return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError):
         return True
 
 
