@@ -43,10 +43,16 @@ def restore_global_states(states: dict) -> None:
     import sys
 
     random.setstate(states["random"])
+    np = sys.modules.get("numpy")
     if "numpy" in states:
-        sys.modules["numpy"].random.set_state(states["numpy"])
-    if "torch" in states:
-        torch = sys.modules["torch"]
+        np.random.set_state(states["numpy"])
+    elif np is not None:  # first imported by the command: seeded from the system, as an import seeds it
+        np.random.seed()
+    torch = sys.modules.get("torch")
+    if "torch" not in states:
+        if torch is not None and hasattr(torch, "seed"):  # first imported by the command: from the system
+            torch.seed()
+    else:
         torch.set_rng_state(states["torch"])
         if "cuda" in states:
             try:
