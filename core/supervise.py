@@ -264,6 +264,9 @@ class Supervisor:
         #: the pipe a signal writes a byte to (:meth:`_wake_on_signals`), its read end watched
         #: beside the worker's pipe: the wait never sleeps through a stop
         self._wake: Optional[tuple] = None
+        #: the stops' own handlers while they are held (:meth:`_hold_stops`), and the one held
+        self._held: dict = {}
+        self._held_stop: Optional[int] = None
 
     # ------------------------------------------------------------------ the parent
     def run(self) -> int:
@@ -280,6 +283,7 @@ class Supervisor:
         try:
             while True:
                 self.began_any, self.final = False, None
+                self._hold_stops()
                 pid, fd = self._fork()
                 status = self._wait(pid, fd)
                 if self.final is not None:
@@ -288,12 +292,43 @@ class Supervisor:
                 if rc is not None:
                     return rc
         finally:
+            self._release_stops(raise_held=False)
             self._passed_on.restore()
             if previous is not None:
                 signal.signal(signal.SIGHUP, previous)
             if self._wake is not None:
                 signal.set_wakeup_fd(previous_wakeup)
                 self._close_wake()
+
+    #: the signals that stop a run
+    STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def _hold_stops(self) -> None:
+        """From the fork until the wait can take it, a stop (Ctrl-C, SIGTERM, SIGHUP) is kept, not
+        raised: raised there (between bytecodes of the fork's bookkeeping), it left the parent
+        without stopping the worker, and an exception came out of :meth:`run`.
+        :meth:`_release_stops` puts the handlers back and raises the one kept, inside the wait."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        self._held_stop = None
+
+        def keep(signum, frame):
+            if self._held_stop is None:
+                self._held_stop = signum
+
+        for sig in self.STOPS:
+            handler = signal.getsignal(sig)
+            if callable(handler):
+                self._held[sig] = handler
+                signal.signal(sig, keep)
+
+    def _release_stops(self, raise_held: bool = True) -> None:
+        held, self._held = self._held, {}
+        for sig, handler in held.items():
+            signal.signal(sig, handler)
+        signum, self._held_stop = self._held_stop, None
+        if raise_held and signum is not None and signum in held:
+            held[signum](signum, None)  # the handler raises its stop here, where the wait takes it
 
     def _wake_on_signals(self) -> int:
         """Have every signal write a byte to a pipe the wait watches; returns the wake-up file
@@ -331,6 +366,7 @@ class Supervisor:
         self._told[0] = 0
         pid = os.fork()
         if pid == 0:  # the worker
+            self._release_stops(raise_held=False)  # its stops are its own (the parent passes them on)
             os.close(read)
             self._worker(write, resume, preexec)
         os.close(write)
@@ -353,6 +389,7 @@ class Supervisor:
         try:
             while True:
                 try:
+                    self._release_stops()  # a stop that came since the fork is taken now
                     for key, _ in sel.select(self._timeout(pidfd is None)):
                         if key.data == "events":
                             chunk = os.read(fd, 1 << 16)
