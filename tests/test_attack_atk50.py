@@ -398,14 +398,13 @@ def _as_nobody_in(top, tmp_path, code):
     world = top / "world"
     world.mkdir()
     os.chmod(world, 0o777)
-    # nobody cannot reach the venv's interpreter (under /root): the system's Python 3.11, with the
-    # venv's site directory (the editable installs) and a copy of pluggy
+    # nobody may reach neither the interpreter nor the checkout (both can lie under /root, 0700):
+    # the system's Python 3.11 with copies of zlf, zlf_taskpkg and their pure-Python dependencies
     import importlib
     deps = top / "deps"
-    for name in ("pluggy", "attr", "attrs", "yaml", "tabulate"):
-        shutil.copytree(Path(importlib.import_module(name).__file__).parent, deps / name)
-    site_dir = [p for p in sys.path if p.endswith("site-packages") and p.startswith(sys.prefix)][0]
-    (deps / "sitecustomize.py").write_text(f"import site\nsite.addsitedir({site_dir!r})\n")
+    for name in ("zlf", "zlf_taskpkg", "pluggy", "attr", "attrs", "yaml", "tabulate"):
+        shutil.copytree(Path(importlib.import_module(name).__file__).parent, deps / name,
+                        ignore=shutil.ignore_patterns("__pycache__", "tests"))
     for d, _, files in os.walk(top):
         os.chmod(d, 0o755 if d != str(world) else 0o777)
         for name in files:
