@@ -303,7 +303,8 @@ def _standard_streams() -> None:
 
 def guarded(call) -> int:
     """``call()``'s exit code, with what the command line makes of errors: a UsageError is one
-    line and 2, Ctrl-C 130, SIGTERM 143, a reader gone 141, a full disk one line and 2."""
+    line and 2, Ctrl-C 130, SIGTERM 143, stdout's reader gone (a pipe, socket or terminal) 141,
+    a full disk one line and 2."""
     from .procs import stop_code, stop_word
 
     try:
@@ -326,8 +327,16 @@ def guarded(call) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
     except OSError as exc:
+        import errno
+        import os
+
         from .rundir import disk_full
 
+        if exc.errno == errno.EIO and _stdout_reader_gone():
+            # stdout a terminal that is gone (its window closed, not ours so no SIGHUP): nobody
+            # reads what zlf would say; stop quietly, as for a reader gone.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 141
         if not disk_full(exc):
             raise
         # A full disk (or a file-size limit) is the place given, not a bug: what was written stays.
@@ -337,8 +346,8 @@ def guarded(call) -> int:
 
 
 def _stdout_reader_gone() -> bool:
-    """Whether stdout is a pipe or socket whose reader has gone (poll sees an error or a hang-up
-    on it). A stdout without a descriptor (a caller's ``redirect_stdout``) has no reader to lose."""
+    """Whether stdout is a pipe, socket or terminal whose reader has gone (poll sees an error or
+    a hang-up on it). A stdout without a descriptor (a caller's ``redirect_stdout``) has no reader to lose."""
     import io
     import select
 
