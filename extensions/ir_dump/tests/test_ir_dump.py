@@ -362,6 +362,38 @@ def test_targets_triton_compiles_for_are_accepted(text):
     assert f"{target.backend}:{target.arch}" == text
 
 
+PTXAS_REFUSES = """
+import os, sys, triton
+from zlf.cli import main
+
+def compile(src, target=None, options=None, **kw):  # Triton 3.9 on cuda:101: ptxas-blackwell knows no sm_101a
+    print("Internal Triton PTX codegen error\\n`ptxas` stderr:\\n"
+          "ptxas-blackwell fatal   : Value 'sm_101a' is not defined for option 'gpu-name'\\n.target sm_101a")
+    os.write(2, b"error: a reproducer the compiler wrote itself\\n")
+    raise RuntimeError("PTXAS error: Internal Triton PTX codegen error")
+
+triton.compile = compile  # the real JIT path of the points is not this attribute
+sys.exit(main(["ir", "add", "--dtype", "float32", "--target", "cuda:90", "--ext", "ir_dump", "--out", "out"]))
+"""
+
+
+def test_a_target_the_compiler_refuses_is_one_line_before_anything_is_written(tmp_path):
+    """An arch that passes --target's check (ptxas lists sm_101) but that Triton's compiler cannot
+    build for (it hands sm_101a to ptxas-blackwell) was one compiler dump per point in a run dir:
+    zlf ir compiles a probe kernel first and turns its failure into one line, the compiler's
+    output (its PTX on stdout, its diagnostics on stderr) kept out of the terminal."""
+    env = _env({"TRITON_CACHE_DIR": str(tmp_path / "triton_cache")})
+    env.pop("TRITON_INTERPRET", None)
+    done = subprocess.run([sys.executable, "-c", PTXAS_REFUSES], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stdout == ""
+    assert done.stderr.splitlines() == ["zlf: error: --target 'cuda:90': Triton %s cannot compile for it "
+                                        "(Value 'sm_101a' is not defined for option 'gpu-name')"
+                                        % __import__("triton").__version__], done.stderr
+    assert not (tmp_path / "out").exists()
+
+
 def test_the_default_triton_cache_is_named_when_it_cannot_be_made(work, tmp_path):
     (tmp_path / "home").write_text("a file, not a folder\n")
     env = _env({"TRITON_HOME": str(tmp_path / "home")})

@@ -178,6 +178,12 @@ def _compile(args, session, target, interpret) -> int:
     plan = session.plan(ops, _split(args.dtype))
     if not plan:
         raise UsageError("nothing to compile: no shapes or dtypes left for the selected ops")
+    from .preflight import check_target
+
+    try:
+        check_target(target, args.target)  # a target no compiler here knows: one line, nothing written
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
     label = args.name or ("ir_" + (ops[0].name if len(ops) == 1 else "suite"))
     rundir = RunDir.create(args.out, label)
     rundir.reserve()  # given back for meta.json when the IR fills the disk
