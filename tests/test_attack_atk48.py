@@ -367,9 +367,7 @@ print("RC", rc)
 
 
 @pytest.mark.extensions("ir_dump")
-@pytest.mark.parametrize("interpreted", [False, pytest.param(True, marks=pytest.mark.xfail(
-    strict=True, reason="ATTACK: zlf ir's fresh process drops the caller's extra_plugins: an op a plugin passed to "
-    "main() resolves in-process but is unknown after the re-exec"))])
+@pytest.mark.parametrize("interpreted", [False, True])
 def test_ir_fresh_process_keeps_the_callers_extra_plugins(tmp_path, interpreted):
     head = INTERPRETED if interpreted else "import os, sys\nfrom zlf.cli import main\n"
     r = _script(tmp_path, head + PLUGGED, env=_ir_env(tmp_path))
