@@ -336,8 +336,6 @@ sys.exit(rc)
 
 
 @pytest.mark.extensions("ir_dump")
-@pytest.mark.xfail(strict=True, reason="ATTACK: hip:gfx999 passes --target's check (gfx pattern) but no compiler "
-                   "knows it: a run dir of failed points and compiler dumps instead of one line")
 def test_ir_unknown_hip_arch_is_one_line_before_anything_is_written(tmp_path):
     from zlf.testing import clean_env
 
@@ -369,9 +367,7 @@ print("RC", rc)
 
 
 @pytest.mark.extensions("ir_dump")
-@pytest.mark.parametrize("interpreted", [False, pytest.param(True, marks=pytest.mark.xfail(
-    strict=True, reason="ATTACK: zlf ir's fresh process drops the caller's extra_plugins: an op a plugin passed to "
-    "main() resolves in-process but is unknown after the re-exec"))])
+@pytest.mark.parametrize("interpreted", [False, True])
 def test_ir_fresh_process_keeps_the_callers_extra_plugins(tmp_path, interpreted):
     head = INTERPRETED if interpreted else "import os, sys\nfrom zlf.cli import main\n"
     r = _script(tmp_path, head + PLUGGED, env=_ir_env(tmp_path))

@@ -295,6 +295,60 @@ def test_zlf_ir_compiles_in_a_fresh_process_when_triton_was_imported_interpreted
     assert json.loads((run / "meta.json").read_text())["command"][:3] == ["zlf", "ir", "ops.py::scale_op"]
 
 
+#: an in-process caller's extension that resolves ``myscale`` to ops.py's op: the class comes from
+#: a module next to the caller's script (``plugins_here.py``), or is defined in the script itself
+PLUGIN_CLASS = textwrap.dedent("""\
+    import threading, zlf
+
+    class Resolver:
+        def __init__(self, lock=False):
+            self.lock = threading.Lock() if lock else None  # a lock cannot be pickled
+
+        @zlf.hookimpl
+        def resolve_ops(self, spec, session):
+            if spec != "myscale":
+                return None
+            return session.hooks.resolve_ops("ops.py::scale_op", session)
+    """)
+
+
+def _plugged_caller(work, where, name, lock=False):
+    """Run a caller script that imports Triton interpreted, then calls zlf ir with its plugin."""
+    folder = work / f"caller_{name}"
+    folder.mkdir()
+    (folder / "plugins_here.py").write_text(PLUGIN_CLASS)
+    head = "from plugins_here import Resolver\n" if where == "module" else PLUGIN_CLASS
+    (folder / "caller.py").write_text(
+        "import os, sys\nos.environ['TRITON_INTERPRET'] = '1'\nimport triton.language\n"
+        "del os.environ['TRITON_INTERPRET']\n" + head + "from zlf.cli import main\n"
+        f"sys.exit(main(['ir', 'myscale', '--target', 'cuda:90', '--out', {str(work / name)!r}],\n"
+        f"              extra_plugins=[('resolver', Resolver(lock={lock}))]))\n")
+    env = _env({"TRITON_CACHE_DIR": str(work / "triton_cache")})
+    env.pop("TRITON_INTERPRET", None)
+    return subprocess.run([sys.executable, str(folder / "caller.py")], cwd=work, env=env, capture_output=True,
+                          text=True, timeout=300, stdin=subprocess.DEVNULL)
+
+
+@pytest.mark.parametrize("where", ["script", "module"])
+def test_zlf_ir_fresh_process_takes_the_callers_plugins_along(work, where):
+    """The fresh process zlf ir runs in after Triton was imported interpreted registered no
+    extension passed to main(): an op such a plugin resolves was unknown there. The plugin goes
+    along, whether its class is the caller script's own or comes from a module beside it."""
+    done = _plugged_caller(work, where, f"plugged_{where}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    run = run_dir_from(done.stdout, work)
+    assert "1024/scale_kernel/w4s3__fp32.ttgir" in _files(run)
+
+
+def test_zlf_ir_refuses_in_one_line_a_plugin_that_cannot_go_to_the_fresh_process(work):
+    done = _plugged_caller(work, "script", "plugged_lock", lock=True)
+    assert done.returncode == 2, done.stdout + done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("zlf: error: zlf ir compiles in a fresh process here"), done.stderr
+    assert "extension 'resolver' passed to main()" in lines[0] and "lock" in lines[0], done.stderr
+    assert not (work / "plugged_lock").exists()
+
+
 #: Triton 3.6 keeps no registry of its JIT functions (3.9 does): a stand-in that Triton can still
 #: fill and read, but that cannot be listed, hides it
 NO_REGISTRY = textwrap.dedent("""\
@@ -360,6 +414,38 @@ def test_targets_triton_compiles_for_are_accepted(text):
 
     target = parse_target(text)
     assert f"{target.backend}:{target.arch}" == text
+
+
+PTXAS_REFUSES = """
+import os, sys, triton
+from zlf.cli import main
+
+def compile(src, target=None, options=None, **kw):  # Triton 3.9 on cuda:101: ptxas-blackwell knows no sm_101a
+    print("Internal Triton PTX codegen error\\n`ptxas` stderr:\\n"
+          "ptxas-blackwell fatal   : Value 'sm_101a' is not defined for option 'gpu-name'\\n.target sm_101a")
+    os.write(2, b"error: a reproducer the compiler wrote itself\\n")
+    raise RuntimeError("PTXAS error: Internal Triton PTX codegen error")
+
+triton.compile = compile  # the real JIT path of the points is not this attribute
+sys.exit(main(["ir", "add", "--dtype", "float32", "--target", "cuda:90", "--ext", "ir_dump", "--out", "out"]))
+"""
+
+
+def test_a_target_the_compiler_refuses_is_one_line_before_anything_is_written(tmp_path):
+    """An arch that passes --target's check (ptxas lists sm_101) but that Triton's compiler cannot
+    build for (it hands sm_101a to ptxas-blackwell) was one compiler dump per point in a run dir:
+    zlf ir compiles a probe kernel first and turns its failure into one line, the compiler's
+    output (its PTX on stdout, its diagnostics on stderr) kept out of the terminal."""
+    env = _env({"TRITON_CACHE_DIR": str(tmp_path / "triton_cache")})
+    env.pop("TRITON_INTERPRET", None)
+    done = subprocess.run([sys.executable, "-c", PTXAS_REFUSES], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stdout == ""
+    assert done.stderr.splitlines() == ["zlf: error: --target 'cuda:90': Triton %s cannot compile for it "
+                                        "(Value 'sm_101a' is not defined for option 'gpu-name')"
+                                        % __import__("triton").__version__], done.stderr
+    assert not (tmp_path / "out").exists()
 
 
 def test_the_default_triton_cache_is_named_when_it_cannot_be_made(work, tmp_path):

@@ -91,18 +91,29 @@ def _in_a_fresh_process(session) -> int:
     a process whose Triton is interpreted (an in-process ``zlf run --backend cpu`` before this
     command, or a caller that imported Triton with the variable set) cannot import it again
     compiled. ``-P``: the working directory is not put first on ``sys.path`` (a ``zlf.py`` there
-    is no zlf). Its output is passed on; an interrupt or SIGTERM is passed to it and waited for,
-    so that it files what it compiled; its exit code is returned (128 + N for a signal N)."""
+    is no zlf). The caller's in-process extensions go along, pickled (:mod:`zlf_ir_dump.fresh`);
+    one that cannot is one line here, before the process starts. Its output is passed on; an
+    interrupt or SIGTERM is passed to it and waited for, so that it files what it compiled; its
+    exit code is returned (128 + N for a signal N)."""
     import signal
     import subprocess
 
+    from . import fresh
+
+    try:
+        sent = fresh.pack(session.extra_plugins) if session.extra_plugins else ""
+    except ValueError as exc:
+        raise UsageError(f"zlf ir compiles in a fresh process here (Triton is interpreted in this one) and cannot "
+                         f"take along {exc}; pass a plugin that pickles, or run zlf ir before Triton is "
+                         "imported interpreted") from exc
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env[FRESH] = str(os.getpid())
     # its own process group: a terminal's Ctrl-C reaches this process alone, which passes it on once
-    child = subprocess.Popen([sys.executable, "-P", "-m", "zlf", *session.argv], env=env, stdin=subprocess.DEVNULL,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, process_group=0)
+    child = subprocess.Popen([sys.executable, "-P", "-m", "zlf_ir_dump.fresh", *session.argv], env=env,
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             process_group=0)
     try:
-        out, err = child.communicate()
+        out, err = child.communicate(sent)
     except KeyboardInterrupt:
         child.send_signal(signal.SIGINT)
         out, err = child.communicate()
@@ -178,6 +189,12 @@ def _compile(args, session, target, interpret) -> int:
     plan = session.plan(ops, _split(args.dtype))
     if not plan:
         raise UsageError("nothing to compile: no shapes or dtypes left for the selected ops")
+    from .preflight import check_target
+
+    try:
+        check_target(target, args.target)  # a target no compiler here knows: one line, nothing written
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
     label = args.name or ("ir_" + (ops[0].name if len(ops) == 1 else "suite"))
     rundir = RunDir.create(args.out, label)
     rundir.reserve()  # given back for meta.json when the IR fills the disk

@@ -23,10 +23,11 @@ MAX_THREADS = 1024
 def parse_target(text: str):
     """``cuda:90`` / ``hip:gfx942`` -> ``triton.backends.compiler.GPUTarget``.
 
-    Refuses (``ValueError``, naming ``--target``) an arch no installed compiler knows, so that a
+    Refuses (``ValueError``, naming ``--target``) what can be told without compiling, so that a
     typo is one line before anything is written, not one compiler error per point after: a cuda
     arch must be one the ptxas of Triton's wheel generates code for, a hip arch a ``gfx`` name of
-    an AMD family Triton's backend supports (9, 10, 11, 12).
+    an AMD family Triton's backend supports (9, 10, 11, 12). What only compiling tells (a ``gfx``
+    name LLVM has no processor for) :func:`zlf_ir_dump.preflight.check_target` asks next.
     """
     from triton.backends.compiler import GPUTarget
 
