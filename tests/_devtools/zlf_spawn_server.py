@@ -11,10 +11,11 @@ file descriptors, working directory, environment, umask, resource limits and sig
 runs ``-m MODULE ARGS`` the way the interpreter would, including its exit (threads joined,
 ``atexit`` run, streams flushed, an uncaught ``KeyboardInterrupt`` ending in SIGINT).
 
-Requests that would not behave the same are refused (the stand-in then starts normally): another
-interpreter, other interpreter flags or ``-X``/``-W`` options, another value of an environment
-variable read when the preloaded modules are imported (:data:`IMPORT_TIME_ENV`), or a ``sys.path``
-on which a fresh process would find a module other than one the child has already: the server's
+Requests that would not behave the same are refused (the stand-in then starts normally): other
+process traits (``zlf_spawn_client.traits``: namespaces, cgroups, credentials, scheduling, memory
+state), another interpreter, other interpreter flags or ``-X``/``-W`` options, another value of
+an environment variable read when the preloaded modules are imported (:data:`IMPORT_TIME_ENV`),
+or a ``sys.path`` on which a fresh process would find a module other than one the child has already: the server's
 ``sys.path`` with folders added (``PYTHONPATH``, and the working directory that ``-m`` puts
 first) is served only when none of the added folders holds a module or package named like one
 the server has imported, and the modules the stand-in loaded at start-up are the server's own.
