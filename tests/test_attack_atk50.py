@@ -553,8 +553,6 @@ def test_spawn_control_a_plain_stand_in_is_forked(server):
     assert seen["forked"], seen
 
 
-@pytest.mark.xfail(strict=True, reason="ATTACK: traits() omits the parent-death signal: a stand-in started with "
-                   "PR_SET_PDEATHSIG is forked and its child has the server's (none)")
 def test_spawn_parent_death_signal_is_the_callers(server):
     seen = _spawn(server, preexec_fn=lambda: _prctl(1, 9))  # PR_SET_PDEATHSIG, SIGKILL (kept across exec)
     assert seen["pdeathsig"] == "9" or not seen["forked"], seen
