@@ -553,23 +553,17 @@ def test_spawn_control_a_plain_stand_in_is_forked(server):
     assert seen["forked"], seen
 
 
-@pytest.mark.xfail(strict=True, reason="ATTACK: traits() omits the parent-death signal: a stand-in started with "
-                   "PR_SET_PDEATHSIG is forked and its child has the server's (none)")
 def test_spawn_parent_death_signal_is_the_callers(server):
     seen = _spawn(server, preexec_fn=lambda: _prctl(1, 9))  # PR_SET_PDEATHSIG, SIGKILL (kept across exec)
     assert seen["pdeathsig"] == "9" or not seen["forked"], seen
 
 
-@pytest.mark.xfail(strict=True, reason="ATTACK: traits() omits PR_SET_THP_DISABLE (kept across exec): the forked "
-                   "child runs with transparent huge pages the caller disabled")
 def test_spawn_thp_disable_is_the_callers(server):
     seen = _spawn(server, preexec_fn=lambda: _prctl(41, 1))  # PR_SET_THP_DISABLE
     assert seen["thp"] == "1" or not seen["forked"], seen
 
 
 @pytest.mark.skipif(not ROOT, reason="setting securebits needs CAP_SETPCAP")
-@pytest.mark.xfail(strict=True, reason="ATTACK: traits() omits securebits: a stand-in with SECBIT_NO_SETUID_FIXUP "
-                   "is forked and its child has the server's securebits")
 def test_spawn_securebits_are_the_callers(server):
     seen = _spawn(server, preexec_fn=lambda: _prctl(28, 0x4))  # PR_SET_SECUREBITS, SECBIT_NO_SETUID_FIXUP
     assert seen["securebits"] == "4" or not seen["forked"], seen
@@ -580,8 +574,6 @@ def _coredump_none():
         f.write("0x0")
 
 
-@pytest.mark.xfail(strict=True, reason="ATTACK: traits() omits /proc/self/coredump_filter (kept across exec): "
-                   "the forked child dumps what its caller excluded")
 def test_spawn_coredump_filter_is_the_callers(server):
     seen = _spawn(server, preexec_fn=_coredump_none)
     assert int(seen["coredump"], 16) == 0 or not seen["forked"], seen
@@ -591,8 +583,6 @@ PIDS = Path("/sys/fs/cgroup/pids")
 
 
 @pytest.mark.skipif(not (ROOT and PIDS.is_dir() and os.access(PIDS, os.W_OK)), reason="no writable pids cgroup")
-@pytest.mark.xfail(strict=True, reason="ATTACK: traits() compares the cgroup namespace, not cgroup membership: a "
-                   "stand-in put in a limiting cgroup is forked and its child runs in the server's, unlimited")
 def test_spawn_cgroup_membership_is_the_callers(server):
     group = PIDS / f"atk50-{os.getpid()}"
     group.mkdir()

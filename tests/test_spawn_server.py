@@ -4,6 +4,7 @@ a process it forks must look to its caller like the process the caller started."
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import resource
 import shutil
@@ -45,6 +46,13 @@ if mode == "wait":
         time.sleep(0.05)
 if mode == "interrupt":
     raise KeyboardInterrupt
+if mode == "deathsig":  # its parent-death signal; with "wait", then stdin's end (or its death)
+    import ctypes
+    found = ctypes.c_int(-1)
+    ctypes.CDLL(None).prctl(2, ctypes.byref(found), 0, 0, 0)  # PR_GET_PDEATHSIG
+    print("deathsig", found.value, flush=True)
+    if sys.argv[2:] == ["wait"]:
+        sys.stdin.read()
 if mode == "hangup":  # a handler of its own for a SIGHUP it started with ignored, as zlf run's parent has
     signal.signal(signal.SIGHUP, lambda signum, frame: sys.exit(5))
     print("ready", flush=True)
@@ -222,6 +230,49 @@ def test_a_killed_stand_in_takes_its_child_with_it(server):
     proc.kill()
     proc.wait(10)
     assert gone_within(pid)
+
+
+def _set_death_signal(signum: int):
+    return lambda: ctypes.CDLL(None).prctl(1, int(signum), 0, 0, 0)  # PR_SET_PDEATHSIG
+
+
+@pytest.mark.parametrize("signum", [0, signal.SIGKILL, signal.SIGTERM])
+def test_a_caller_with_a_parent_death_signal_or_none_is_forked_and_the_child_has_it(server, signum):
+    """zlf starts its workers with a parent-death signal (``die_with_parent``), and the session
+    starts the server with one: fork clears the server's, so the child takes the caller's instead
+    of being refused (which would start all of zlf's workers plainly) or left with none."""
+    env, folder = server
+    proc = probe(env, folder, "deathsig", preexec_fn=_set_death_signal(signum) if signum else None)
+    out, err = proc.communicate(timeout=120)
+    seen = lines(out)
+    assert proc.returncode == 0 and int(seen["pid"]) != proc.pid, out + err
+    assert seen["deathsig"] == str(int(signum))
+
+
+def test_a_child_whose_caller_set_a_parent_death_signal_dies_with_the_server(tmp_path):
+    """The child's parent is the server: the signal its caller asked for comes when the server
+    dies (the stand-in, told by the closed socket, exits with 70)."""
+    (tmp_path / "probe_mod.py").write_text(PROBE)
+    base = {**os.environ, "PYTHONPYCACHEPREFIX": str(tmp_path / "pycache")}
+    with open(tmp_path / "server.log", "w") as log:
+        server, env = start_spawn_server(tmp_path, base, log)
+    assert env is not None, (tmp_path / "server.log").read_text()
+    proc = probe({**base, **env}, tmp_path, "deathsig", "wait", stdin=subprocess.PIPE,
+                 preexec_fn=_set_death_signal(signal.SIGKILL))
+    try:
+        pid = int(proc.stdout.readline().split()[1])
+        while not proc.stdout.readline().startswith("deathsig"):
+            pass
+        assert pid != proc.pid
+        server.kill()
+        server.wait()
+        assert proc.wait(60) == 70
+        assert gone_within(pid)  # it would wait for its stdin's end for good
+    finally:
+        stop_spawn_server(server)
+        proc.stdin.close()
+        proc.stdout.close()
+        proc.stderr.close()
 
 
 def test_a_signal_the_stand_in_ignores_reaches_a_child_that_handles_it(server):

@@ -7,14 +7,14 @@ runs, and it must cost next to nothing. It imports nothing of zlf's and only sta
 When ``ZLF_SPAWN_SERVER`` names a socket and this process was started exactly as
 ``python -m MODULE ARGS``, it hands itself to the server: the server forks a child of its own
 (which has torch imported already) that takes over this process's file descriptors, working
-directory, environment, umask, resource limits, signal dispositions and mask, and runs
-``MODULE ARGS``. This process stays as its stand-in: it passes on the signals it gets, and it
-exits the way the child exits (the same code, or killed by the same signal). When it dies, the
-server kills the child. Whatever does not match the server (another interpreter, other flags,
-other import-time environment variables, a ``sys.path`` on which this process could find another
-module than the server's, other namespaces, root, credentials, security state or scheduling:
-:func:`traits`) is refused, and this process starts normally, as does any process when the server
-cannot be reached.
+directory, environment, umask, resource limits, signal dispositions and mask, and parent-death
+signal, and runs ``MODULE ARGS``. This process stays as its stand-in: it passes on the signals it
+gets, and it exits the way the child exits (the same code, or killed by the same signal). When it
+dies, the server kills the child. Whatever does not match the server (another interpreter, other
+flags, other import-time environment variables, a ``sys.path`` on which this process could find
+another module than the server's, other namespaces, cgroups, root, credentials, security state,
+scheduling or memory state: :func:`traits`) is refused, and this process starts normally, as does
+any process when the server cannot be reached.
 """
 import os
 import sys
@@ -57,7 +57,7 @@ def _request(sock_fd: int) -> dict:
         "cwd": os.getcwd(), "env": dict(os.environ), "umask": umask, "fds": fds,
         "leader": os.getsid(0) == os.getpid(), "dispositions": dispositions,
         "mask": sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])), "limits": limits,
-        "traits": traits(),
+        "traits": traits(), "death_signal": death_signal(),
     }
 
 
@@ -65,14 +65,20 @@ def _request(sock_fd: int) -> dict:
 STATUS_TRAITS = ("Uid", "Gid", "Groups", "NoNewPrivs", "Seccomp", "CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")
 #: ioprio_get(2)'s number where Python has no call for it
 IOPRIO_GET = {"x86_64": 252, "aarch64": 31}
+#: prctl(2)'s options read here (linux/prctl.h)
+PR_GET_PDEATHSIG, PR_GET_SECUREBITS, PR_GET_THP_DISABLE = 2, 27, 42
 
 
 def traits() -> dict:
     """What a child forked from the server would take from the server instead of from this
-    process: its namespaces, root directory, credentials and capabilities, security state
-    (no_new_privs, seccomp) and scheduling (nice, CPU affinity, policy, I/O priority, OOM score,
-    timer slack, personality). A request whose traits differ from the server's is refused: a
-    process its caller put in a sandbox, under setpriv, nice or taskset starts where it was put."""
+    process: its namespaces, cgroups, root directory, credentials and capabilities, security state
+    (no_new_privs, seccomp, securebits), scheduling (nice, CPU affinity, policy, I/O priority, OOM
+    score, timer slack, personality) and memory state (transparent huge pages disabled, the core
+    dump filter). A request whose traits differ from the server's is refused: a process its caller
+    put in a sandbox or a cgroup, under setpriv, nice or taskset starts where it was put.
+
+    The parent-death signal is no trait: fork clears it, so a child never has the server's; the
+    child takes this process's (:func:`death_signal`) instead."""
     found = {}
     for name in ("mnt", "pid", "net", "ipc", "uts", "user", "cgroup", "time"):
         found["ns " + name] = _quietly(os.readlink, f"/proc/self/ns/{name}")
@@ -85,17 +91,41 @@ def traits() -> dict:
                     found[key] = value.split()
     except OSError:
         pass
-    for name in ("oom_score_adj", "timerslack_ns", "personality"):
+    for name in ("oom_score_adj", "timerslack_ns", "personality", "coredump_filter"):
         found[name] = _quietly(lambda path: open(path).read().strip(), f"/proc/self/{name}")
+    # every hierarchy's group (paths are relative to the cgroup namespace, compared above)
+    found["cgroup"] = _quietly(lambda path: open(path).read().split(), "/proc/self/cgroup")
     found["nice"] = os.getpriority(os.PRIO_PROCESS, 0)
     found["affinity"] = sorted(os.sched_getaffinity(0))
     found["scheduler"] = os.sched_getscheduler(0)
+    libc = _libc()
     number = IOPRIO_GET.get(os.uname().machine)
     if number is not None:
-        import ctypes
-
-        found["ioprio"] = ctypes.CDLL(None, use_errno=True).syscall(number, 1, 0)  # IOPRIO_WHO_PROCESS, self
+        found["ioprio"] = libc.syscall(number, 1, 0)  # IOPRIO_WHO_PROCESS, self
+    found["thp_disable"] = libc.prctl(PR_GET_THP_DISABLE, 0, 0, 0, 0)  # kept across fork and exec
+    found["securebits"] = libc.prctl(PR_GET_SECUREBITS, 0, 0, 0, 0)
     return found
+
+
+def death_signal() -> int:
+    """This process's parent-death signal (``PR_SET_PDEATHSIG``; 0 for none): what its caller asked
+    for when this process's parent dies. Not compared: fork clears it, so the server's own is
+    never a child's, and zlf starts its workers with one (refusing them would start them all
+    plainly). The child sets it on itself and gets it when its parent, the server, dies; this
+    process still gets it when its own parent dies, and passes it on or dies of it (and the
+    server kills the child)."""
+    import ctypes
+
+    found = ctypes.c_int(0)
+    if _libc().prctl(PR_GET_PDEATHSIG, ctypes.byref(found), 0, 0, 0) != 0:
+        return 0
+    return found.value
+
+
+def _libc():
+    import ctypes
+
+    return ctypes.CDLL(None, use_errno=True)
 
 
 def _root() -> list:

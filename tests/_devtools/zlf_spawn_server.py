@@ -7,14 +7,15 @@ before it does anything. This server imports the slow, import-time-stateless mod
 environment; Triton twice, once for interpreted and once for compiled kernels, see
 :class:`TritonFlavours`) and forks a child for each request of a stand-in process
 (``zlf_spawn_client.py``, the session's ``sitecustomize``). The child takes over the stand-in's
-file descriptors, working directory, environment, umask, resource limits and signal state, and
-runs ``-m MODULE ARGS`` the way the interpreter would, including its exit (threads joined,
-``atexit`` run, streams flushed, an uncaught ``KeyboardInterrupt`` ending in SIGINT).
+file descriptors, working directory, environment, umask, resource limits, signal state and
+parent-death signal, and runs ``-m MODULE ARGS`` the way the interpreter would, including its exit
+(threads joined, ``atexit`` run, streams flushed, an uncaught ``KeyboardInterrupt`` ending in SIGINT).
 
-Requests that would not behave the same are refused (the stand-in then starts normally): another
-interpreter, other interpreter flags or ``-X``/``-W`` options, another value of an environment
-variable read when the preloaded modules are imported (:data:`IMPORT_TIME_ENV`), or a ``sys.path``
-on which a fresh process would find a module other than one the child has already: the server's
+Requests that would not behave the same are refused (the stand-in then starts normally): other
+process traits (``zlf_spawn_client.traits``: namespaces, cgroups, credentials, scheduling, memory
+state), another interpreter, other interpreter flags or ``-X``/``-W`` options, another value of
+an environment variable read when the preloaded modules are imported (:data:`IMPORT_TIME_ENV`),
+or a ``sys.path`` on which a fresh process would find a module other than one the child has already: the server's
 ``sys.path`` with folders added (``PYTHONPATH``, and the working directory that ``-m`` puts
 first) is served only when none of the added folders holds a module or package named like one
 the server has imported, and the modules the stand-in loaded at start-up are the server's own.
@@ -268,6 +269,7 @@ class Server:
         # every signal held until the child has the stand-in's dispositions and mask: one passed
         # on at once (the stand-in may hold one already) must not meet the server's handlers
         mask = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+        server = os.getpid()
         try:
             pid = os.fork()
         except OSError as exc:  # out of processes or memory: the stand-in starts on its own
@@ -282,7 +284,7 @@ class Server:
                 for other in self.children.values():
                     other.conn.close()
                 conn.close()
-                _become(request, fds, self.flavours)
+                _become(request, fds, self.flavours, server)
             except BaseException:  # the child's own failure, on the stand-in's stderr by now
                 import traceback
 
@@ -346,13 +348,15 @@ class Server:
         conn.close()
 
 
-def _become(request: dict, received: list, flavours: dict) -> None:
-    """In the forked child: take over the stand-in's process state, then run the module."""
+def _become(request: dict, received: list, flavours: dict, server: int) -> None:
+    """In the forked child of the process ``server``: take over the stand-in's process state,
+    then run the module."""
     import resource
 
     if flavours:
         sys.meta_path.insert(0, TritonFlavours(flavours))
 
+    _die_with_server(request.get("death_signal") or 0, server)
     if request["leader"]:
         os.setsid()
     # descriptors: each received one to the number it had in the stand-in, and nothing else open.
@@ -385,6 +389,21 @@ def _become(request: dict, received: list, flavours: dict) -> None:
                                               "default": signal.SIG_DFL}[how])
     sys.dont_write_bytecode = bool(request["flags"][BYTECODE_FLAG])
     _run_module(request)
+
+
+def _die_with_server(signum: int, server: int) -> None:
+    """Take the stand-in's parent-death signal (``PR_SET_PDEATHSIG``; fork cleared the server's):
+    its caller asked for ``signum`` when the process's parent dies, and this child's parent is
+    the server. The stand-in still gets it when its own parent dies, and passes it on (or dies of
+    it, and the server kills this child). A server gone before the call sends no signal, so it is
+    sent here, as the kernel would have."""
+    if not signum:
+        return
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signum, 0, 0, 0)  # PR_SET_PDEATHSIG
+    if os.getppid() != server:
+        os.kill(os.getpid(), signum)
 
 
 def _streams() -> None:
