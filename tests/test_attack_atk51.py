@@ -526,3 +526,24 @@ def test_an_eio_naming_a_file_is_said_even_when_the_terminal_is_gone_too(tmp_pat
     recs, _ = _statuses(_only_dir(tmp_path / "r"))
     assert [s for _, s in recs] == ["ok", "ok"]
     assert "Input/output error" in p.stderr and "/mnt/flaky/results.bak" in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("where", ["dead_pipe", "dead_terminal", pytest.param("/dev/full", marks=pytest.mark.xfail(
+    strict=True, reason="ATTACK: stdout and stderr both /dev/full: records kept, meta complete, but exit 1 (not 2): "
+    "guarded()'s full-disk line to the full stderr raises ENOSPC out of its own handler"))])
+def test_an_op_that_prints_into_a_gone_or_full_stdout_and_stderr_costs_no_record(tmp_path, where):
+    """README: "A closed or full stdout or stderr costs what it would have shown, never a record"."""
+    if where == "dead_pipe":
+        w = _dead_pipe()
+    elif where == "dead_terminal":
+        master, w = pty.openpty()
+        os.close(master)
+    else:
+        w = os.open("/dev/full", os.O_WRONLY)
+    try:
+        p = _zlf(tmp_path, "run", f"{OPS}::chatty", *FAST, "--out", "r", stdout=w, stderr=w, start_new_session=True)
+    finally:
+        os.close(w)
+    recs, status = _statuses(_only_dir(tmp_path / "r"))
+    assert recs == [("chatty/64/float32", "ok"), ("chatty/96/float32", "ok")], recs
+    assert status == "complete" and p.returncode in (0, 2, 141), (status, p.returncode)

@@ -32,3 +32,16 @@ fast = zlf.Op(name="fast", fn=fn, make_inputs=make, shapes=[(64,), (96,)],
               reference=lambda x, out: x.clone(), outputs=(1,))
 slow = zlf.Op(name="slow", fn=slowfn, make_inputs=make, shapes=[(64,), (128,), (256,)],
               reference=lambda x, out: x.clone(), outputs=(1,))
+
+
+def chattyfn(x, out):
+    import sys
+    print("chatty op says " * 20)  # an op (or the compiler under it) that talks on stdout and stderr
+    print("chatty op warns " * 20, file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    out.copy_(x)
+
+
+chatty = zlf.Op(name="chatty", fn=chattyfn, make_inputs=make, shapes=[(64,), (96,)],
+                reference=lambda x, out: x.clone(), outputs=(1,))
