@@ -251,15 +251,21 @@ def main(argv=None, extra_plugins=(), supervise=None) -> int:
     global ENTERED, STARTUP_S
     if ENTERED is None:
         ENTERED, STARTUP_S = time.time(), process_age()
-    supervise = argv is None if supervise is None else supervise
+    own_process = argv is None  # the console script: this process is zlf's own
+    supervise = own_process if supervise is None else supervise
     argv = list(sys.argv[1:] if argv is None else argv)
-    _standard_streams()
+    streams = sys.stdout, sys.stderr
+    opened = _standard_streams()
     previous = handle_sigterm()  # SIGTERM stops like Ctrl-C: what is finished is kept and marked, exit 143
     environ = dict(os.environ)
     generators = global_states()
     try:
-        return guarded(lambda: _main(argv, extra_plugins, supervise))
+        return guarded(lambda: _main(argv, extra_plugins, supervise), own_process=own_process)
     finally:
+        if not own_process:  # an in-process caller gets its own sys.stdout and sys.stderr back
+            sys.stdout, sys.stderr = streams
+            for stand_in in opened:
+                stand_in.close()
         if previous is not None:  # an in-process caller (a test) gets its own handler back
             signal.signal(signal.SIGTERM, previous)
         # ... and its own environment: what the command set for itself (the cpu backend's
@@ -282,12 +288,14 @@ def _complete(parser) -> None:
     argcomplete.autocomplete(parser)
 
 
-def _standard_streams() -> None:
+def _standard_streams() -> list:
     """Open /dev/null on a standard descriptor that is closed (``zlf run >&-``): else the first file
     zlf opens (a run's results.jsonl) would get that number, and whatever writes to stdout or
-    stderr (a compiler, a child, a C library) would write into it."""
+    stderr (a compiler, a child, a C library) would write into it. A ``sys.stdout`` or
+    ``sys.stderr`` that is None or closed becomes /dev/null too; returns those files."""
     import os
 
+    opened: list = []
     for fd in (0, 1, 2):
         try:
             os.fstat(fd)
@@ -295,54 +303,85 @@ def _standard_streams() -> None:
             try:
                 os.open(os.devnull, os.O_RDWR)  # the lowest free number: this one
             except OSError:
-                return
+                return opened
     for name in ("stdout", "stderr"):  # Python makes a closed one None: print() ignores it, a method call fails
-        if getattr(sys, name) is None:
+        stream = getattr(sys, name)
+        if stream is None or getattr(stream, "closed", False) is True:  # an in-process caller's closed file too
             setattr(sys, name, open(os.devnull, "w"))
+            opened.append(getattr(sys, name))
+    return opened
 
 
-def guarded(call) -> int:
+def guarded(call, own_process: bool = True) -> int:
     """``call()``'s exit code, with what the command line makes of errors: a UsageError is one
     line and 2, Ctrl-C 130, SIGTERM 143, stdout's reader gone (a pipe, socket or terminal) 141,
-    a full disk one line and 2."""
+    stdout not open for writing or a full disk one line and 2. These lines go to a stderr that
+    may be gone too; the code stays what it says.
+
+    :param own_process: this process is zlf's own (the console script, a worker): stdout gone,
+        it is pointed at /dev/null so that the interpreter's last flush finds nothing to say; an
+        in-process caller's descriptors are left as they are.
+    """
+    import errno
+
+    from .console import clean, last_word
     from .procs import stop_code, stop_word
+    from .rundir import disk_full
 
     try:
         return call()
     except UsageError as exc:
-        print(f"zlf: error: {exc}", file=sys.stderr)
+        last_word(f"zlf: error: {exc}")
         return 2
     except KeyboardInterrupt as exc:
-        print(f"\nzlf: {stop_word(exc)}", file=sys.stderr)
+        last_word(f"\nzlf: {stop_word(exc)}")
         return stop_code(exc)
-    except BrokenPipeError as exc:
-        from .console import clean
-
-        if not _stdout_reader_gone():  # another pipe or socket broke (a plugin's own): an error
-            print(f"zlf: error: {clean(str(exc))}", file=sys.stderr)
-            return 1
-        # The reader went away (`zlf compare A B | head`): stop quietly, as cat(1) does.
-        import os
-
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 141
     except OSError as exc:
-        import errno
-        import os
-
-        from .rundir import disk_full
-
-        if exc.errno == errno.EIO and _stdout_reader_gone():
-            # stdout a terminal that is gone (its window closed, not ours so no SIGHUP): nobody
-            # reads what zlf would say; stop quietly, as for a reader gone.
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        # The reader went away (`zlf compare A B | head`, a terminal window closed: EIO, and no
+        # SIGHUP reaches a process it does not control): stop quietly, as cat(1) does. Another
+        # pipe, socket or file that broke (a plugin's own, a failing disk) is an error.
+        gone = exc.errno == errno.EPIPE or (exc.errno == errno.EIO and exc.filename is None)
+        if gone and _stdout_reader_gone():
+            if own_process:
+                _point_stdout_at_devnull()
             return 141
-        if not disk_full(exc):
-            raise
-        # A full disk (or a file-size limit) is the place given, not a bug: what was written stays.
-        print(f"zlf: error: {exc.strerror or exc}" + (f" writing {exc.filename}" if exc.filename else ""),
-              file=sys.stderr)
-        return 2
+        if exc.errno == errno.EBADF and exc.filename is None and not _stdout_writable():
+            last_word("zlf: error: stdout is not open for writing")
+            return 2
+        if disk_full(exc):
+            # A full disk (or a file-size limit) is the place given, not a bug: what was written stays.
+            last_word(f"zlf: error: {exc.strerror or exc}" + (f" writing {exc.filename}" if exc.filename else ""))
+            return 2
+        if isinstance(exc, BrokenPipeError):
+            last_word(f"zlf: error: {clean(str(exc))}")
+            return 1
+        raise
+
+
+def _point_stdout_at_devnull() -> None:
+    import os
+
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+    except OSError:
+        return
+    try:
+        os.dup2(null, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+    finally:
+        os.close(null)
+
+
+def _stdout_writable() -> bool:
+    """Whether stdout's descriptor was opened for writing (``zlf plugins 1</dev/null`` it is not)."""
+    import fcntl
+    import os
+
+    try:
+        return fcntl.fcntl(sys.stdout.fileno(), fcntl.F_GETFL) & os.O_ACCMODE != os.O_RDONLY
+    except (OSError, ValueError, AttributeError):
+        return True  # no descriptor of its own (a caller's StringIO): not this case
 
 
 def _stdout_reader_gone() -> bool:

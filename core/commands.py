@@ -148,7 +148,7 @@ def run_points(args, session, link=None, resume=None) -> int:
     """``zlf run`` on one device, in this process: plan, run directory, points, table. With a
     supervising parent (:mod:`zlf.supervise`), ``link`` tells it what happens, and ``resume``
     (``{"dir", "start"}``) makes this a fresh worker going on with a run from point ``start``."""
-    from .console import Progress
+    from .console import Progress, last_word
     from .errors import UsageError
     from .output import print_run_summary
     from .procs import stop_code, stop_word
@@ -220,8 +220,7 @@ def run_points(args, session, link=None, resume=None) -> int:
                 progress.done = start
             records = execute(run, progress, start=start)
     except KeyboardInterrupt as exc:
-        print(f"\n{stop_word(exc)}; {len(run.records) if run else 0} finished points kept\nrun dir: {rundir.shown}",
-              file=sys.stderr)
+        last_word(f"\n{stop_word(exc)}; {len(run.records) if run else 0} finished points kept\nrun dir: {rundir.shown}")
         return stop_code(exc)
     except OSError as exc:
         if not disk_full(exc):

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import yaml
 
+from .console import last_word
 from .errors import UsageError
 from .procs import stop_code, stop_word
 from .executors import ROOT, LocalPool, device_identity, make_executor, parse_gpus, pin_variable
@@ -175,7 +176,7 @@ def main(args, session) -> int:
     try:
         executor.run(job, scheduler)
     except KeyboardInterrupt as exc:
-        print(f"\n{stop_word(exc)}; shards so far kept in {root}", file=sys.stderr)
+        last_word(f"\n{stop_word(exc)}; shards so far kept in {root}")
         return stop_code(exc)
     except Exception:
         shutil.rmtree(root, ignore_errors=True)

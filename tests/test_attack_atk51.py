@@ -77,8 +77,6 @@ def two_runs(tmp_path_factory):
 
 
 # ----------------------------------------------------------------------------- stderr gone, stdout healthy
-@pytest.mark.xfail(strict=True, reason="ATTACK: a UsageError with stderr a dead pipe or /dev/full exits 1 (the "
-                   "'a point failed' code): guarded()'s print to stderr raises out of its UsageError handler")
 @pytest.mark.parametrize("stderr", ["dead_pipe", "/dev/full"])
 def test_bad_input_with_stderr_gone_or_full_still_exits_2(tmp_path, stderr):
     w = _dead_pipe() if stderr == "dead_pipe" else os.open("/dev/full", os.O_WRONLY)
@@ -98,8 +96,6 @@ def test_an_argparse_error_with_stderr_a_dead_pipe_exits_2(tmp_path):
     assert p.returncode == 2
 
 
-@pytest.mark.xfail(strict=True, reason="ATTACK: bad input with stdout and stderr both on a gone reader (`2>&1 | "
-                   "head -c0`, or a closed terminal) exits 1: the error print's EPIPE/EIO escapes guarded(), not 141/2")
 @pytest.mark.parametrize("where", ["dead_pipe", "dead_terminal"])
 def test_bad_input_with_both_streams_into_a_gone_reader_is_141_or_2_never_1(tmp_path, where):
     if where == "dead_pipe":
@@ -159,24 +155,18 @@ def _stop_with_stderr_gone(tmp_path, sig, terminal=False):
     return rc, _statuses(_only_dir(tmp_path / "r")), alive(worker)
 
 
-@pytest.mark.xfail(strict=True, reason="ATTACK: Ctrl-C with stderr a dead pipe does not exit 130 (guarded()'s "
-                   "print of 'zlf: interrupted' raises BrokenPipeError out of the KeyboardInterrupt handler)")
 def test_ctrl_c_with_stderr_a_dead_pipe_is_130_and_keeps_finished_points(tmp_path):
     rc, (recs, status), worker_alive = _stop_with_stderr_gone(tmp_path, signal.SIGINT)
     assert ("slow/64/float32", "ok") in recs and not worker_alive
     assert rc == 130, (rc, status)
 
 
-@pytest.mark.xfail(strict=True, reason="ATTACK: SIGTERM with stderr a dead pipe exits 1, not 143 (meta.json says "
-                   "terminated): the stop message's print raises BrokenPipeError out of guarded()'s handler")
 def test_sigterm_with_stderr_a_dead_pipe_is_143_and_keeps_finished_points(tmp_path):
     rc, (recs, status), worker_alive = _stop_with_stderr_gone(tmp_path, signal.SIGTERM)
     assert ("slow/64/float32", "ok") in recs and not worker_alive
     assert rc == 143 and status == "terminated", (rc, status)
 
 
-@pytest.mark.xfail(strict=True, reason="ATTACK: SIGTERM to a run whose terminal is gone exits 141, not 143 (meta.json "
-                   "says terminated): the stop line's EIO on the dead terminal is taken for 'reader gone'")
 def test_sigterm_with_the_terminal_gone_is_143_and_keeps_finished_points(tmp_path):
     rc, (recs, status), worker_alive = _stop_with_stderr_gone(tmp_path, signal.SIGTERM, terminal=True)
     assert ("slow/64/float32", "ok") in recs and not worker_alive
@@ -201,8 +191,6 @@ def test_a_run_into_stdout_dev_full_keeps_every_record(tmp_path):
     assert [s for _, s in recs] == ["ok", "ok"] and status == "complete"
 
 
-@pytest.mark.xfail(strict=True, reason="ATTACK: stdout opened read-only (`zlf plugins 1</dev/null`) ends in a "
-                   "traceback (OSError EBADF from print) instead of one line")
 def test_stdout_opened_read_only_is_no_traceback(tmp_path):
     with open(os.devnull, "r") as ro:
         p = _zlf(tmp_path, "plugins", stdout=ro, stderr=subprocess.PIPE, text=True)
@@ -345,15 +333,11 @@ def test_in_process_main_into_a_gone_reader_returns_141_and_restores_env_rng_sig
     assert [s for _, s in recs] == ["ok", "ok"] and status == "complete"
 
 
-@pytest.mark.xfail(strict=True, reason="ATTACK: guarded()'s 141 path dup2()s /dev/null over the caller's fd 1: an "
-                   "in-process caller of zlf.cli.main is left with its stdout replaced by /dev/null")
 def test_in_process_main_141_leaves_the_callers_fd_1_alone(tmp_path):
     line = _state_into_dead_pipe(tmp_path, ["plugins"])
     assert line.startswith("RC 141 ") and "'fd1'" not in line, line
 
 
-@pytest.mark.xfail(strict=True, reason="ATTACK: guarded()'s 141 path os.open()s /dev/null and never closes it: "
-                   "every in-process call that ends with 141 leaks a descriptor")
 def test_in_process_main_141_leaks_no_descriptor(tmp_path):
     line = _state_into_dead_pipe(tmp_path, ["plugins"])
     assert line.startswith("RC 141 ") and "'open fds'" not in line, line
@@ -373,8 +357,6 @@ print("RC", rc)
 """
 
 
-@pytest.mark.xfail(strict=True, reason="ATTACK: main() with the caller's sys.stdout a closed file raises "
-                   "ValueError('I/O operation on closed file') out of main: _standard_streams() handles None only")
 def test_in_process_main_with_a_closed_sys_stdout_returns_a_code(tmp_path):
     p = _script(tmp_path, CLOSED % (["run", f"{OPS}::fast", *FAST, "--out", "r"],))
     recs, status = _statuses(_only_dir(tmp_path / "r"))
@@ -446,8 +428,6 @@ os.write(2, ("RC %%s STDOUT %%r\\n" %% (rc, sys.stdout)).encode())
 """
 
 
-@pytest.mark.xfail(strict=True, reason="ATTACK: main() replaces a caller's sys.stdout None with an open /dev/null "
-                   "file and never gives it back (_standard_streams), unlike the env/RNG/SIGTERM it restores")
 def test_in_process_main_gives_back_a_none_sys_stdout(tmp_path):
     p = _script(tmp_path, NONE_STDOUT % (["plugins"],))
     line = [ln for ln in p.stderr.splitlines() if ln.startswith("RC ")]
@@ -541,9 +521,6 @@ os.write(2, ("RC %%s\\n" %% rc).encode())
 """
 
 
-@pytest.mark.xfail(strict=True, reason="ATTACK: an EIO that names a file (a failing disk, never stdout) is taken for "
-                   "the closed terminal when stdout is one too: guarded() ends 141 with nothing said, even on a "
-                   "stderr that works (2>log)")
 def test_an_eio_naming_a_file_is_said_even_when_the_terminal_is_gone_too(tmp_path):
     p = _script(tmp_path, EIO_NAMED % (["run", f"{OPS}::fast", *FAST, "--out", "r"],), start_new_session=True)
     recs, _ = _statuses(_only_dir(tmp_path / "r"))
@@ -551,9 +528,7 @@ def test_an_eio_naming_a_file_is_said_even_when_the_terminal_is_gone_too(tmp_pat
     assert "Input/output error" in p.stderr and "/mnt/flaky/results.bak" in p.stderr, p.stderr
 
 
-@pytest.mark.parametrize("where", ["dead_pipe", "dead_terminal", pytest.param("/dev/full", marks=pytest.mark.xfail(
-    strict=True, reason="ATTACK: stdout and stderr both /dev/full: records kept, meta complete, but exit 1 (not 2): "
-    "guarded()'s full-disk line to the full stderr raises ENOSPC out of its own handler"))])
+@pytest.mark.parametrize("where", ["dead_pipe", "dead_terminal", "/dev/full"])
 def test_an_op_that_prints_into_a_gone_or_full_stdout_and_stderr_costs_no_record(tmp_path, where):
     """README: "A closed or full stdout or stderr costs what it would have shown, never a record"."""
     if where == "dead_pipe":

@@ -18,7 +18,7 @@ import attrs
 
 from .. import controls as ctl
 from .. import metrics, output, readers, stats
-from ..console import clean, warn
+from ..console import clean, last_word, warn
 from ..errors import UsageError
 from ..compare import GATE
 from ..executors import add_scale_arguments, make_executor, parse_gpus, pin_variable
@@ -485,7 +485,7 @@ def _drive(campaign, printer, busy, scaled, args, session) -> int:
     except KeyboardInterrupt as exc:
         campaign.data.update(status=stop_word(exc))  # "interrupted" or "terminated" (SIGTERM); resumable
         campaign.save(last=True)
-        print(f"\n{stop_word(exc)}; finished runs kept -- continue with: zlf ab --resume {campaign.path}", file=sys.stderr)
+        last_word(f"\n{stop_word(exc)}; finished runs kept -- continue with: zlf ab --resume {campaign.path}")
         return stop_code(exc)
     except Stopped as exc:
         campaign.data.update(status=C_INTERRUPTED)

@@ -34,7 +34,7 @@ import attrs
 from tabulate import tabulate
 
 from zlf import UsageError, ceilings
-from zlf.console import StatusLine, clean, number, paint
+from zlf.console import StatusLine, clean, last_word, number, paint
 from zlf.procs import die_with_parent, kill_group, python_child_env, stop_code, stop_word
 from zlf.records import STATUS_FAILED, STATUS_OK, Timing, is_jsonable
 from zlf.run import Run
@@ -982,7 +982,7 @@ def judge(args, session) -> int:
     try:
         records = j.execute()
     except KeyboardInterrupt as exc:
-        print(f"\n{stop_word(exc)}; finished cases kept\nrun dir: {j.rundir.shown}", file=sys.stderr)
+        last_word(f"\n{stop_word(exc)}; finished cases kept\nrun dir: {j.rundir.shown}")
         return stop_code(exc)
     except OSError as exc:
         if not disk_full(exc):
