@@ -397,9 +397,35 @@ def _stdout_reader_gone() -> bool:
     try:
         poller = select.poll()
         poller.register(fd, select.POLLOUT)
-        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+        if any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0)):
+            return True
     except (OSError, ValueError):
         return True
+    return _stream_socket_shut_for_writing(fd)
+
+
+def _stream_socket_shut_for_writing(fd: int) -> bool:
+    """Whether ``fd`` is a stream socket its peer stopped reading (``shutdown(SHUT_RD)``): poll
+    shows no hang-up for it, but a write of nothing fails with EPIPE (and sends nothing: a stream
+    socket has no empty message, unlike a datagram one, which is left alone)."""
+    import errno
+    import os
+    import socket
+    import stat
+
+    try:
+        if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+            return False
+        probe = socket.socket(fileno=os.dup(fd))
+        try:
+            if probe.getsockopt(socket.SOL_SOCKET, socket.SO_TYPE) != socket.SOCK_STREAM:
+                return False
+        finally:
+            probe.close()
+        os.write(fd, b"")
+    except OSError as exc:
+        return exc.errno == errno.EPIPE
+    return False
 
 
 def _main(argv, extra_plugins, supervise: bool = False) -> int:

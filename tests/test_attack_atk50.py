@@ -116,12 +116,31 @@ def test_stdout_a_socket_whose_reader_closed_ends_quietly_with_141(tmp_path):
     assert "Traceback" not in err and "error" not in err, err
 
 
-@pytest.mark.xfail(strict=True, reason="ATTACK: a socket stdout whose reader did shutdown(SHUT_RD) gives EPIPE but "
-                   "poll() shows no POLLHUP/POLLERR: zlf prints 'zlf: error: Broken pipe' and exits 1, not 141")
 def test_stdout_a_socket_whose_reader_stopped_reading_ends_quietly_with_141(tmp_path):
     rc, err = _zlf_plugins_to_socket(tmp_path, "shut_rd")
     assert rc == 141, err
     assert "Traceback" not in err and "error" not in err, err
+
+
+@pytest.mark.parametrize("kind", ["stream", "datagram"])
+def test_a_healthy_socket_stdout_is_no_reader_gone_and_gets_no_bytes(monkeypatch, kind):
+    """The probe for a peer that stopped reading (a write of nothing) must neither call a healthy
+    socket gone (a plugin's own broken pipe is then an error, not a quiet 141) nor send its peer
+    anything: a datagram socket would get an empty message, so it is not probed."""
+    from zlf import cli
+
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM if kind == "stream" else socket.SOCK_DGRAM)
+    try:
+        with os.fdopen(os.dup(a.fileno()), "w") as stream:
+            monkeypatch.setattr(sys, "stdout", stream)
+            assert cli._stdout_reader_gone() is False
+            monkeypatch.undo()
+        b.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            b.recv(16)  # nothing arrived, not even an empty datagram
+    finally:
+        a.close()
+        b.close()
 
 
 def test_stdout_a_terminal_that_is_gone_is_no_traceback(tmp_path):
