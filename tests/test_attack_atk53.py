@@ -585,14 +585,17 @@ def run_kernel(a, b, out, n):
 
 
 @pytest.mark.extensions("task")
-@pytest.mark.parametrize("sig,code,word", [(signal.SIGTERM, 143, "terminated"), (signal.SIGINT, 130, "interrupted")],
-                         ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("sig,code,word", [(signal.SIGTERM, 143, "terminated"), (signal.SIGINT, 130, "interrupted"),
+                                           pytest.param(signal.SIGHUP, 143, "terminated", marks=pytest.mark.xfail(
+                                               strict=True, reason="ATTACK: zlf task has no SIGHUP handler: a hang-up "
+                                               "kills it by the signal (-1/129), meta.json left 'running'"))],
+                         ids=["SIGTERM", "SIGINT", "SIGHUP"])
 def test_task_stopped_with_stderr_closed_keeps_code_and_finished_cases(tmp_path, sig, code, word):
     cand = tmp_path / "slow.py"
     cand.write_text(SLOW_CANDIDATE)
     proc = subprocess.Popen([PY, "-m", "zlf", "task", str(TASK), "--candidate", str(cand), "--out", "t"],
                             cwd=tmp_path, env=_env(tmp_path), stdout=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
-                            start_new_session=True, preexec_fn=lambda: os.close(2))
+                            start_new_session=True, preexec_fn=lambda: os.close(2), restore_signals=True)
     try:
         end = time.monotonic() + CEILING
         while True:
