@@ -37,6 +37,12 @@ class ArgumentParser(argparse.ArgumentParser):
     #: ``{command: its parser}``, once built.
     commands: dict = {}
 
+    def _print_message(self, message, file=None):
+        """As argparse's, without dropping a failed write: ``zlf --help | head -c0`` is a reader
+        gone (141) as every other command's output is; stderr drops what it cannot write itself."""
+        if message:
+            (file or sys.stderr).write(message)
+
     def error(self, message):
         """One line, exit 2: ``zlf: error: ...`` (no usage block above it)."""
         import re
@@ -240,12 +246,15 @@ def main(argv=None, extra_plugins=(), supervise=None) -> int:
 
     :param supervise: run ``zlf run``'s points in a worker process under a supervising parent
         (:mod:`zlf.supervise`); default: when ``argv`` is None, i.e. this process is zlf. A caller
-        that passes ``argv`` runs them in its own process, as a library call would expect.
+        that passes ``argv`` runs them in its own process, as a library call would expect, and
+        gets back what the command changed for itself: its standard streams and descriptors
+        (:func:`zlf.streams.held`), signal handlers, environment and random generators.
     """
     import os
     import signal
 
-    from .procs import handle_sigterm, process_age
+    from . import streams
+    from .procs import handle_stops, process_age
     from .seeding import global_states, restore_global_states
 
     global ENTERED, STARTUP_S
@@ -254,28 +263,24 @@ def main(argv=None, extra_plugins=(), supervise=None) -> int:
     own_process = argv is None  # the console script: this process is zlf's own
     supervise = own_process if supervise is None else supervise
     argv = list(sys.argv[1:] if argv is None else argv)
-    streams = sys.stdout, sys.stderr
-    opened = _standard_streams()
-    previous = handle_sigterm()  # SIGTERM stops like Ctrl-C: what is finished is kept and marked, exit 143
-    environ = dict(os.environ)
-    generators = global_states()
-    try:
-        return guarded(lambda: _main(argv, extra_plugins, supervise), own_process=own_process)
-    finally:
-        if not own_process:  # an in-process caller gets its own sys.stdout and sys.stderr back
-            sys.stdout, sys.stderr = streams
-            for stand_in in opened:
-                stand_in.close()
-        if previous is not None:  # an in-process caller (a test) gets its own handler back
-            signal.signal(signal.SIGTERM, previous)
-        # ... and its own environment: what the command set for itself (the cpu backend's
-        # TRITON_INTERPRET, needed while its kernels are decorated) would reach the caller's next
-        # commands and every process it starts
-        if dict(os.environ) != environ:
-            os.environ.clear()
-            os.environ.update(environ)
-        # ... and its random generators as they were (a run seeds them for its points' inputs)
-        restore_global_states(generators)
+    with streams.held(own_process):
+        previous = handle_stops()  # SIGTERM and SIGHUP stop like Ctrl-C: what is finished is kept and marked, exit 143
+        environ = dict(os.environ)
+        generators = global_states()
+        try:
+            return guarded(lambda: _main(argv, extra_plugins, supervise), own_process=own_process)
+        finally:
+            for signum, handler in previous.items():  # an in-process caller (a test) gets its own handlers back
+                if handler is not None:
+                    signal.signal(signum, handler)
+            # ... and its own environment: what the command set for itself (the cpu backend's
+            # TRITON_INTERPRET, needed while its kernels are decorated) would reach the caller's next
+            # commands and every process it starts
+            if dict(os.environ) != environ:
+                os.environ.clear()
+                os.environ.update(environ)
+            # ... and its random generators as they were (a run seeds them for its points' inputs)
+            restore_global_states(generators)
 
 
 def _complete(parser) -> None:
@@ -288,144 +293,46 @@ def _complete(parser) -> None:
     argcomplete.autocomplete(parser)
 
 
-def _standard_streams() -> list:
-    """Open /dev/null on a standard descriptor that is closed (``zlf run >&-``): else the first file
-    zlf opens (a run's results.jsonl) would get that number, and whatever writes to stdout or
-    stderr (a compiler, a child, a C library) would write into it. A ``sys.stdout`` or
-    ``sys.stderr`` that is None or closed becomes /dev/null too; returns those files."""
-    import os
-
-    opened: list = []
-    for fd in (0, 1, 2):
-        try:
-            os.fstat(fd)
-        except OSError:
-            try:
-                os.open(os.devnull, os.O_RDWR)  # the lowest free number: this one
-            except OSError:
-                return opened
-    for name in ("stdout", "stderr"):  # Python makes a closed one None: print() ignores it, a method call fails
-        stream = getattr(sys, name)
-        if stream is None or getattr(stream, "closed", False) is True:  # an in-process caller's closed file too
-            setattr(sys, name, open(os.devnull, "w"))
-            opened.append(getattr(sys, name))
-    return opened
-
-
 def guarded(call, own_process: bool = True) -> int:
     """``call()``'s exit code, with what the command line makes of errors: a UsageError is one
-    line and 2, Ctrl-C 130, SIGTERM 143, stdout's reader gone (a pipe, socket or terminal) 141,
-    stdout not open for writing or a full disk one line and 2. These lines go to a stderr that
-    may be gone too; the code stays what it says.
+    line and 2, Ctrl-C 130, SIGTERM or SIGHUP 143, stdout's reader gone (a pipe, a socket, a
+    terminal) 141 and nothing said, a stdout not open for writing or a full disk one line and 2,
+    another pipe that broke one line and 1. The lines go to a stderr that may be gone too
+    (:func:`zlf.streams.last_word`); the code stays what it says.
 
-    :param own_process: this process is zlf's own (the console script, a worker): stdout gone,
-        it is pointed at /dev/null so that the interpreter's last flush finds nothing to say; an
+    :param own_process: this process is zlf's own (the console script, a worker): with stdout's
+        reader gone, descriptor 1 is pointed at /dev/null for the interpreter's last flush; an
         in-process caller's descriptors are left as they are.
     """
-    import errno
-
-    from .console import clean, last_word
+    from . import streams
+    from .console import clean
     from .procs import stop_code, stop_word
     from .rundir import disk_full
 
     try:
         return call()
     except UsageError as exc:
-        last_word(f"zlf: error: {exc}")
+        streams.last_word(f"zlf: error: {exc}")
         return 2
     except KeyboardInterrupt as exc:
-        last_word(f"\nzlf: {stop_word(exc)}")
+        streams.last_word(f"\nzlf: {stop_word(exc)}")
         return stop_code(exc)
     except OSError as exc:
-        # The reader went away (`zlf compare A B | head`, a terminal window closed: EIO, and no
-        # SIGHUP reaches a process it does not control): stop quietly, as cat(1) does. Another
-        # pipe, socket or file that broke (a plugin's own, a failing disk) is an error.
-        gone = exc.errno == errno.EPIPE or (exc.errno == errno.EIO and exc.filename is None)
-        if gone and _stdout_reader_gone():
+        if streams.reader_gone(exc):  # `zlf compare A B | head`, a terminal window closed: as cat(1) does
             if own_process:
-                _point_stdout_at_devnull()
+                streams.quiet_stdout()
             return 141
-        if exc.errno == errno.EBADF and exc.filename is None and not _stdout_writable():
-            last_word("zlf: error: stdout is not open for writing")
+        if streams.stdout_unwritable(exc):
+            streams.last_word("zlf: error: stdout is not open for writing")
             return 2
         if disk_full(exc):
             # A full disk (or a file-size limit) is the place given, not a bug: what was written stays.
-            last_word(f"zlf: error: {exc.strerror or exc}" + (f" writing {exc.filename}" if exc.filename else ""))
+            streams.last_word(f"zlf: error: {exc.strerror or exc}" + (f" writing {exc.filename}" if exc.filename else ""))
             return 2
-        if isinstance(exc, BrokenPipeError):
-            last_word(f"zlf: error: {clean(str(exc))}")
+        if isinstance(exc, BrokenPipeError):  # another pipe or socket (a plugin's own): an error
+            streams.last_word(f"zlf: error: {clean(str(exc))}")
             return 1
         raise
-
-
-def _point_stdout_at_devnull() -> None:
-    import os
-
-    try:
-        null = os.open(os.devnull, os.O_WRONLY)
-    except OSError:
-        return
-    try:
-        os.dup2(null, sys.stdout.fileno())
-    except (OSError, ValueError, AttributeError):
-        pass
-    finally:
-        os.close(null)
-
-
-def _stdout_writable() -> bool:
-    """Whether stdout's descriptor was opened for writing (``zlf plugins 1</dev/null`` it is not)."""
-    import fcntl
-    import os
-
-    try:
-        return fcntl.fcntl(sys.stdout.fileno(), fcntl.F_GETFL) & os.O_ACCMODE != os.O_RDONLY
-    except (OSError, ValueError, AttributeError):
-        return True  # no descriptor of its own (a caller's StringIO): not this case
-
-
-def _stdout_reader_gone() -> bool:
-    """Whether stdout is a pipe, socket or terminal whose reader has gone (poll sees an error or
-    a hang-up on it). A stdout without a descriptor (a caller's ``redirect_stdout``) has no reader to lose."""
-    import io
-    import select
-
-    try:
-        fd = sys.stdout.fileno()
-    except (io.UnsupportedOperation, ValueError, AttributeError):
-        return False
-    try:
-        poller = select.poll()
-        poller.register(fd, select.POLLOUT)
-        if any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0)):
-            return True
-    except (OSError, ValueError):
-        return True
-    return _stream_socket_shut_for_writing(fd)
-
-
-def _stream_socket_shut_for_writing(fd: int) -> bool:
-    """Whether ``fd`` is a stream socket its peer stopped reading (``shutdown(SHUT_RD)``): poll
-    shows no hang-up for it, but a write of nothing fails with EPIPE (and sends nothing: a stream
-    socket has no empty message, unlike a datagram one, which is left alone)."""
-    import errno
-    import os
-    import socket
-    import stat
-
-    try:
-        if not stat.S_ISSOCK(os.fstat(fd).st_mode):
-            return False
-        probe = socket.socket(fileno=os.dup(fd))
-        try:
-            if probe.getsockopt(socket.SOL_SOCKET, socket.SO_TYPE) != socket.SOCK_STREAM:
-                return False
-        finally:
-            probe.close()
-        os.write(fd, b"")
-    except OSError as exc:
-        return exc.errno == errno.EPIPE
-    return False
 
 
 def _main(argv, extra_plugins, supervise: bool = False) -> int:

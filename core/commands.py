@@ -148,7 +148,8 @@ def run_points(args, session, link=None, resume=None) -> int:
     """``zlf run`` on one device, in this process: plan, run directory, points, table. With a
     supervising parent (:mod:`zlf.supervise`), ``link`` tells it what happens, and ``resume``
     (``{"dir", "start"}``) makes this a fresh worker going on with a run from point ``start``."""
-    from .console import Progress, last_word
+    from .console import Progress
+    from .streams import last_word
     from .errors import UsageError
     from .output import print_run_summary
     from .procs import stop_code, stop_word

@@ -244,16 +244,6 @@ def say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
 
-def last_word(line: str) -> None:
-    """A line on stderr where stderr may be gone (a dead pipe, a closed terminal, a full disk):
-    written if it can be, never an error. What a stop or an error says must not change the exit
-    code it comes before (130, 143, 2)."""
-    try:
-        print(line, file=sys.stderr, flush=True)
-    except (OSError, ValueError, AttributeError):  # ValueError: closed; AttributeError: None
-        pass
-
-
 class StatusLine:
     """One line on a terminal that says what is happening now, rewritten in place (a carriage
     return and spaces: no escape codes); silent where stderr is not a terminal (logs, pipes) or

@@ -77,6 +77,18 @@ def handle_sigterm():
     return None
 
 
+def handle_stops() -> dict:
+    """Turn SIGTERM, and SIGHUP (a closed terminal) unless it is ignored (``nohup``), into
+    :class:`Terminated` (main thread only; elsewhere nothing); returns ``{signal: the previous
+    handler}`` (None where it was not set from Python)."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, _raise_terminated)}
+    if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:
+        previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, _raise_terminated)
+    return previous
+
+
 def die_with_parent(sig: int = signal.SIGKILL) -> Callable[[], None]:
     """A ``preexec_fn``: the child gets ``sig`` when this process dies (Linux; elsewhere nothing).
 

@@ -21,6 +21,7 @@ from .procs import EXIT_HUNG, PointTimeLimit, PointWatch, leave_if_forked, stop_
 from .redact import redact_text, safe_environment
 from .records import STATUS_FAILED, STATUS_OK, STATUS_OOM, PointRecord, jsonable_options
 from .rundir import LOG, RunDir, disk_full
+from .streams import LossyStream
 
 #: environment variables that change what is compiled or timed, as far as core knows (Triton,
 #: torch, the CUDA stack, compiler switches); extensions add theirs (``env_prefixes`` hook).
@@ -109,34 +110,6 @@ class RunLog:
             self._f.close()
         except OSError:
             pass
-
-
-class LossyStream:
-    """A standard stream for what a run tells people while it runs (progress, warnings): a write
-    that fails (a full or closed stdout or stderr, a reader gone) is dropped, never the run's
-    failure; ``lost`` keeps the first such error."""
-
-    def __init__(self, stream):
-        self._stream = stream
-        self.lost: Optional[BaseException] = None
-
-    def write(self, text):
-        if self.lost is None:
-            try:
-                return self._stream.write(text)
-            except (OSError, ValueError) as exc:  # ValueError: the stream was closed
-                self.lost = exc
-        return len(text)
-
-    def flush(self) -> None:
-        if self.lost is None:
-            try:
-                self._stream.flush()
-            except (OSError, ValueError) as exc:
-                self.lost = exc
-
-    def __getattr__(self, name):
-        return getattr(self._stream, name)
 
 
 @contextlib.contextmanager

@@ -17,12 +17,12 @@ from pathlib import Path
 
 import yaml
 
-from .console import last_word
 from .errors import UsageError
 from .procs import stop_code, stop_word
 from .executors import ROOT, LocalPool, device_identity, make_executor, parse_gpus, pin_variable
 from .rundir import LOG, META, RESULTS, SHAPES, RunDir, timestamp
 from .scheduler import Scheduler, Unit
+from .streams import last_word
 
 #: each shard's run configuration, beside its staging folder (zlf.config.RunConfig)
 CONFIG = "config.json"

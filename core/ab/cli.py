@@ -18,7 +18,7 @@ import attrs
 
 from .. import controls as ctl
 from .. import metrics, output, readers, stats
-from ..console import clean, last_word, warn
+from ..console import clean, warn
 from ..errors import UsageError
 from ..compare import GATE
 from ..executors import add_scale_arguments, make_executor, parse_gpus, pin_variable
@@ -26,6 +26,7 @@ from ..options import SECONDS, SEED, CommandTraits, Number, deprecated, env_name
 from ..procs import stop_code, stop_word
 from ..redact import REDACTED
 from ..rundir import RunDir, disk_full
+from ..streams import last_word
 from . import library, report
 from .analysis import decide_campaign, load_noise
 from .campaign import KEY_FILE, Campaign, Driving, OpSpec, Statistics, key_path

@@ -34,11 +34,12 @@ import attrs
 from tabulate import tabulate
 
 from zlf import UsageError, ceilings
-from zlf.console import StatusLine, clean, last_word, number, paint
+from zlf.console import StatusLine, clean, number, paint
 from zlf.procs import die_with_parent, kill_group, python_child_env, stop_code, stop_word
 from zlf.records import STATUS_FAILED, STATUS_OK, Timing, is_jsonable
 from zlf.run import Run
 from zlf.rundir import RunDir, disk_full
+from zlf.streams import last_word
 
 from . import outcome as V
 from . import probe, sandbox, speed, timers
