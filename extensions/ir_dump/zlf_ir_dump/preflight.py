@@ -129,14 +129,15 @@ def _first_diagnostic(kind: str, message: str, said: str) -> str:
 
 
 # ------------------------------------------------------------------------------ the child's side
-def _probe(argv) -> int:
-    """``preflight.py FD BACKEND ARCH WARP_SIZE``: compile the probe kernel for the target and
+def _probe(argv, kernel) -> int:
+    """``preflight.py FD BACKEND ARCH WARP_SIZE``: compile ``kernel`` for the target and
     write how it ended to descriptor FD: ``{"ok": true}``, or the exception's ``type`` and
     ``message``, with ``cache`` (Triton's cache folder) when it is an OSError on a path there."""
     report = os.fdopen(int(argv[0]), "w", encoding="utf-8")
     backend, arch, warp_size = argv[1], argv[2], int(argv[3])
     cache = None
     try:
+        import triton
         from triton.backends.compiler import GPUTarget
         from triton.compiler import ASTSource
 
@@ -148,7 +149,7 @@ def _probe(argv) -> int:
             cache = os.environ.get("TRITON_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".triton", "cache")
 
         target = GPUTarget(backend, int(arch) if backend == "cuda" else arch, warp_size)
-        source = ASTSource(fn=zlf_target_probe, signature={"x": "*fp32"}, constexprs={})
+        source = ASTSource(fn=kernel, signature={"x": "*fp32"}, constexprs={})
         triton.compile(source, target=target)
     except BaseException as exc:  # whatever the compiler raises for a target it does not know; an interrupt
         found = {"type": type(exc).__name__, "message": str(exc)[:_MESSAGE_LIMIT], "os_error": isinstance(exc, OSError)}
@@ -177,4 +178,4 @@ if __name__ == "__main__":
     def zlf_target_probe(x):
         tl.store(x, tl.load(x) + 1.0)
 
-    sys.exit(_probe(sys.argv[1:]))
+    sys.exit(_probe(sys.argv[1:], zlf_target_probe))
