@@ -83,8 +83,9 @@ class Session:
         self.plan_notes: list = []
         #: the command line as given (``zlf.cli.main``'s argv), for a command that runs itself again
         self.argv: tuple = ()
-        #: the ``(name, plugin)`` pairs passed in-process (``main(..., extra_plugins=...)``), for a
-        #: command that runs itself again in another process and takes them along
+        #: the ``(name, plugin)`` pairs passed in-process (``main(..., extra_plugins=...)``) that
+        #: the extension selection left registered, for a command that runs itself again in
+        #: another process and takes them along
         self.extra_plugins: tuple = ()
 
     # ------------------------------------------------------------------ configuration
@@ -124,7 +125,8 @@ class Session:
         pm, infos = build_plugin_manager(selection, extra_plugins=extra_plugins, tolerant=tolerant)
         config = options if isinstance(options, RunConfig) else None
         session = cls(config.namespace() if config is not None else options, Hooks(pm, infos))
-        session.extra_plugins = tuple(extra_plugins)
+        # those --ext/--no-ext left registered: what the session runs, as the plugin manager decided
+        session.extra_plugins = tuple((name, plugin) for name, plugin in extra_plugins if pm.get_plugin(name) is plugin)
         if config is not None:
             session.config = config
         return session

@@ -416,9 +416,10 @@ def test_targets_triton_compiles_for_are_accepted(text):
     assert f"{target.backend}:{target.arch}" == text
 
 
+#: Triton's compile as Triton 3.9 on cuda:101 behaves, patched at start-up (sitecustomize) of each
+#: Python process with this PYTHONPATH: zlf's and the one its probe compiles in
 PTXAS_REFUSES = """
-import os, sys, triton
-from zlf.cli import main
+import os, triton
 
 def compile(src, target=None, options=None, **kw):  # Triton 3.9 on cuda:101: ptxas-blackwell knows no sm_101a
     print("Internal Triton PTX codegen error\\n`ptxas` stderr:\\n"
@@ -427,7 +428,6 @@ def compile(src, target=None, options=None, **kw):  # Triton 3.9 on cuda:101: pt
     raise RuntimeError("PTXAS error: Internal Triton PTX codegen error")
 
 triton.compile = compile  # the real JIT path of the points is not this attribute
-sys.exit(main(["ir", "add", "--dtype", "float32", "--target", "cuda:90", "--ext", "ir_dump", "--out", "out"]))
 """
 
 
@@ -436,9 +436,12 @@ def test_a_target_the_compiler_refuses_is_one_line_before_anything_is_written(tm
     build for (it hands sm_101a to ptxas-blackwell) was one compiler dump per point in a run dir:
     zlf ir compiles a probe kernel first and turns its failure into one line, the compiler's
     output (its PTX on stdout, its diagnostics on stderr) kept out of the terminal."""
-    env = _env({"TRITON_CACHE_DIR": str(tmp_path / "triton_cache")})
+    (tmp_path / "faulty").mkdir()
+    (tmp_path / "faulty" / "sitecustomize.py").write_text(PTXAS_REFUSES)
+    env = _env({"TRITON_CACHE_DIR": str(tmp_path / "triton_cache"), "PYTHONPATH": str(tmp_path / "faulty")})
     env.pop("TRITON_INTERPRET", None)
-    done = subprocess.run([sys.executable, "-c", PTXAS_REFUSES], cwd=tmp_path, env=env, capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "zlf", "ir", "add", "--dtype", "float32", "--target", "cuda:90",
+                           "--ext", "ir_dump", "--out", "out"], cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=300, stdin=subprocess.DEVNULL)
     assert done.returncode == 2, done.stdout + done.stderr
     assert done.stdout == ""

@@ -110,16 +110,30 @@ def _in_a_fresh_process(session) -> int:
     env[FRESH] = str(os.getpid())
     # its own process group: a terminal's Ctrl-C reaches this process alone, which passes it on once
     child = subprocess.Popen([sys.executable, "-P", "-m", "zlf_ir_dump.fresh", *session.argv], env=env,
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              process_group=0)
     try:
-        out, err = child.communicate(sent)
+        out, err = child.communicate(sent.encode())
     except KeyboardInterrupt:
         child.send_signal(signal.SIGINT)
         out, err = child.communicate()
-    sys.stdout.write(out)
-    sys.stderr.write(err)
+    _pass_on(out, sys.stdout)
+    _pass_on(err, sys.stderr)
     return child.returncode if child.returncode >= 0 else 128 - child.returncode
+
+
+def _pass_on(data: bytes, stream) -> None:
+    """The fresh process's output as it came (an op's or a compiler's bytes need not be UTF-8):
+    to ``stream``'s bytes; to a stream of text alone (a StringIO), decoded with replacements."""
+    if not data:
+        return
+    binary = getattr(stream, "buffer", None)
+    if binary is None:
+        stream.write(data.decode(errors="replace"))
+        return
+    stream.flush()
+    binary.write(data)
+    binary.flush()
 
 
 def _check_triton_cache() -> None:

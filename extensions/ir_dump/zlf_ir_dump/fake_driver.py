@@ -36,7 +36,7 @@ def parse_target(text: str):
         raise ValueError(f"--target {text!r}: expected BACKEND:ARCH with BACKEND one of {', '.join(WARP_SIZE)} (e.g. cuda:90)")
     if backend == "cuda":
         known = cuda_archs()
-        if not (arch.isascii() and arch.isdecimal()):
+        if not (arch.isascii() and arch.isdecimal()) or len(arch) > 4:
             raise ValueError(f"--target {text!r}: a cuda arch is a compute capability such as 80, 90, 100")
         if int(arch) not in known:
             raise ValueError(f"--target {text!r}: ptxas compiles for cuda:{', cuda:'.join(map(str, sorted(known)))}")
