@@ -3,6 +3,7 @@ to happen. Every wait has a ceiling for a machine loaded many times over, never 
 time: it returns as soon as what it waits for is there."""
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -12,6 +13,23 @@ import pytest
 
 #: how long a test waits for what it looks for (a process started, a file written, a process gone)
 CEILING = 120
+
+
+@contextlib.contextmanager
+def stops_as_from_a_terminal():
+    """SIGINT and SIGHUP at their defaults while the block runs, so the processes it starts get
+    them as from a terminal: a shell's background job (``nohup``, a CI runner) inherits both
+    ignored, a Python started so never stops on them, and a test that sends one would wait for
+    nothing. Only SIG_IGN survives exec: a child gets the default of a handler set here."""
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGHUP)}
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            if handler is not None:
+                signal.signal(sig, handler)
 
 
 def alive(pid: int) -> bool:

@@ -18,7 +18,16 @@ from pathlib import Path
 
 import pytest
 
-from process_tools import CEILING, alive
+from process_tools import CEILING, alive, stops_as_from_a_terminal
+
+
+@pytest.fixture(autouse=True)
+def _as_from_a_terminal():
+    """Every zlf these cases start, and every in-process stop, meets SIGINT and SIGHUP as a
+    terminal gives them, whatever this session inherited."""
+    with stops_as_from_a_terminal():
+        yield
+
 
 PY = sys.executable
 HERE = Path(__file__).parent
