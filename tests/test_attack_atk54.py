@@ -1,0 +1,360 @@
+"""ATTACK atk54: zlf's standard streams after the redesign of d708d06 (core/streams.py held(),
+MarkedStream, LossyStream; core/cli.py guarded(); core/procs.py handle_stops()), beyond atk50/51/53.
+
+What is new here:
+
+* a user's shell has no PYTHONUNBUFFERED (this repository's test sessions inherit it): stdout into a
+  pipe is then block-buffered, and output smaller than a buffer is written by the interpreter's
+  last flush, after zlf.cli.main returned, outside guarded() and outside the mark;
+* a supervised ``zlf run``'s table and JSON, written by the worker's last flush, whose errors the
+  worker swallows;
+* a stdout socket whose reader reset the connection (ECONNRESET, not EPIPE);
+* a plugin writing to the real stdout (``sys.__stdout__``) when its reader is gone;
+* ``nohup`` with the hang-up sent to the whole process group (a terminal closing), not the pid only;
+* a second stop arriving while ``zlf run`` ends;
+* a plugin that reconfigures sys.stdout, and what a caller's code sees of sys.stdout while zlf runs.
+
+Each case runs zlf in a fresh process on the cpu backend with atk51's tiny ops
+(tests/data/attack_atk51/ops.py)."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from process_tools import CEILING
+
+PY = sys.executable
+HERE = Path(__file__).parent
+OPS = HERE / "data" / "attack_atk51" / "ops.py"
+FAST = ["--backend", "cpu", "--rep-ms", "1", "--warmup-ms", "0"]
+
+
+def _env(tmp_path, users_shell=False, **more):
+    """A zlf child's environment; ``users_shell``: without PYTHONUNBUFFERED, as in a user's shell."""
+    from zlf.testing import clean_env
+
+    e = clean_env({})
+    e.pop("TRITON_INTERPRET", None)
+    e["XDG_CONFIG_HOME"] = str(tmp_path / "cfg")
+    if users_shell:
+        e.pop("PYTHONUNBUFFERED", None)
+    e.update(more)
+    return e
+
+
+def _dead_pipe():
+    r, w = os.pipe()
+    os.close(r)
+    return w
+
+
+def _zlf(tmp_path, *args, users_shell=False, **kw):
+    kw.setdefault("stdin", subprocess.DEVNULL)
+    kw.setdefault("stderr", subprocess.PIPE)
+    return subprocess.run([PY, "-m", "zlf", *map(str, args)], cwd=tmp_path, text=True,
+                          env=kw.pop("env", _env(tmp_path, users_shell)), timeout=kw.pop("timeout", 300), **kw)
+
+
+def _only_dir(parent: Path) -> Path:
+    dirs = [d for d in parent.iterdir() if d.is_dir()]
+    assert len(dirs) == 1, dirs
+    return dirs[0]
+
+
+def _records(run: Path):
+    f = run / "results.jsonl"
+    recs = [json.loads(line) for line in f.read_text().splitlines() if line.strip()] if f.exists() else []
+    return [r["status"] for r in recs], json.loads((run / "meta.json").read_text())["status"]
+
+
+def _script(tmp_path, body, users_shell=False, **kw):
+    f = tmp_path / "attack_script.py"
+    f.write_text(textwrap.dedent(body))
+    kw.setdefault("stdout", subprocess.PIPE)
+    kw.setdefault("stderr", subprocess.PIPE)
+    return subprocess.run([PY, str(f)], text=True, env=_env(tmp_path, users_shell), cwd=tmp_path, timeout=300,
+                          stdin=subprocess.DEVNULL, **kw)
+
+
+RUN = ["run", f"{OPS}::fast", *FAST, "--out", "r"]
+USERS_SHELL_141 = ("ATTACK: without PYTHONUNBUFFERED (a user's shell) stdout is block-buffered: a short output "
+                   "reaches the pipe at the interpreter's last flush, after main() returned, outside guarded() "
+                   "and the mark: 'Exception ignored ... BrokenPipeError', exit 120, not a quiet 141")
+
+
+# ----------------------------------------------------------------------------- a user's shell: stdout buffered
+@pytest.mark.xfail(strict=True, reason=USERS_SHELL_141)
+@pytest.mark.parametrize("args", [["plugins"], ["--version"], ["--help"]], ids=["plugins", "version", "help"])
+def test_short_output_into_a_gone_reader_in_a_users_shell_is_a_quiet_141(tmp_path, args):
+    """README: 141 "stdout's reader went away (... | head ...): stopped quietly" -- in the shell
+    people use, where PYTHONUNBUFFERED is not set."""
+    w = _dead_pipe()
+    try:
+        p = _zlf(tmp_path, *args, users_shell=True, stdout=w)
+    finally:
+        os.close(w)
+    assert (p.returncode, p.stderr) == (141, ""), (p.returncode, p.stderr)
+
+
+def test_short_output_into_a_gone_reader_with_pythonunbuffered_is_141(tmp_path):
+    """The control: the same command under this repository's test environment."""
+    w = _dead_pipe()
+    try:
+        p = _zlf(tmp_path, "plugins", env=_env(tmp_path, PYTHONUNBUFFERED="1"), stdout=w)
+    finally:
+        os.close(w)
+    assert (p.returncode, p.stderr) == (141, ""), (p.returncode, p.stderr)
+
+
+@pytest.mark.xfail(strict=True, reason="ATTACK: without PYTHONUNBUFFERED, `zlf plugins >/dev/full` fails at the "
+                   "interpreter's last flush: 'Exception ignored ... No space left', exit 120, not one line and 2")
+def test_short_output_into_dev_full_in_a_users_shell_is_one_line_and_2(tmp_path):
+    full = os.open("/dev/full", os.O_WRONLY)
+    try:
+        p = _zlf(tmp_path, "plugins", users_shell=True, stdout=full)
+    finally:
+        os.close(full)
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    assert p.stderr.startswith("zlf: error:") and len(p.stderr.splitlines()) == 1, p.stderr
+
+
+@pytest.mark.xfail(strict=True, reason="ATTACK: without PYTHONUNBUFFERED, `zlf plugins 1</dev/null` fails at the "
+                   "interpreter's last flush: 'Exception ignored ... Bad file descriptor', exit 120, not "
+                   "'stdout is not open for writing' and 2")
+def test_stdout_read_only_in_a_users_shell_says_so_and_2(tmp_path):
+    ro = os.open(os.devnull, os.O_RDONLY)
+    try:
+        p = _zlf(tmp_path, "plugins", users_shell=True, stdout=ro)
+    finally:
+        os.close(ro)
+    assert (p.returncode, p.stderr) == (2, "zlf: error: stdout is not open for writing\n"), (p.returncode, p.stderr)
+
+
+@pytest.mark.xfail(strict=True, reason="ATTACK: a supervised zlf run's table is written by the worker's last flush "
+                   "(supervise.Supervisor._worker), whose OSError is swallowed: into a gone reader in a user's "
+                   "shell the run ends 0, not 141")
+def test_a_supervised_run_into_a_gone_reader_in_a_users_shell_is_141_with_every_record(tmp_path):
+    w = _dead_pipe()
+    try:
+        p = _zlf(tmp_path, *RUN, users_shell=True, stdout=w)
+    finally:
+        os.close(w)
+    statuses, status = _records(_only_dir(tmp_path / "r"))
+    assert statuses == ["ok", "ok"] and status == "complete"
+    assert "Traceback" not in p.stderr and "Exception ignored" not in p.stderr, p.stderr
+    assert p.returncode == 141, p.returncode
+
+
+@pytest.mark.xfail(strict=True, reason="ATTACK: `zlf run --format csv >/dev/full` (or table) in a user's shell: the "
+                   "output is lost at the worker's last flush (supervise.Supervisor._worker swallows the OSError), "
+                   "exit 0 and nothing said, not one line and 2 (--format json does say it)")
+@pytest.mark.parametrize("fmt", ["csv", "table"])
+def test_a_supervised_run_into_dev_full_in_a_users_shell_is_not_a_silent_success(tmp_path, fmt):
+    full = os.open("/dev/full", os.O_WRONLY)
+    try:
+        p = _zlf(tmp_path, *RUN, "--format", fmt, users_shell=True, stdout=full)
+    finally:
+        os.close(full)
+    statuses, _ = _records(_only_dir(tmp_path / "r"))
+    assert statuses == ["ok", "ok"]
+    assert p.returncode == 2, (p.returncode, p.stderr[-2000:])
+    assert "zlf: error:" in p.stderr and "No space left" in p.stderr, p.stderr[-2000:]
+
+
+def test_a_supervised_run_json_into_dev_full_in_a_users_shell_is_one_line_and_2(tmp_path):
+    """The control: --format json says it (exit 2)."""
+    full = os.open("/dev/full", os.O_WRONLY)
+    try:
+        p = _zlf(tmp_path, *RUN, "--format", "json", users_shell=True, stdout=full)
+    finally:
+        os.close(full)
+    statuses, _ = _records(_only_dir(tmp_path / "r"))
+    assert statuses == ["ok", "ok"]
+    assert p.returncode == 2 and "zlf: error: No space left on device" in p.stderr, (p.returncode, p.stderr[-2000:])
+
+
+def test_a_supervised_run_json_into_a_gone_reader_keeps_every_record_and_is_141(tmp_path):
+    """`zlf run --format json | head -c0` under the test environment: results kept, quiet 141."""
+    w = _dead_pipe()
+    try:
+        p = _zlf(tmp_path, *RUN, "--format", "json", stdout=w)
+    finally:
+        os.close(w)
+    statuses, status = _records(_only_dir(tmp_path / "r"))
+    assert statuses == ["ok", "ok"] and status == "complete"
+    assert p.returncode == 141 and "Traceback" not in p.stderr and "zlf: error" not in p.stderr, (p.returncode,
+                                                                                                   p.stderr)
+
+
+# ----------------------------------------------------------------------------- a socket whose reader reset it
+@pytest.mark.xfail(strict=True, reason="ATTACK: stdout a socket whose reader reset the connection: ECONNRESET is "
+                   "not taken as a reader gone (streams.reader_gone knows EPIPE and EIO only): a traceback")
+def test_stdout_a_socket_reset_by_its_reader_is_a_quiet_141_not_a_traceback(tmp_path):
+    """docs/hostile.md: "Stdout's reader gone (`| head`, a socket closed, ...) stops quietly with 141"."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    client = socket.create_connection(srv.getsockname())
+    peer, _ = srv.accept()
+    srv.close()
+    client.sendall(b"unread")
+    end = time.monotonic() + CEILING
+    while not peer.recv(1, socket.MSG_PEEK):
+        assert time.monotonic() < end
+    peer.close()  # data unread: a reset, whose error the first write of zlf gets
+    time.sleep(0.2)  # loopback: the reset is there long before this
+    try:
+        p = _zlf(tmp_path, "plugins", env=_env(tmp_path, PYTHONUNBUFFERED="1"), stdout=client.fileno())
+    finally:
+        client.close()
+    assert "Traceback" not in p.stderr, p.stderr[-1500:]
+    assert (p.returncode, p.stderr) == (141, ""), (p.returncode, p.stderr[-1500:])
+
+
+# ----------------------------------------------------------------------------- the real stdout, not sys.stdout
+DUNDER = """
+import os, sys, zlf
+from zlf.cli import main
+
+class Report:
+    @zlf.hookimpl
+    def after_run(self, run, results):
+        print("my summary", file=sys.__stdout__, flush=True)   # a reporter writing to the real stdout
+
+r, w = os.pipe(); os.close(r); os.dup2(w, 1); os.close(w)   # `zlf run ... | head -c0`
+rc = main(%r, extra_plugins=[("report", Report())])
+os.write(2, ("RC %%s\\n" %% rc).encode())
+"""
+
+
+@pytest.mark.xfail(strict=True, reason="ATTACK: a plugin printing to sys.__stdout__ (the real stdout, fd 1) whose "
+                   "reader left gets no mark (only sys.stdout's wrapper marks): 'zlf: error: Broken pipe' and 1, "
+                   "not the quiet 141 of stdout's reader gone")
+def test_a_plugin_writing_to_the_real_stdout_whose_reader_left_is_141(tmp_path):
+    p = _script(tmp_path, DUNDER % (RUN,))
+    statuses, _ = _records(_only_dir(tmp_path / "r"))
+    assert statuses == ["ok", "ok"]
+    assert "RC 141" in p.stderr and "zlf: error" not in p.stderr, p.stderr[-1500:]
+
+
+RECONFIGURE = """
+import io, os, sys, zlf
+from zlf.cli import main
+
+seen = {}
+
+class Tweak:
+    @zlf.hookimpl
+    def configure(self, session):
+        sys.stdout.reconfigure(line_buffering=True)          # a plugin that wants its lines out at once
+        seen["attrs"] = (sys.stdout.encoding, sys.stdout.errors, sys.stdout.fileno(), sys.stdout.isatty(),
+                         sys.stdout.line_buffering, sys.stderr.fileno())
+
+r, w = os.pipe(); os.close(r); os.dup2(w, 1); os.close(w)
+mine = sys.stdout
+expected = (sys.stdout.encoding, sys.stdout.errors, 1, False, True, 2)
+rc = main(["plugins"], extra_plugins=[("tweak", Tweak())])
+os.write(2, ("RC %s SAME %s ATTRS %s %r\\n" % (rc, sys.stdout is mine, seen.get("attrs") == expected, seen.get("attrs"))).encode())
+"""
+
+
+def test_a_plugin_that_reconfigures_sys_stdout_still_ends_141_into_a_gone_reader(tmp_path):
+    """sys.stdout while zlf runs answers what a text stream answers (encoding, errors, fileno,
+    isatty, reconfigure), and a reader gone after a reconfigure is still 141."""
+    p = _script(tmp_path, RECONFIGURE)
+    line = [ln for ln in p.stderr.splitlines() if ln.startswith("RC ")]
+    assert line and line[0].startswith("RC 141 SAME True ATTRS True"), p.stderr
+
+
+# ----------------------------------------------------------------------------- nohup, the whole group hung up
+def _hung_up_under_nohup(tmp_path, argv):
+    """``nohup zlf ...`` and its terminal closing: SIGHUP to the whole process group, mid-run."""
+    gate, pidfile = tmp_path / "go", tmp_path / "worker.pid"
+
+    def nohup():
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+    proc = subprocess.Popen([PY, "-m", "zlf", *map(str, argv)], cwd=tmp_path,
+                            env=_env(tmp_path, ATK_GATE=str(gate), ATK_PID=str(pidfile)),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+                            start_new_session=True, preexec_fn=nohup)
+    try:
+        end = time.monotonic() + CEILING
+        while not pidfile.exists():
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < end
+            time.sleep(0.05)
+        time.sleep(0.3)
+        os.killpg(proc.pid, signal.SIGHUP)
+        time.sleep(0.5)
+        gate.touch()
+        _, err = proc.communicate(timeout=600)
+    finally:
+        gate.touch()
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return proc.returncode, err
+
+
+@pytest.mark.parametrize("cmd", ["run", "sharded_run", "ab"])
+def test_nohup_zlf_runs_on_when_its_whole_group_is_hung_up(tmp_path, cmd):
+    argv = {"run": ["run", f"{OPS}::slow", *FAST, "--out", "o"],
+            "sharded_run": ["run", f"{OPS}::slow", *FAST, "--gpus", "0,1", "--out", "o"],
+            "ab": ["ab", f"{OPS}::slow", "--switch", "X", "--rounds", "2", *FAST, "--out", "o"]}[cmd]
+    rc, err = _hung_up_under_nohup(tmp_path, argv)
+    run = _only_dir(tmp_path / "o")
+    if cmd == "ab":
+        status = json.loads((run / "campaign.json").read_text())["status"]
+    else:
+        status = _records(run)[1]
+    assert (rc, status) == (0, "complete"), (rc, status, err[-1500:])
+
+
+# ----------------------------------------------------------------------------- a second stop while zlf run ends
+@pytest.mark.xfail(strict=True, reason="ATTACK: main()'s finally puts SIG_DFL back for SIGTERM and SIGHUP in zlf's "
+                   "own process (cli.main, procs.handle_stops' previous): a second stop while the interpreter "
+                   "ends kills zlf by the signal (-1/-15) after it said 'terminated', not exit 143")
+@pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGTERM], ids=["SIGHUP", "SIGTERM"])
+def test_a_stop_repeated_while_zlf_run_ends_keeps_exit_143(tmp_path, sig):
+    """A terminal that hangs up and a process manager that repeats its SIGTERM until the process
+    is gone: the first stop decided the code (README: 143), the next ones change nothing."""
+    gate, pidfile = tmp_path / "go", tmp_path / "worker.pid"
+    proc = subprocess.Popen([PY, "-m", "zlf", "run", f"{OPS}::slow", *FAST, "--out", "o"], cwd=tmp_path,
+                            env=_env(tmp_path, ATK_GATE=str(gate), ATK_PID=str(pidfile)),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+                            start_new_session=True, restore_signals=True)
+    try:
+        end = time.monotonic() + CEILING
+        while not pidfile.exists():
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < end
+            time.sleep(0.05)
+        time.sleep(0.3)
+        os.kill(proc.pid, sig)
+        end = time.monotonic() + CEILING
+        while proc.poll() is None and time.monotonic() < end:  # ... and again, until it is gone
+            time.sleep(0.005)
+            try:
+                os.kill(proc.pid, sig)
+            except ProcessLookupError:
+                break
+        out, err = proc.communicate(timeout=CEILING)
+    finally:
+        gate.touch()
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    statuses, status = _records(_only_dir(tmp_path / "o"))
+    assert statuses[:1] == ["ok"] and status == "terminated", (status, statuses)
+    assert "Traceback" not in err, err[-2000:]
+    assert proc.returncode == 143, (proc.returncode, err[-1500:])
