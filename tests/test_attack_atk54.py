@@ -358,3 +358,141 @@ def test_a_stop_repeated_while_zlf_run_ends_keeps_exit_143(tmp_path, sig):
     assert statuses[:1] == ["ok"] and status == "terminated", (status, statuses)
     assert "Traceback" not in err, err[-2000:]
     assert proc.returncode == 143, (proc.returncode, err[-1500:])
+
+
+# ----------------------------------------------------------------------------- a user's shell: campaigns and tasks
+TASK = HERE / "data" / "taskpkg_vecadd"
+
+
+@pytest.mark.xfail(strict=True, reason=USERS_SHELL_141)
+@pytest.mark.parametrize("cmd", ["ab", pytest.param("task", marks=pytest.mark.extensions("task"))])
+def test_a_campaign_or_task_into_a_gone_reader_in_a_users_shell_is_141_and_keeps_its_work(tmp_path, cmd):
+    argv = {"ab": ["ab", f"{OPS}::fast", "--switch", "X", "--rounds", "3", *FAST, "--out", "o"],
+            "task": ["task", TASK, "--candidate", TASK / "candidates" / "correct.py", "--out", "o"]}[cmd]
+    w = _dead_pipe()
+    try:
+        p = _zlf(tmp_path, *argv, users_shell=True, stdout=w, timeout=600)
+    finally:
+        os.close(w)
+    run = _only_dir(tmp_path / "o")
+    if cmd == "ab":
+        assert json.loads((run / "campaign.json").read_text())["status"] == "complete"
+    else:
+        assert _records(run)[1] == "complete"
+    assert "Exception ignored" not in p.stderr, p.stderr[-1500:]
+    assert p.returncode == 141, p.returncode
+
+
+# ----------------------------------------------------------------------------- a terminal closing: the whole group
+@pytest.mark.parametrize("cmd", ["sharded_run", "ab"])
+def test_the_whole_group_hung_up_stops_as_terminated_with_143(tmp_path, cmd):
+    """A terminal that closes sends SIGHUP to its foreground process group: zlf and whatever it
+    started in that group (a sharded run's executors, a campaign's runs) get it at once."""
+    gate, pidfile = tmp_path / "go", tmp_path / "worker.pid"
+    argv = {"sharded_run": ["run", f"{OPS}::slow", *FAST, "--gpus", "0,1", "--out", "o"],
+            "ab": ["ab", f"{OPS}::slow", "--switch", "X", "--rounds", "2", *FAST, "--out", "o"]}[cmd]
+    proc = subprocess.Popen([PY, "-m", "zlf", *argv], cwd=tmp_path,
+                            env=_env(tmp_path, ATK_GATE=str(gate), ATK_PID=str(pidfile)),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+                            start_new_session=True, restore_signals=True)
+    try:
+        end = time.monotonic() + CEILING
+        while not pidfile.exists():
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < end
+            time.sleep(0.05)
+        time.sleep(0.3)
+        os.killpg(proc.pid, signal.SIGHUP)
+        _, err = proc.communicate(timeout=CEILING)
+    finally:
+        gate.touch()
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert "Traceback" not in err, err[-2000:]
+    assert proc.returncode == 143, (proc.returncode, err[-1500:])
+    if cmd == "ab":
+        assert json.loads((_only_dir(tmp_path / "o") / "campaign.json").read_text())["status"] == "terminated"
+    else:
+        assert "terminated" in err
+
+
+SLOW_ONCE = '''
+import time
+import torch
+
+_slept = False
+
+
+def run_kernel(a, b, out, n):
+    global _slept
+    if n == 4096 and not _slept:  # the second case takes a while, once (not in its timing)
+        _slept = True
+        time.sleep(2)
+    torch.add(a, b, out=out)
+'''
+
+
+@pytest.mark.extensions("task")
+def test_nohup_zlf_task_runs_on_when_its_whole_group_is_hung_up(tmp_path):
+    cand = tmp_path / "slow.py"
+    cand.write_text(SLOW_ONCE)
+
+    def nohup():
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+    proc = subprocess.Popen([PY, "-m", "zlf", "task", str(TASK), "--candidate", str(cand), "--out", "t"],
+                            cwd=tmp_path, env=_env(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, text=True, start_new_session=True, preexec_fn=nohup)
+    try:
+        end = time.monotonic() + CEILING
+        while True:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < end
+            runs = [d for d in (tmp_path / "t").glob("*") if d.is_dir()] if (tmp_path / "t").is_dir() else []
+            res = runs[0] / "results.jsonl" if runs else None
+            if res is not None and res.exists() and res.read_text().count("\n") >= 1:
+                break
+            time.sleep(0.1)
+        time.sleep(0.5)
+        os.killpg(proc.pid, signal.SIGHUP)
+        _, err = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    statuses, status = _records(_only_dir(tmp_path / "t"))
+    assert (proc.returncode, status, statuses) == (0, "complete", ["ok", "ok", "ok"]), err[-1500:]
+
+
+# ----------------------------------------------------------------------------- colour: a terminal yes, a pipe never
+def _on_a_terminal(tmp_path, **env):
+    import pty
+
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([PY, "-m", "zlf", *RUN], cwd=tmp_path, env=_env(tmp_path, **env), stdout=slave,
+                            stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    os.close(slave)
+    data = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: the other side closed
+            break
+        if not chunk:
+            break
+        data += chunk
+    os.close(master)
+    assert proc.wait(timeout=CEILING) == 0
+    return data
+
+
+def test_a_terminal_stdout_still_gets_colour_through_the_wrapper(tmp_path):
+    """console.use_colour asks sys.stdout.isatty(): through MarkedStream it must still see the terminal."""
+    assert b"\x1b[32mok\x1b[0m" in _on_a_terminal(tmp_path)
+
+
+def test_no_color_on_a_terminal_and_a_pipe_get_no_escape(tmp_path):
+    assert b"\x1b[" not in _on_a_terminal(tmp_path, NO_COLOR="")
+    p = subprocess.run([PY, "-m", "zlf", *RUN], cwd=tmp_path, env=_env(tmp_path), capture_output=True, timeout=300)
+    assert p.returncode == 0 and b"\x1b[" not in p.stdout, p.stdout
