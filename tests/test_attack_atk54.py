@@ -578,3 +578,46 @@ def test_zlf_ir_in_a_fresh_process_with_stderr_gone_or_full_is_0(tmp_path, where
     assert (tmp_path / "ir").is_dir() and any((tmp_path / "ir").rglob("*")), p.stdout[-1500:]
     line = [ln for ln in p.stderr.splitlines() if ln.startswith("RC ")]
     assert line == ["RC 0"], (line, p.stdout[-1500:])
+
+
+# ----------------------------------------------------------------------------- two in-process calls at once
+OVERLAPPING = """
+import os, sys, threading, zlf
+from zlf.cli import main
+saved = os.dup(2)
+b_in, a_done = threading.Event(), threading.Event()
+res = {}
+
+class HookB:
+    @zlf.hookimpl
+    def configure(self, session):
+        b_in.set()
+        a_done.wait(120)                         # B ends after A
+
+class HookA:
+    @zlf.hookimpl
+    def configure(self, session):            # A starts B in a thread of the caller's (a server, a notebook job)
+        t = threading.Thread(target=lambda: res.setdefault("b", main(["plugins"], extra_plugins=[("b", HookB())])))
+        res["t"] = t
+        t.start()
+        b_in.wait(120)
+
+mine = sys.stdout, sys.stderr
+rc = main(["plugins"], extra_plugins=[("a", HookA())])
+a_done.set()
+res["t"].join(120)
+os.write(saved, ("RC %s %s SAME %s %s (%s, %s)\\n" % (rc, res.get("b"), sys.stdout is mine[0], sys.stderr is mine[1],
+                                                     type(sys.stdout).__name__, type(sys.stderr).__name__)).encode())
+"""
+
+
+@pytest.mark.xfail(strict=True, reason="ATTACK: two in-process main() calls that overlap (B starts inside A, ends "
+                   "after it): B's held() gives back what it found, A's wrappers, so the caller keeps a "
+                   "MarkedStream stdout and a LossyStream stderr (its stderr errors dropped) for good")
+def test_overlapping_in_process_calls_give_the_caller_its_own_streams_back(tmp_path):
+    """docs/hostile.md: zlf.cli.main called inside another program "gives it its sys.stdout and
+    sys.stderr back"."""
+    p = _script(tmp_path, OVERLAPPING)
+    line = [ln for ln in p.stderr.splitlines() if ln.startswith("RC ")]
+    assert line and line[0].startswith("RC 0 0 "), p.stderr[-2000:]
+    assert line[0].split(" SAME ")[1].startswith("True True"), line
