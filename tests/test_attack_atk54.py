@@ -30,7 +30,16 @@ from pathlib import Path
 
 import pytest
 
-from process_tools import CEILING
+from process_tools import CEILING, stops_as_from_a_terminal
+
+
+@pytest.fixture(autouse=True)
+def _as_from_a_terminal():
+    """Every zlf these cases start meets SIGINT and SIGHUP as a terminal gives them, whatever
+    this session inherited (a case that wants nohup's ignored SIGHUP sets it in its child)."""
+    with stops_as_from_a_terminal():
+        yield
+
 
 PY = sys.executable
 HERE = Path(__file__).parent
